@@ -1,0 +1,81 @@
+// The codec interface every method implements, the encoded tensor, and exact
+// byte accounting. Byte layouts of every part: docs/FORMAT.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qvg/config.h"
+#include "qvg/kmeans.h"
+#include "qvg/tensor.h"
+
+namespace qvg {
+
+/// Bytes of an encoded tensor by part; every byte that decode reads is counted.
+struct PartBytes {
+  size_t codes = 0;           ///< packed b-bit codes
+  size_t scales = 0;          ///< per-block scales (FP8 or FP16)
+  size_t zero_points = 0;     ///< per-group zero points (FP16; KIVI, QuaRot)
+  size_t span_scales = 0;     ///< per-head FP32 scales that keep FP8 scales in range
+  size_t centroids = 0;       ///< k-means centroids (BF16)
+  size_t ids = 0;             ///< centroid ids (uint8 per token per stage)
+  size_t full_precision = 0;  ///< values kept in BF16 (KIVI window, bf16 method)
+  size_t total() const {
+    return codes + scales + zero_points + span_scales + centroids + ids + full_precision;
+  }
+};
+
+/// One encoded K or V tensor of shape [heads, tokens, dim]. Each part is a
+/// little-endian byte buffer laid out as docs/FORMAT.md describes.
+struct EncodedTensor {
+  CodecConfig config;
+  TensorRole role = TensorRole::key;
+  int64_t heads = 0, tokens = 0, dim = 0;
+  std::vector<uint8_t> codes, scales, zero_points, span_scales, centroids, ids, full_precision;
+
+  PartBytes bytes() const;
+  int64_t values() const { return heads * tokens * dim; }
+  /// Total bits stored per value (all parts counted).
+  double bits_per_value() const;
+  /// BF16 size / encoded size.
+  double ratio_to_bf16() const;
+};
+
+/// Per-call options and reports.
+struct EncodeOptions {
+  TensorRole role = TensorRole::key;
+  int threads = 0;  ///< worker threads over heads; 0 = hardware concurrency.
+                    ///< Results are identical for any value.
+  /// Warm start: k-means of stage s, head h starts from this tensor's
+  /// centroids for (s, h) (same config and dim required). May be null.
+  const EncodedTensor* warm_start = nullptr;
+};
+
+/// What encode did, for statistics; filled when passed.
+struct EncodeReport {
+  /// k-means runs, index [stage * heads + head].
+  std::vector<KMeansStats> kmeans;
+  double kmeans_seconds = 0;  ///< summed over threads
+};
+
+/// A compression method. Implementations are stateless and thread-safe.
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual const CodecConfig& config() const = 0;
+  /// x: [heads, tokens, dim], finite. Throws qvg::Error on invalid input.
+  virtual EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt = {},
+                               EncodeReport* report = nullptr) const = 0;
+  /// Writes the reconstruction into out (resized to [heads, tokens, dim]).
+  virtual void decode(const EncodedTensor& e, HeadTensor& out, int threads = 0) const = 0;
+};
+
+/// The codec for a configuration (validated when encode sees the dim).
+std::unique_ptr<Codec> make_codec(const CodecConfig& config);
+
+/// Convenience: make_codec(parse_codec_spec(spec)).
+std::unique_ptr<Codec> make_codec(const std::string& spec);
+
+}  // namespace qvg

@@ -1,0 +1,43 @@
+// qvg — shared basics: the error type, checks, and the host/device qualifier.
+#pragma once
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#if defined(__CUDACC__)
+#define QVG_HD __host__ __device__ __forceinline__
+#else
+#define QVG_HD inline
+#endif
+
+namespace qvg {
+
+/// True when the sign bit of x is set (also for -0 and negative NaN).
+QVG_HD bool qvg_sign_bit(float x) { return __builtin_signbit(x) != 0; }
+
+/// Every error the library reports. The message names the problem (the
+/// argument, the file, the expected and the found value).
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+namespace detail {
+template <typename... Args>
+[[noreturn]] void fail(const char* where, Args&&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  (void)where;
+  throw Error(os.str());
+}
+}  // namespace detail
+
+}  // namespace qvg
+
+/// QVG_CHECK(cond, "message parts", value, ...): throws qvg::Error when cond is false.
+#define QVG_CHECK(cond, ...)                              \
+  do {                                                    \
+    if (!(cond)) ::qvg::detail::fail(#cond, __VA_ARGS__); \
+  } while (0)

@@ -1,0 +1,55 @@
+// FP8 E4M3 (OCP "E4M3FN"): 1 sign, 4 exponent (bias 7), 3 mantissa bits.
+// No infinity; S.1111.111 is NaN; largest finite 448 (0x7E); smallest
+// subnormal 2^-9. Encoding rounds to nearest, ties to even, and saturates to
+// +-448: the semantics of CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE,
+// __NV_E4M3). Usable from host and device code.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "qvg/common.h"
+
+namespace qvg {
+
+inline constexpr float kFp8E4M3Max = 448.0f;
+inline constexpr float kFp8E4M3MinSubnormal = 0.001953125f;  // 2^-9
+
+/// float -> E4M3 byte. Any NaN -> 0x7F (canonical, sign dropped, as CUDA
+/// does); |x| > 464 (448 plus
+/// half an ulp) and +-inf -> +-448; |x| <= 2^-10 -> signed zero.
+QVG_HD uint8_t fp8_e4m3_from_float(float x) {
+  const uint8_t sign = (qvg_sign_bit(x)) ? 0x80 : 0x00;
+  const float a = fabsf(x);
+  if (x != x) return 0x7F;
+  if (a > 464.0f) return static_cast<uint8_t>(sign | 0x7E);
+  if (a < 0.015625f) {  // below 2^-6: subnormal step 2^-9; code = mantissa
+    // a * 2^9 is exact; rintf rounds half to even in the default mode.
+    // A result of 8 is the smallest normal (exponent field 1, mantissa 0).
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(rintf(a * 512.0f)));
+  }
+  int e = 0;
+  const float frac = frexpf(a, &e);  // a = frac * 2^e, frac in [0.5, 1)
+  // a = (1 + m/8) * 2^(e-1); m = (2*frac - 1) * 8 is exact before rounding.
+  int m = static_cast<int>(rintf((2.0f * frac - 1.0f) * 8.0f));
+  int exp_field = e - 1 + 7;
+  if (m == 8) {
+    m = 0;
+    ++exp_field;
+  }
+  int code = (exp_field << 3) | m;
+  if (code > 0x7E) code = 0x7E;  // (448, 464] rounds to 448 already; guard
+  return static_cast<uint8_t>(sign | code);
+}
+
+/// E4M3 byte -> float (exact). 0x7F / 0xFF -> NaN.
+QVG_HD float fp8_e4m3_to_float(uint8_t c) {
+  const float sign = (c & 0x80) ? -1.0f : 1.0f;
+  const int exp_field = (c >> 3) & 0xF;
+  const int m = c & 0x7;
+  if (exp_field == 0xF && m == 0x7) return NAN;
+  if (exp_field == 0) return sign * static_cast<float>(m) * 0.001953125f;
+  return sign * ldexpf(1.0f + static_cast<float>(m) * 0.125f, exp_field - 7);
+}
+
+}  // namespace qvg

@@ -1,0 +1,56 @@
+// k-means along tokens for one head (the CPU reference).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qvg/config.h"
+
+namespace qvg {
+
+/// Statistics of one k-means run.
+struct KMeansStats {
+  std::vector<double> mse;  ///< mean squared distance to the assigned centroid
+                            ///< after each iteration's assignment step
+  int iterations = 0;       ///< Lloyd iterations run
+  int empty_reassigned = 0; ///< empty clusters re-seeded (see kmeans_ref)
+  bool warm_started = false;
+  double seconds = 0;
+};
+
+/// Result of k-means on n points of dim d.
+struct KMeansResult {
+  std::vector<float> centroids;  ///< C x d, row-major
+  std::vector<uint8_t> ids;      ///< n, assignment of each point
+  KMeansStats stats;
+};
+
+/// Lloyd's k-means on x (n x d, row-major), C = p.centroids <= min(n, 256).
+///
+/// Start: `init` (C x d) when given (warm start), else p.init with p.seed.
+/// Each iteration: assign every point to the nearest centroid by
+/// ||c||^2 - 2 x.c (ties -> lowest index), then move every centroid to the
+/// mean of its points (accumulated in double, in token order). Empty cluster
+/// rule: an empty cluster takes the point farthest from its own centroid
+/// (largest distance, lowest index on ties) that no other empty cluster took
+/// in the same iteration: the centroid is placed on that point. Stops after
+/// p.max_iter iterations, or when the relative drop in mean squared
+/// distance is at most p.tol. stats.mse[0] is the error of the start,
+/// stats.mse[i] that after iteration i. The returned ids are the final assignment to the
+/// returned centroids. Deterministic for a seed.
+KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams& p,
+                        const float* init = nullptr);
+
+/// Assignment step alone (exposed for tests and the GPU reference):
+/// ids[i] = argmin_c ||x_i - c||^2 with ties to the lowest index; returns the
+/// mean squared distance.
+double kmeans_assign_ref(const float* x, int64_t n, int64_t d, const float* centroids, int64_t c,
+                         uint8_t* ids, float* dist = nullptr);
+
+/// Initial centroids (C x d) by the seeded rule: `random` takes C distinct
+/// points (seeded partial Fisher-Yates); `kmeanspp` runs k-means++ on a seeded
+/// subsample of at most 64 * C points (all points when n <= 64 * C).
+std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, KMeansInit init,
+                                   uint64_t seed);
+
+}  // namespace qvg

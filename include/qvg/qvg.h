@@ -1,0 +1,29 @@
+// QVG (and RTN, its S = 0 case): the steps of the encoder exposed for tests
+// and for checking other backends against the reference.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qvg/codec.h"
+
+namespace qvg {
+
+/// The part of QVG encode that follows k-means: given every stage's centroids
+/// (BF16 bits, little-endian, [stages][heads][C][dim]) and ids ([stages]
+/// [heads][tokens]), subtract the stages in order (R_s = R_{s-1} -
+/// C_s[ids_s], with the BF16-rounded centroids) and group-quantize R_S.
+/// A backend given the same centroids and ids must produce the same bytes.
+EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecConfig& c,
+                                             std::vector<uint8_t> centroids, std::vector<uint8_t> ids,
+                                             TensorRole role = TensorRole::key, int threads = 0);
+
+/// Bits per value of a QVG/RTN encoding by formula:
+/// b + 8*sb/B + 8*S/D + 16*S*C/N + 32/(N*D), with sb = scale bytes (1 FP8, 2
+/// FP16) and the last term the per-head FP32 span scale.
+double qvg_bits_per_value_formula(const CodecConfig& c, int64_t tokens, int64_t dim);
+
+/// k-means seed of stage s, head h: seed + 1000003 * s + h.
+uint64_t qvg_kmeans_seed(const CodecConfig& c, int stage, int64_t head);
+
+}  // namespace qvg

@@ -1,0 +1,43 @@
+// The uncompressed reference: every value stored as bfloat16 (2 bytes).
+#include "cpu/codecs.h"
+#include "qvg/half.h"
+#include "util/parallel.h"
+
+namespace qvg {
+namespace {
+
+class Bf16Codec final : public Codec {
+ public:
+  explicit Bf16Codec(CodecConfig c) : config_(std::move(c)) {}
+  const CodecConfig& config() const override { return config_; }
+
+  EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport*) const override {
+    check_encode_input(config_, x);
+    EncodedTensor e;
+    e.config = config_;
+    e.role = opt.role;
+    e.heads = x.heads;
+    e.tokens = x.tokens;
+    e.dim = x.dim;
+    e.full_precision.resize(static_cast<size_t>(x.numel()) * 2);
+    for (size_t i = 0; i < x.data.size(); ++i) put_u16(e.full_precision, i, bf16_from_float(x.data[i]));
+    return e;
+  }
+
+  void decode(const EncodedTensor& e, HeadTensor& out, int) const override {
+    PartBytes need;
+    need.full_precision = static_cast<size_t>(e.values()) * 2;
+    check_decode_input(config_, e, need);
+    out = HeadTensor(e.heads, e.tokens, e.dim);
+    for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = bf16_to_float(get_u16(e.full_precision, i));
+  }
+
+ private:
+  CodecConfig config_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_bf16_codec(const CodecConfig& c) { return std::make_unique<Bf16Codec>(c); }
+
+}  // namespace qvg

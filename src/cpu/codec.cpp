@@ -1,0 +1,96 @@
+#include "qvg/codec.h"
+
+#include <cstring>
+
+#include "cpu/codecs.h"
+
+namespace qvg {
+
+PartBytes EncodedTensor::bytes() const {
+  PartBytes b;
+  b.codes = codes.size();
+  b.scales = scales.size();
+  b.zero_points = zero_points.size();
+  b.span_scales = span_scales.size();
+  b.centroids = centroids.size();
+  b.ids = ids.size();
+  b.full_precision = full_precision.size();
+  return b;
+}
+
+double EncodedTensor::bits_per_value() const {
+  return values() > 0 ? 8.0 * static_cast<double>(bytes().total()) / static_cast<double>(values()) : 0.0;
+}
+
+double EncodedTensor::ratio_to_bf16() const {
+  const double total = static_cast<double>(bytes().total());
+  return total > 0 ? 2.0 * static_cast<double>(values()) / total : 0.0;
+}
+
+std::unique_ptr<Codec> make_codec(const CodecConfig& config) {
+  switch (config.method) {
+    case Method::bf16:
+      return make_bf16_codec(config);
+    case Method::rtn:
+    case Method::qvg:
+      return make_qvg_codec(config);
+    case Method::kivi:
+      return make_kivi_codec(config);
+    case Method::quarot:
+      return make_quarot_codec(config);
+  }
+  QVG_CHECK(false, "unknown method id ", static_cast<int>(config.method));
+}
+
+std::unique_ptr<Codec> make_codec(const std::string& spec) { return make_codec(parse_codec_spec(spec)); }
+
+void check_encode_input(const CodecConfig& c, const HeadTensor& x) {
+  validate(c, x.dim);
+  QVG_CHECK(x.heads > 0, c.name, ": the tensor has no heads");
+  QVG_CHECK(x.tokens > 0, c.name, ": the tensor has no tokens (N = 0)");
+  check_finite(x, "input tensor");
+}
+
+void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected) {
+  QVG_CHECK(e.config.method == c.method, "decoding a ", method_name(e.config.method),
+            " tensor with a ", method_name(c.method), " codec");
+  QVG_CHECK(e.heads > 0 && e.tokens > 0 && e.dim > 0, "encoded tensor has an empty shape [",
+            e.heads, ", ", e.tokens, ", ", e.dim, "]");
+  const PartBytes got = e.bytes();
+  auto same = [&](size_t a, size_t b, const char* part) {
+    QVG_CHECK(a == b, "encoded tensor is inconsistent: part '", part, "' has ", a,
+              " bytes, its shape and config need ", b);
+  };
+  same(got.codes, expected.codes, "codes");
+  same(got.scales, expected.scales, "scales");
+  same(got.zero_points, expected.zero_points, "zero_points");
+  same(got.span_scales, expected.span_scales, "span_scales");
+  same(got.centroids, expected.centroids, "centroids");
+  same(got.ids, expected.ids, "ids");
+  same(got.full_precision, expected.full_precision, "full_precision");
+}
+
+void put_f32(std::vector<uint8_t>& buf, size_t index, float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  for (int i = 0; i < 4; ++i) buf[index * 4 + i] = static_cast<uint8_t>(u >> (8 * i));
+}
+
+float get_f32(const std::vector<uint8_t>& buf, size_t index) {
+  uint32_t u = 0;
+  for (int i = 0; i < 4; ++i) u |= static_cast<uint32_t>(buf[index * 4 + i]) << (8 * i);
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+void put_u16(std::vector<uint8_t>& buf, size_t index, uint16_t v) {
+  buf[index * 2] = static_cast<uint8_t>(v & 0xFF);
+  buf[index * 2 + 1] = static_cast<uint8_t>(v >> 8);
+}
+
+uint16_t get_u16(const std::vector<uint8_t>& buf, size_t index) {
+  return static_cast<uint16_t>(buf[index * 2] | (buf[index * 2 + 1] << 8));
+}
+
+}  // namespace qvg

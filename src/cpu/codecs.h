@@ -1,0 +1,30 @@
+// Internal: factories of the concrete codecs (make_codec dispatches here) and
+// helpers they share.
+#pragma once
+
+#include <memory>
+
+#include "qvg/codec.h"
+
+namespace qvg {
+
+std::unique_ptr<Codec> make_bf16_codec(const CodecConfig& c);
+std::unique_ptr<Codec> make_qvg_codec(const CodecConfig& c);  // also RTN (S = 0)
+std::unique_ptr<Codec> make_kivi_codec(const CodecConfig& c);
+std::unique_ptr<Codec> make_quarot_codec(const CodecConfig& c);
+
+/// Checks shared by every encoder: the config is valid for x.dim, x has at
+/// least one token and head, its data matches its shape, all values finite.
+void check_encode_input(const CodecConfig& c, const HeadTensor& x);
+
+/// Checks shared by every decoder: e was made by a codec of config c's
+/// method and its part sizes match what its shape needs (expected_bytes).
+void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected);
+
+/// Little-endian FP32 / FP16 / BF16 buffer helpers.
+void put_f32(std::vector<uint8_t>& buf, size_t index, float v);
+float get_f32(const std::vector<uint8_t>& buf, size_t index);
+void put_u16(std::vector<uint8_t>& buf, size_t index, uint16_t v);
+uint16_t get_u16(const std::vector<uint8_t>& buf, size_t index);
+
+}  // namespace qvg

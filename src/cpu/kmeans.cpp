@@ -1,0 +1,194 @@
+// k-means along tokens for one head: the CPU reference (Eigen for the
+// x.c products, everything else in plain loops with a fixed order).
+#include "qvg/kmeans.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "qvg/common.h"
+#include "util/rng.h"
+
+namespace qvg {
+
+namespace {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMat>;
+
+constexpr int64_t kRowBlock = 1024;  // rows of x per product (keeps the block in cache)
+constexpr int64_t kPlusPlusPointsPerCentroid = 64;  // k-means++ subsample size per centroid
+
+void check_args(const float* x, int64_t n, int64_t d, int64_t c) {
+  QVG_CHECK(x != nullptr || n == 0, "k-means: points are null");
+  QVG_CHECK(n > 0, "k-means: no points (N = 0)");
+  QVG_CHECK(d > 0, "k-means: dim must be positive, got ", d);
+  QVG_CHECK(c >= 1 && c <= 256, "k-means: centroids must be 1..256 (ids are uint8), got ", c);
+  QVG_CHECK(c <= n, "k-means: centroids (", c, ") exceed the number of points (", n, ")");
+}
+
+}  // namespace
+
+double kmeans_assign_ref(const float* x, int64_t n, int64_t d, const float* centroids, int64_t c,
+                         uint8_t* ids, float* dist) {
+  const ConstMap cm(centroids, c, d);
+  const Eigen::VectorXf cnorm = cm.rowwise().squaredNorm();
+  double total = 0.0;
+  RowMat dots;
+  for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+    const int64_t rows = std::min(kRowBlock, n - r0);
+    const ConstMap xm(x + r0 * d, rows, d);
+    dots.noalias() = xm * cm.transpose();  // (rows, c)
+    for (int64_t i = 0; i < rows; ++i) {
+      float best = std::numeric_limits<float>::infinity();
+      int64_t arg = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        const float v = cnorm[j] - 2.0f * dots(i, j);
+        if (v < best) {  // strict: ties keep the lowest index
+          best = v;
+          arg = j;
+        }
+      }
+      ids[r0 + i] = static_cast<uint8_t>(arg);
+      // The exact squared distance to the chosen centroid (not the expanded form).
+      double s = 0.0;
+      const float* xi = x + (r0 + i) * d;
+      const float* ci = centroids + arg * d;
+      for (int64_t k = 0; k < d; ++k) {
+        const double e = static_cast<double>(xi[k]) - ci[k];
+        s += e * e;
+      }
+      if (dist) dist[r0 + i] = static_cast<float>(s);
+      total += s;
+    }
+  }
+  return total / static_cast<double>(n * d);
+}
+
+std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, KMeansInit init,
+                                   uint64_t seed) {
+  check_args(x, n, d, c);
+  SplitMix64 rng(seed);
+  std::vector<float> cent(static_cast<size_t>(c * d));
+  if (init == KMeansInit::random) {
+    // Partial Fisher-Yates: the first c entries of a seeded shuffle.
+    std::vector<int64_t> idx(static_cast<size_t>(n));
+    std::iota(idx.begin(), idx.end(), 0);
+    for (int64_t i = 0; i < c; ++i) {
+      const int64_t j = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
+      std::swap(idx[i], idx[j]);
+      std::copy_n(x + idx[i] * d, d, cent.data() + i * d);
+    }
+    return cent;
+  }
+  // k-means++ on a seeded subsample of at most kPlusPlusPointsPerCentroid * c
+  // points: the first centre uniform, each next one with probability
+  // proportional to the squared distance to the nearest chosen centre.
+  const int64_t m = std::min<int64_t>(n, kPlusPlusPointsPerCentroid * c);
+  std::vector<int64_t> sample(static_cast<size_t>(n));
+  std::iota(sample.begin(), sample.end(), 0);
+  if (m < n) {
+    for (int64_t i = 0; i < m; ++i)
+      std::swap(sample[i], sample[i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)))]);
+    sample.resize(static_cast<size_t>(m));
+    std::sort(sample.begin(), sample.end());
+  }
+  std::vector<float> best(static_cast<size_t>(m), std::numeric_limits<float>::infinity());
+  int64_t pick = static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)));
+  for (int64_t k = 0; k < c; ++k) {
+    std::copy_n(x + sample[pick] * d, d, cent.data() + k * d);
+    if (k + 1 == c) break;
+    const float* ck = cent.data() + k * d;
+    double total = 0.0;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + sample[i] * d;
+      float s = 0.0f;
+      for (int64_t j = 0; j < d; ++j) {
+        const float e = xi[j] - ck[j];
+        s += e * e;
+      }
+      best[i] = std::min(best[i], s);
+      total += best[i];
+    }
+    if (!(total > 0.0)) {  // every point coincides with a centre: take the next one
+      pick = (pick + 1) % m;
+      continue;
+    }
+    const double u = rng.uniform() * total;
+    double acc = 0.0;
+    pick = m - 1;
+    for (int64_t i = 0; i < m; ++i) {
+      acc += best[i];
+      if (acc > u && best[i] > 0.0f) {
+        pick = i;
+        break;
+      }
+    }
+  }
+  return cent;
+}
+
+KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams& p,
+                        const float* init) {
+  const int64_t c = p.centroids;
+  check_args(x, n, d, c);
+  QVG_CHECK(p.max_iter >= 0, "k-means: max_iter must be >= 0, got ", p.max_iter);
+  const auto t0 = std::chrono::steady_clock::now();
+  KMeansResult r;
+  r.stats.warm_started = init != nullptr;
+  if (init) {
+    r.centroids.assign(init, init + c * d);
+    for (float v : r.centroids)
+      QVG_CHECK(std::isfinite(v), "k-means: warm-start centroids hold a non-finite value");
+  } else {
+    r.centroids = kmeans_init_ref(x, n, d, static_cast<int>(c), p.init, p.seed);
+  }
+  r.ids.resize(static_cast<size_t>(n));
+  std::vector<float> dist(static_cast<size_t>(n));
+  double mse = kmeans_assign_ref(x, n, d, r.centroids.data(), c, r.ids.data(), dist.data());
+  r.stats.mse.push_back(mse);
+
+  std::vector<double> sum(static_cast<size_t>(c * d));
+  std::vector<int64_t> count(static_cast<size_t>(c));
+  std::vector<char> taken(static_cast<size_t>(n));
+  for (int it = 1; it <= p.max_iter; ++it) {
+    // Update: mean of each cluster, accumulated in token order.
+    std::fill(sum.begin(), sum.end(), 0.0);
+    std::fill(count.begin(), count.end(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t j = r.ids[i];
+      ++count[j];
+      const float* xi = x + i * d;
+      double* sj = sum.data() + j * d;
+      for (int64_t k = 0; k < d; ++k) sj[k] += xi[k];
+    }
+    std::fill(taken.begin(), taken.end(), 0);
+    for (int64_t j = 0; j < c; ++j) {
+      float* cj = r.centroids.data() + j * d;
+      if (count[j] > 0) {
+        const double inv = 1.0 / static_cast<double>(count[j]);
+        for (int64_t k = 0; k < d; ++k) cj[k] = static_cast<float>(sum[j * d + k] * inv);
+        continue;
+      }
+      // Empty cluster: re-seed at the farthest point not taken yet.
+      int64_t far = -1;
+      for (int64_t i = 0; i < n; ++i)
+        if (!taken[i] && (far < 0 || dist[i] > dist[far])) far = i;
+      taken[far] = 1;
+      std::copy_n(x + far * d, d, cj);
+      ++r.stats.empty_reassigned;
+    }
+    const double prev = mse;
+    mse = kmeans_assign_ref(x, n, d, r.centroids.data(), c, r.ids.data(), dist.data());
+    r.stats.mse.push_back(mse);
+    r.stats.iterations = it;
+    if (prev - mse <= p.tol * prev) break;
+  }
+  r.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace qvg

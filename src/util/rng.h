@@ -1,0 +1,39 @@
+// A small seeded generator whose output is fixed by this file alone (unlike
+// std::*_distribution, which differs between standard libraries).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace qvg {
+
+/// SplitMix64 (Steele, Lea, Flood 2014): 64-bit state, full period.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, 1) with 53 random bits.
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  /// Uniform integer in [0, n), n > 0 (multiply-shift; bias below 2^-11 for n < 2^53).
+  uint64_t below(uint64_t n) {
+    const uint64_t v = static_cast<uint64_t>(uniform() * static_cast<double>(n));
+    return v < n ? v : n - 1;  // the product can round up to n
+  }
+  /// Standard normal (Box-Muller, one value per call).
+  double normal() {
+    double u1 = uniform();
+    while (u1 <= 0.0) u1 = uniform();
+    const double u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace qvg

@@ -1,0 +1,152 @@
+// k-means reference: against a naive implementation, determinism, rules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "qvg/common.h"
+#include "qvg/kmeans.h"
+
+namespace qvg {
+namespace {
+
+std::vector<float> blobs(int64_t n, int64_t d, int k, unsigned seed, float spread = 0.1f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> centers(static_cast<size_t>(k * d));
+  for (auto& c : centers) c = 4.0f * nd(gen);
+  std::vector<float> x(static_cast<size_t>(n * d));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) x[i * d + j] = centers[(i % k) * d + j] + spread * nd(gen);
+  return x;
+}
+
+TEST(KMeans, AssignMatchesNaiveArgmin) {
+  const int64_t n = 97, d = 24, c = 13;
+  const auto x = blobs(n, d, 5, 1, 2.0f);
+  const auto cent = blobs(c, d, 13, 2, 1.0f);
+  std::vector<uint8_t> ids(n);
+  std::vector<float> dist(n);
+  const double mse = kmeans_assign_ref(x.data(), n, d, cent.data(), c, ids.data(), dist.data());
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double best = 1e300;
+    int arg = -1;
+    for (int64_t j = 0; j < c; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < d; ++k) s += std::pow(double(x[i * d + k]) - cent[j * d + k], 2.0);
+      if (s < best) best = s, arg = static_cast<int>(j);
+    }
+    EXPECT_EQ(ids[i], arg) << "point " << i;
+    EXPECT_NEAR(dist[i], best, 1e-4 * best);
+    total += best;
+  }
+  EXPECT_NEAR(mse, total / (n * d), 1e-9 * total);
+}
+
+TEST(KMeans, TiesGoToLowestIndex) {
+  const int64_t d = 2;
+  const std::vector<float> x = {0.0f, 0.0f};
+  const std::vector<float> cent = {1.0f, 0.0f, -1.0f, 0.0f, 0.0f, 1.0f};  // all at distance 1
+  uint8_t id = 9;
+  kmeans_assign_ref(x.data(), 1, d, cent.data(), 3, &id);
+  EXPECT_EQ(id, 0);
+}
+
+TEST(KMeans, RecoversSeparatedBlobsAndErrorNeverRises) {
+  const int64_t n = 4681, d = 32;
+  const int k = 16;
+  const auto x = blobs(n, d, k, 4);
+  for (KMeansInit init : {KMeansInit::kmeanspp, KMeansInit::random}) {
+    KMeansParams p;
+    p.centroids = k;
+    p.max_iter = 50;
+    p.tol = 0;
+    p.init = init;
+    const auto r = kmeans_ref(x.data(), n, d, p);
+    ASSERT_GE(r.stats.mse.size(), 2u);
+    for (size_t i = 1; i < r.stats.mse.size(); ++i) EXPECT_LE(r.stats.mse[i], r.stats.mse[i - 1] * (1 + 1e-9));
+    if (init == KMeansInit::kmeanspp) {
+      // Points of one blob share an id and different blobs differ.
+      EXPECT_NEAR(r.stats.mse.back(), 0.01, 0.002);  // spread^2
+      for (int64_t i = k; i < n; ++i) EXPECT_EQ(r.ids[i], r.ids[i % k]);
+    }
+    // ids are the nearest-centroid assignment of the returned centroids.
+    std::vector<uint8_t> ids(n);
+    kmeans_assign_ref(x.data(), n, d, r.centroids.data(), k, ids.data());
+    EXPECT_EQ(ids, r.ids);
+  }
+}
+
+TEST(KMeans, DeterministicForASeedAndSeedMatters) {
+  const int64_t n = 2000, d = 16;
+  const auto x = blobs(n, d, 40, 8, 1.0f);
+  KMeansParams p;
+  p.centroids = 32;
+  const auto a = kmeans_ref(x.data(), n, d, p);
+  const auto b = kmeans_ref(x.data(), n, d, p);
+  EXPECT_EQ(a.centroids, b.centroids);
+  EXPECT_EQ(a.ids, b.ids);
+  p.seed = 99;
+  const auto c = kmeans_ref(x.data(), n, d, p);
+  EXPECT_NE(a.centroids, c.centroids);
+}
+
+TEST(KMeans, WarmStartFromConvergedCentroidsStopsAtOnce) {
+  const int64_t n = 3000, d = 16;
+  const auto x = blobs(n, d, 8, 5);
+  KMeansParams p;
+  p.centroids = 8;
+  p.max_iter = 30;
+  const auto cold = kmeans_ref(x.data(), n, d, p);
+  const auto warm = kmeans_ref(x.data(), n, d, p, cold.centroids.data());
+  EXPECT_TRUE(warm.stats.warm_started);
+  EXPECT_LE(warm.stats.iterations, 1);
+  EXPECT_LE(warm.stats.mse.back(), cold.stats.mse.back() * (1 + 1e-6));
+}
+
+TEST(KMeans, EmptyClustersAreReseededAtFarthestPoint) {
+  // Two far groups; all warm-start centroids sit on group A, so the ones that
+  // lose every point must move to group B.
+  const int64_t d = 2;
+  std::vector<float> x;
+  for (int i = 0; i < 10; ++i) x.insert(x.end(), {0.01f * i, 0.0f});
+  for (int i = 0; i < 10; ++i) x.insert(x.end(), {100.0f + 0.01f * i, 0.0f});
+  const std::vector<float> init = {0.0f, 0.0f, 0.0f, 0.0f};  // two identical centroids
+  KMeansParams p;
+  p.centroids = 2;
+  p.max_iter = 5;
+  p.tol = 0;
+  const auto r = kmeans_ref(x.data(), 20, d, p, init.data());
+  EXPECT_GE(r.stats.empty_reassigned, 1);
+  EXPECT_NE(r.ids[0], r.ids[19]);
+  EXPECT_LT(r.stats.mse.back(), 1e-3);
+}
+
+TEST(KMeans, IdenticalPointsAndOddSizes) {
+  for (int64_t n : {1, 7, 33}) {
+    std::vector<float> x(static_cast<size_t>(n * 4), 1.5f);
+    KMeansParams p;
+    p.centroids = static_cast<int>(std::min<int64_t>(n, 5));
+    const auto r = kmeans_ref(x.data(), n, 4, p);
+    for (float c : r.centroids) EXPECT_EQ(c, 1.5f);
+    EXPECT_EQ(r.stats.mse.back(), 0.0);
+  }
+}
+
+TEST(KMeans, RejectsBadArguments) {
+  std::vector<float> x(40, 1.0f);
+  KMeansParams p;
+  p.centroids = 11;
+  EXPECT_THROW(kmeans_ref(x.data(), 10, 4, p), Error);  // C > N
+  p.centroids = 257;
+  EXPECT_THROW(kmeans_ref(x.data(), 10, 4, p), Error);
+  p.centroids = 2;
+  EXPECT_THROW(kmeans_ref(x.data(), 0, 4, p), Error);  // N = 0
+  const std::vector<float> bad = {NAN, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_THROW(kmeans_ref(x.data(), 10, 4, p, bad.data()), Error);
+}
+
+}  // namespace
+}  // namespace qvg
