@@ -1,0 +1,81 @@
+// Internal helpers shared by the tensor-file readers and writers (src/io/*.cpp).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "qvg/common.h"
+#include "qvg/io.h"
+
+namespace qvg::io_detail {
+
+static_assert(std::endian::native == std::endian::little,
+              "tensor files are little-endian; a big-endian host needs byte swaps here");
+
+/// Throws qvg::Error("<path>: <parts...>").
+template <typename... Args>
+[[noreturn]] void file_fail(const std::string& path, Args&&... args) {
+  std::ostringstream os;
+  os << path << ": ";
+  (os << ... << args);
+  throw Error(os.str());
+}
+
+/// Product of dims with overflow checks; 0 if any dim is 0. Throws (naming `what`) on a
+/// negative dim or when the product (or product * itemsize) exceeds int64.
+int64_t checked_numel(const std::vector<int64_t>& shape, const std::string& what);
+/// numel * itemsize with an overflow check (same errors as checked_numel).
+uint64_t checked_nbytes(const std::vector<int64_t>& shape, DType dtype, const std::string& what);
+
+/// "[2, 3, 4]".
+std::string shape_str(const std::vector<int64_t>& shape);
+
+/// A file opened for reading, with its size; every read is bounds-checked against it.
+class InFile {
+ public:
+  explicit InFile(const std::string& path);
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  /// Reads n bytes at offset into dst; throws "<path>: truncated: <what> ..." when the
+  /// file ends first.
+  void read_at(uint64_t offset, void* dst, uint64_t n, const char* what);
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  uint64_t size_ = 0;
+};
+
+/// A file opened for writing (truncated); close() flushes and checks for errors.
+class OutFile {
+ public:
+  explicit OutFile(const std::string& path);
+  void write(const void* src, uint64_t n);
+  void close();
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+inline void put_u16(std::string& s, uint16_t v) {
+  s.push_back(static_cast<char>(v & 0xFF));
+  s.push_back(static_cast<char>(v >> 8));
+}
+inline void put_u32(std::string& s, uint32_t v) {
+  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+inline void put_u64(std::string& s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+inline uint64_t get_le(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+}  // namespace qvg::io_detail
