@@ -8,7 +8,9 @@
 //   s     = fp16((mx - mn) / qmax)          stored as FP16 bits ("scale")
 //   z     = fp16(mn)                        stored as FP16 bits ("zero point")
 //   q     = s > 0 ? clamp(rint((x - z) / s), 0, qmax) : 0   (rint: nearest even)
-//   x^    = q * s + z                       (decode; s and z the decoded FP16)
+//   x^    = q * s + z                       (decode; s and z the decoded FP16;
+//                                            q * s is exact, so FMA or not
+//                                            gives the same float)
 // fp16() is round-to-nearest-even (qvg/half.h). The encoder quantizes against
 // the decoded s and z, so encoder and decoder agree.
 #pragma once
