@@ -96,21 +96,24 @@ std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, 
     sample.resize(static_cast<size_t>(m));
     std::sort(sample.begin(), sample.end());
   }
+  // Sampled points as one matrix; squared distances to a new centre come from
+  // one matrix-vector product: ||x||^2 - 2 x.c + ||c||^2 (clamped at 0).
+  RowMat xs(m, d);
+  for (int64_t i = 0; i < m; ++i) std::copy_n(x + sample[i] * d, d, xs.row(i).data());
+  const Eigen::VectorXf xnorm = xs.rowwise().squaredNorm();
   std::vector<float> best(static_cast<size_t>(m), std::numeric_limits<float>::infinity());
+  Eigen::VectorXf dots(m);
   int64_t pick = static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)));
   for (int64_t k = 0; k < c; ++k) {
-    std::copy_n(x + sample[pick] * d, d, cent.data() + k * d);
+    std::copy_n(xs.row(pick).data(), d, cent.data() + k * d);
     if (k + 1 == c) break;
-    const float* ck = cent.data() + k * d;
+    const Eigen::Map<const Eigen::VectorXf> ck(cent.data() + k * d, d);
+    dots.noalias() = xs * ck;
+    const float cnorm = ck.squaredNorm();
     double total = 0.0;
     for (int64_t i = 0; i < m; ++i) {
-      const float* xi = x + sample[i] * d;
-      float s = 0.0f;
-      for (int64_t j = 0; j < d; ++j) {
-        const float e = xi[j] - ck[j];
-        s += e * e;
-      }
-      best[i] = std::min(best[i], s);
+      const float dist = std::max(0.0f, xnorm[i] - 2.0f * dots[i] + cnorm);
+      best[i] = std::min(best[i], dist);
       total += best[i];
     }
     if (!(total > 0.0)) {  // every point coincides with a centre: take the next one
