@@ -160,7 +160,7 @@ class PyLiteralParser {
 DType dtype_from_descr(const std::string& path, const std::string& descr,
                        std::optional<DType> raw16_as) {
   if (descr == "bfloat16") return DType::bf16;
-  if (descr.size() < 3)
+  if (descr.size() < 2)
     file_fail(path, "unsupported dtype '", descr, "' in the .npy header");
   const char order = descr[0];
   const std::string code = descr.substr(1);
