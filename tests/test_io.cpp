@@ -557,6 +557,7 @@ TEST_F(IoTest, SafetensorsCorruptions) {
         {"gap"});
   check("trailing", st_file(ok, data + "junkjunk"), {"size mismatch", "trailing"});
   check("truncdata", st_file(ok, data.substr(0, 12)), {"out of range"});
+  check("deepjson", st_file("{\"x\":" + std::string(100000, '['), data), {"malformed", "JSON"});
   check("meta", st_file("{\"__metadata__\":{\"n\":3}}", ""), {"__metadata__", "not a string"});
   check("metaarr", st_file("{\"__metadata__\":[1]}", ""), {"__metadata__", "not an object"});
 }
@@ -587,4 +588,43 @@ TEST_F(IoTest, KvShapeAndNameErrors) {
   write_safetensors(path("s.safetensors"), {{"k", raw({3, 4})}});
   expect_error([&] { load_kv(path("s.safetensors"), KvLayout::thd, "k"); },
                path("s.safetensors") + ":k", {"shape [3, 4]"});
+}
+
+// Every truncation and many single-byte changes of a valid file either read or throw
+// qvg::Error; nothing else (no crash, no other exception, no huge allocation).
+TEST_F(IoTest, TruncationsAndByteFlipsNeverCrash) {
+  const HeadTensor x = random_heads(2, 3, 4, 7);
+  save_kv(path("a.npy"), x, KvLayout::thd, DType::f16);
+  write_safetensors(path("a.safetensors"),
+                    {{"k", from_head_tensor(x, KvLayout::htd, DType::bf16)},
+                     {"v", from_head_tensor(x, KvLayout::thd, DType::f32, true)}},
+                    {{"layer", "3"}});
+  for (const char* name : {"a.npy", "a.safetensors"}) {
+    SCOPED_TRACE(name);
+    const std::string good = slurp(path(name));
+    const bool npy = std::string(name) == "a.npy";
+    int count = 0;
+    auto attempt = [&](const std::string& bytes, const std::string& what) {
+      // A new file each time: truncating one in place is slow on some file systems.
+      const std::string p = write("mut" + std::to_string(count++) + "_" + name, bytes);
+      try {
+        if (npy)
+          read_npy(p, DType::bf16);
+        else
+          read_safetensors(p);
+      } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).rfind(p, 0), 0u) << what << ": " << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": not a qvg::Error: " << e.what();
+      }
+    };
+    for (size_t n = 0; n < good.size(); ++n) attempt(good.substr(0, n), "truncated to " + std::to_string(n));
+    const size_t header_end = npy ? 128 : 8 + static_cast<size_t>(static_cast<uint8_t>(good[0]));
+    for (size_t i = 0; i < std::min(header_end, good.size()); ++i)
+      for (int v : {0x00, 0x7F, 0xFF, int{'9'}, int{'-'}, int{'"'}, int{'\''}, int{'['}, int{'}'}}) {
+        std::string bad = good;
+        bad[i] = static_cast<char>(v);
+        attempt(bad, "byte " + std::to_string(i) + " = " + std::to_string(v));
+      }
+  }
 }
