@@ -213,6 +213,12 @@ TEST(QvgCodec, RejectsBadInput) {
   t.span_scales.assign(4, 0xFF);  // NaN
   EXPECT_THROW(codec->decode(t, out), Error);
   EXPECT_THROW(make_codec("rtn")->decode(e, out), Error);  // another method's tensor
+  t = e;
+  t.config.block = 0;  // a damaged config must not divide by zero
+  EXPECT_THROW(codec->decode(t, out), Error);
+  t = e;
+  t.config.kmeans.centroids = 0;
+  EXPECT_THROW(codec->decode(t, out), Error);
 }
 
 TEST(ConfigSpec, PresetsAndOverrides) {

@@ -56,6 +56,7 @@ void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const Part
             " tensor with a ", method_name(c.method), " codec");
   QVG_CHECK(e.heads > 0 && e.tokens > 0 && e.dim > 0, "encoded tensor has an empty shape [",
             e.heads, ", ", e.tokens, ", ", e.dim, "]");
+  validate(e.config, e.dim);
   const PartBytes got = e.bytes();
   auto same = [&](size_t a, size_t b, const char* part) {
     QVG_CHECK(a == b, "encoded tensor is inconsistent: part '", part, "' has ", a,

@@ -18,7 +18,8 @@ std::unique_ptr<Codec> make_quarot_codec(const CodecConfig& c);
 void check_encode_input(const CodecConfig& c, const HeadTensor& x);
 
 /// Checks shared by every decoder: e was made by a codec of config c's
-/// method and its part sizes match what its shape needs (expected_bytes).
+/// method, e.config is valid for e.dim, and its part sizes match what its
+/// shape needs (expected: compute it only after validate(e.config, e.dim)).
 void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected);
 
 /// Little-endian FP32 / FP16 / BF16 buffer helpers.

@@ -128,8 +128,8 @@ class QvgCodec final : public Codec {
   }
 
   void decode(const EncodedTensor& e, HeadTensor& out, int threads) const override {
+    validate(e.config, e.dim);  // before expected_bytes divides by the block
     check_decode_input(config_, e, expected_bytes(e.config, e.heads, e.tokens, e.dim));
-    validate(e.config, e.dim);
     const CodecConfig& c = e.config;
     const int s_count = stages_of(c);
     const int64_t n = e.tokens, d = e.dim, cn = c.kmeans.centroids;

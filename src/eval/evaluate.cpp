@@ -45,8 +45,14 @@ std::vector<EvalRow> evaluate(const EvalInput& in, const std::vector<std::string
     for (int t = 0; t < 2; ++t) {
       const HeadTensor& x = t == 0 ? in.k : in.v;
       const std::string label = t == 0 ? "k" : "v";
-      say("[" + std::to_string(mi + 1) + "/" + std::to_string(codecs.size()) + "] " + methods[mi] + " " +
-          (t == 0 ? "K" : "V"));
+      std::string step = "[";
+      step += std::to_string(mi + 1);
+      step += '/';
+      step += std::to_string(codecs.size());
+      step += "] ";
+      step += methods[mi];
+      step += t == 0 ? " K" : " V";
+      say(step);
       EncodeOptions eo;
       eo.role = t == 0 ? TensorRole::key : TensorRole::value;
       eo.threads = opt.threads;

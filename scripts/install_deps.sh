@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages qvg builds with (as root; skips what is there).
+set -euo pipefail
+pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+      libeigen3-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install_deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
