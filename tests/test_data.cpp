@@ -138,7 +138,7 @@ TEST(VideoLike, GoldenValues) {
   const float got[4] = {k.at(0, 0, 0), k.at(2, 1000, 63), v.at(0, 0, 0), v.at(1, 777, 5)};
   // Printed once to update after an intended change of the generator.
   std::printf("golden: %.9g %.9g %.9g %.9g\n", got[0], got[1], got[2], got[3]);
-  const float want[4] = {0.475324571f, 2.63474846f, 0.209463984f, -1.21870768f};
+  const float want[4] = {0.419615567f, 2.57973695f, 0.149742424f, -0.985541999f};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << i;
 }
 
@@ -160,9 +160,14 @@ TEST(VideoLike, ShapesFollowParams) {
   EXPECT_TRUE(std::all_of(labels.begin(), labels.end(), [](int l) { return l == 0; }));
 }
 
+/// Neighbours are closer than random pairs: clearly without token noise, and
+/// still with the default noise (which adds the same amount to both).
 TEST(VideoLike, SpatiallyAndTemporallyCorrelated) {
-  const VideoLikeParams p = small_params();
+  for (bool noise : {false, true})
   for (TensorRole role : {TensorRole::key, TensorRole::value}) {
+    VideoLikeParams p = small_params();
+    if (!noise) p.key_noise = p.value_noise = 0;
+    const double bound = noise ? 0.8 : 0.35;
     const HeadTensor x = make_video_like(p, role);
     const int64_t hw = int64_t{p.height} * p.width;
     // right neighbour in the same row
@@ -174,8 +179,10 @@ TEST(VideoLike, SpatiallyAndTemporallyCorrelated) {
     const PairStats temporal = pair_stats(x, [&](auto emit) {
       for (int64_t n = 0; n + hw < x.tokens; ++n) emit(n, n + hw);
     });
-    EXPECT_LT(spatial.pair, 0.5 * spatial.random) << "spatial, role " << static_cast<int>(role);
-    EXPECT_LT(temporal.pair, 0.5 * temporal.random) << "temporal, role " << static_cast<int>(role);
+    std::printf("video-like noise %d role %d: neighbour / random distance: spatial %.3f temporal %.3f\n", noise,
+                static_cast<int>(role), spatial.pair / spatial.random, temporal.pair / temporal.random);
+    EXPECT_LT(spatial.pair, bound * spatial.random) << "spatial, role " << static_cast<int>(role);
+    EXPECT_LT(temporal.pair, bound * temporal.random) << "temporal, role " << static_cast<int>(role);
   }
 }
 
@@ -412,9 +419,12 @@ TEST(ClipKV, DeterministicAndSeeded) {
 }
 
 TEST(ClipKV, EveryClipIsCorrelatedWithOutlierKeys) {
+  for (bool noise : {false, true})
   for (const auto& name : builtin_clips()) {
     ClipKVParams p = small_clip();
     p.clip = name;
+    if (!noise) p.key_noise = p.value_noise = 0;
+    const double bound = noise ? 0.85 : 0.75;  // real texture and motion: less than video-like
     const HeadTensor k = make_clip_kv(p, TensorRole::key);
     const HeadTensor v = make_clip_kv(p, TensorRole::value);
     ASSERT_EQ(k.tokens, 4 * 1560);
@@ -429,8 +439,10 @@ TEST(ClipKV, EveryClipIsCorrelatedWithOutlierKeys) {
       const PairStats temporal = pair_stats(*x, [&](auto emit) {
         for (int64_t n = 0; n + hw < x->tokens; ++n) emit(n, n + hw);
       });
-      EXPECT_LT(spatial.pair, 0.7 * spatial.random) << name;
-      EXPECT_LT(temporal.pair, 0.7 * temporal.random) << name;
+      std::printf("%s noise %d: neighbour / random distance: spatial %.3f temporal %.3f\n", name.c_str(), noise,
+                  spatial.pair / spatial.random, temporal.pair / temporal.random);
+      EXPECT_LT(spatial.pair, bound * spatial.random) << name;
+      EXPECT_LT(temporal.pair, bound * temporal.random) << name;
     }
     const auto krms = channel_rms(k);
     for (const auto& c : krms)

@@ -51,7 +51,7 @@ HeadTensor make_clip_kv(const ClipKVParams& p, TensorRole role) {
             " is smaller than one ", p.patch, "x", p.patch, " patch");
   QVG_CHECK(p.heads > 0 && p.dim > 0, "clip K/V: heads and dim must be > 0, got ", p.heads, ", ", p.dim);
   QVG_CHECK(p.outlier_channels >= 0, "clip K/V: outlier_channels must be >= 0, got ", p.outlier_channels);
-  QVG_CHECK(p.noise >= 0 && p.rms > 0 && p.key_outlier_gain >= 0 && p.value_outlier_gain >= 0 &&
+  QVG_CHECK(p.key_noise >= 0 && p.value_noise >= 0 && p.rms > 0 && p.key_outlier_gain >= 0 && p.value_outlier_gain >= 0 &&
                 p.key_channel_offset >= 0 && p.value_channel_offset >= 0,
             "clip K/V: magnitudes must be >= 0 (rms > 0)");
 
@@ -132,10 +132,11 @@ HeadTensor make_clip_kv(const ClipKVParams& p, TensorRole role) {
     const std::vector<float> w = data::gaussian_projection(prng, in_dim, p.dim);
     float* x = out.head(h);
     data::project(patches.data(), tokens, in_dim, w.data(), p.dim, x);
-    if (p.noise > 0) {  // noise relative to the projection's RMS
+    const double noise = key ? p.key_noise : p.value_noise;
+    if (noise > 0) {  // noise relative to the projection's RMS
       double sum_sq = 0.0;
       for (int64_t i = 0; i < tokens * p.dim; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
-      const double sigma = p.noise * std::sqrt(sum_sq / static_cast<double>(tokens * p.dim));
+      const double sigma = noise * std::sqrt(sum_sq / static_cast<double>(tokens * p.dim));
       data::Rng nrng(data::stream_seed(p.seed, data::Stream::noise, r + 2, static_cast<uint64_t>(h)));
       for (int64_t i = 0; i < tokens * p.dim; ++i) x[i] += static_cast<float>(sigma * nrng.normal());
     }
