@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# CLI behaviour: exit codes, messages for bad input, JSON output fields.
+# Usage: test_cli.sh <path to qvg> ; prints "N passed, N failed".
+set -u
+qvg=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# expect_fail <pattern> <args...>: non-zero exit and the message on stderr.
+expect_fail() {
+  local pat=$1
+  shift
+  "$qvg" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -eq 0 ]; then bad "qvg $* exited 0"; return; fi
+  if ! grep -qi -- "$pat" "$tmp/err"; then bad "qvg $*: stderr lacks '$pat':"; cat "$tmp/err"; return; fi
+  ok
+}
+
+expect_fail "unknown method 'nosuch'" eval --heads 1 --frames 1 --methods nosuch
+expect_fail "unknown codec option 'colour'" eval --heads 1 --frames 1 --methods qvg:colour=red
+expect_fail "centroids must be 1..256" eval --heads 1 --frames 1 --queries 0 --methods qvg:centroids=300 --quiet
+expect_fail "give both --k and --v" eval --k "$tmp/k.npy"
+expect_fail "No such file\|cannot open\|not found\|does not exist" eval --k "$tmp/missing.npy" --v "$tmp/missing.npy"
+printf 'garbage that is not a numpy file at all' >"$tmp/bad.npy"
+expect_fail "bad.npy" eval --k "$tmp/bad.npy" --v "$tmp/bad.npy"
+expect_fail "layout" eval --layout xyz
+expect_fail "block" eval --heads 1 --frames 1 --methods rtn:block=48
+expect_fail "clip" eval --data clip --clip "$tmp/none.mp4" --heads 1 --frames 1
+"$qvg" nosuchcommand >/dev/null 2>&1 && bad "unknown subcommand exited 0" || ok
+
+# A small run: JSON rows carry the documented fields and sane values.
+if "$qvg" eval --heads 2 --frames 1 --queries 16 --methods rtn qvg:centroids=64 --json --quiet >"$tmp/rows.json" 2>"$tmp/err"; then
+  for key in '"method"' '"tensor"' '"bits"' '"block"' '"mse"' '"rel_l2"' '"snr_db"' '"bits_per_value"' '"ratio"' '"encode_ms"' '"decode_ms"' '"attn_rel_l2"' '"centroids"' '"stages"'; do
+    grep -q "$key" "$tmp/rows.json" && ok || bad "JSON lacks $key"
+  done
+  n=$(grep -c '"tensor"' "$tmp/rows.json")
+  [ "$n" -eq 4 ] && ok || bad "expected 4 JSON rows, got $n"
+else
+  bad "small eval failed: $(cat "$tmp/err")"
+fi
+# The methods listing names every preset.
+"$qvg" methods >"$tmp/m" 2>&1 && grep -q "qvg-pro-int4" "$tmp/m" && ok || bad "qvg methods"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
