@@ -216,7 +216,7 @@ const char* descr_for(DType t) {
 
 RawTensor read_npy(const std::string& path, std::optional<DType> raw16_as) {
   io_detail::InFile f(path);
-  uint8_t pre[10] = {};
+  uint8_t pre[12] = {};  // magic, version, and a u16 (1.0) or u32 (2.0, 3.0) header length
   if (f.size() < 10)
     file_fail(path, "truncated: ", f.size(), " bytes is shorter than the 10-byte .npy preamble");
   f.read_at(0, pre, 8, "the .npy preamble");
