@@ -26,7 +26,7 @@ namespace qvg {
 /// of one layer: 24 latent frames x 30 x 52 = 37,440 tokens, 12 heads, dim 128.
 /// The noise defaults are calibrated so that k-means smoothing helps about as
 /// much as the paper reports on real models: QVG INT2 (C = 256, B = 64) has
-/// ~7.6x lower key MSE and ~2.7x lower value MSE than RTN INT2 at B = 64
+/// ~7.6x lower key MSE and ~2.7x lower value MSE than RTN INT2 at B = 64 (heads 0-1)
 /// (paper: 6.9x and 2.6x); less noise makes the data easier to compress.
 struct VideoLikeParams {
   int frames = 24;     ///< latent frames
@@ -68,7 +68,7 @@ std::vector<int> video_like_labels(const VideoLikeParams& p);
 /// Parameters of make_clip_kv. The defaults give 24 frames x 1,560 patches =
 /// 37,440 tokens, 12 heads, dim 128 from data/clips/cockatoo.mp4. The noise
 /// defaults are calibrated like VideoLikeParams' (QVG vs RTN INT2 MSE: keys
-/// ~7.2x, values ~2.7x lower on cockatoo); without noise, projected pixel
+/// ~6.9x, values ~2.75x lower on cockatoo, heads 0-3); without noise, projected pixel
 /// patches are far more compressible than real model features.
 struct ClipKVParams {
   std::string clip = "cockatoo";  ///< a shipped clip's name (builtin_clips()) or a path
