@@ -13,14 +13,19 @@ run="${1:?usage: run_all.sh RUN_DIR [train args]}"
 shift
 export PYTHONUNBUFFERED=1
 mkdir -p "$run"
+stamp() { echo "[run_all $(date +%T)] $*"; }
+stamp start
 if [[ "${SKIP_TRAIN:-0}" != 1 ]]; then
   python3 "$here/train.py" --out "$run/train" "$@"
 fi
+stamp sample
 python3 "$here/sample.py" --model "$run/train/model.safetensors" --out "$run/eval" \
   --golden "$run/golden"
 if [[ "${SKIP_KV:-0}" != 1 ]]; then
+  stamp kv_stats
   python3 "$here/kv_stats.py" --model "$run/train/model.safetensors" --out "$run/eval" \
     --dump "$run/golden/kv_span_layer3.safetensors"
 fi
+stamp figures
 python3 "$here/figures.py" --train "$run/train" --eval "$run/eval" --out "$run/figures"
-echo "run_all done: $run"
+stamp "done: $run"

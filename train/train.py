@@ -281,6 +281,10 @@ def main():
                "torch": torch.__version__, "loss_log": losses, "val": vals}
     with open(os.path.join(args.out, "train_metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
+    if amp:
+        metrics["max_gpu_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
+        with open(os.path.join(args.out, "train_metrics.json"), "w") as f:
+            json.dump(metrics, f, indent=1)
     log(f"done: {steps_done} steps in {train_s:.0f}s; final val {vals[-1] if vals else None}")
 
 
