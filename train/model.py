@@ -116,13 +116,14 @@ def rope_angles(cfg, frame_start, num_frames):
 
 def apply_rope(x, cos, sin):
     """x: [B, L, H, D]; cos/sin: [L, D/2]. Rotates adjacent pairs (x[2j], x[2j+1])."""
-    x0 = x[..., 0::2]
-    x1 = x[..., 1::2]
-    cos = cos[None, :, None, :].to(x.dtype)
-    sin = sin[None, :, None, :].to(x.dtype)
+    xf = x.float()  # rotate in fp32 (also under bf16 autocast), return x's dtype
+    x0 = xf[..., 0::2]
+    x1 = xf[..., 1::2]
+    cos = cos[None, :, None, :].float()
+    sin = sin[None, :, None, :].float()
     y0 = x0 * cos - x1 * sin
     y1 = x0 * sin + x1 * cos
-    return torch.stack([y0, y1], dim=-1).flatten(-2)
+    return torch.stack([y0, y1], dim=-1).flatten(-2).to(x.dtype)
 
 
 # ----------------------------------------------------------------------------- pieces
