@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -15,7 +16,15 @@
 namespace qvg {
 
 /// True when the sign bit of x is set (also for -0 and negative NaN).
-QVG_HD bool qvg_sign_bit(float x) { return __builtin_signbit(x) != 0; }
+QVG_HD bool qvg_sign_bit(float x) {
+#if defined(__CUDA_ARCH__)
+  return (__float_as_uint(x) >> 31) != 0;
+#else
+  unsigned int u;
+  std::memcpy(&u, &x, sizeof u);
+  return (u >> 31) != 0;
+#endif
+}
 
 /// Every error the library reports. The message names the problem (the
 /// argument, the file, the expected and the found value).

@@ -11,14 +11,22 @@
 namespace qvg {
 
 QVG_HD uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
   return u;
+#endif
 }
 QVG_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float x;
   std::memcpy(&x, &u, sizeof x);
   return x;
+#endif
 }
 
 /// float -> bfloat16 bits, round to nearest even; NaN stays a (quiet) NaN.

@@ -47,6 +47,10 @@ KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams
 double kmeans_assign_ref(const float* x, int64_t n, int64_t d, const float* centroids, int64_t c,
                          uint8_t* ids, float* dist = nullptr);
 
+/// The rows the `random` start takes: C distinct indices in [0, n), the first
+/// C entries of a seeded partial Fisher-Yates shuffle (SplitMix64(seed)).
+std::vector<int64_t> kmeans_random_rows(int64_t n, int c, uint64_t seed);
+
 /// Initial centroids (C x d) by the seeded rule: `random` takes C distinct
 /// points (seeded partial Fisher-Yates); `kmeanspp` runs k-means++ on a seeded
 /// subsample of at most 64 * C points (all points when n <= 64 * C).

@@ -68,20 +68,27 @@ double kmeans_assign_ref(const float* x, int64_t n, int64_t d, const float* cent
   return total / static_cast<double>(n * d);
 }
 
+std::vector<int64_t> kmeans_random_rows(int64_t n, int c, uint64_t seed) {
+  QVG_CHECK(c >= 1 && c <= n, "k-means: cannot draw ", c, " distinct rows from ", n);
+  SplitMix64 rng(seed);
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  for (int64_t i = 0; i < c; ++i) {
+    const int64_t j = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
+    std::swap(idx[i], idx[j]);
+  }
+  idx.resize(static_cast<size_t>(c));
+  return idx;
+}
+
 std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, KMeansInit init,
                                    uint64_t seed) {
   check_args(x, n, d, c);
   SplitMix64 rng(seed);
   std::vector<float> cent(static_cast<size_t>(c * d));
   if (init == KMeansInit::random) {
-    // Partial Fisher-Yates: the first c entries of a seeded shuffle.
-    std::vector<int64_t> idx(static_cast<size_t>(n));
-    std::iota(idx.begin(), idx.end(), 0);
-    for (int64_t i = 0; i < c; ++i) {
-      const int64_t j = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
-      std::swap(idx[i], idx[j]);
-      std::copy_n(x + idx[i] * d, d, cent.data() + i * d);
-    }
+    const std::vector<int64_t> rows = kmeans_random_rows(n, c, seed);
+    for (int64_t i = 0; i < c; ++i) std::copy_n(x + rows[i] * d, d, cent.data() + i * d);
     return cent;
   }
   // k-means++ on a seeded subsample of at most kPlusPlusPointsPerCentroid * c

@@ -1,0 +1,198 @@
+// GPU benchmark of the CUDA QVG/RTN backend at real model shapes.
+//   bench_cuda [--json FILE] [--reps N] [--quick]
+// Prints, per shape and data: the device copy bandwidth (bytes read +
+// written), decode time and achieved bandwidth, encode time of QVG (S=1,
+// B=64, 2 k-means iterations) and QVG-Pro (S=4, B=16, 5 iterations), and the
+// reconstruction error next to the CPU reference's on the same heads.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cuda/qvg_cuda.h"
+#include "qvg/codec.h"
+#include "qvg/data.h"
+#include "qvg/half.h"
+#include "qvg/metrics.h"
+
+using namespace qvg;
+using namespace qvg::cuda;
+
+namespace {
+
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() {
+    QVG_CUDA_CHECK(cudaEventCreate(&a));
+    QVG_CUDA_CHECK(cudaEventCreate(&b));
+  }
+  ~Timer() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  template <typename F>
+  double median_ms(int reps, F&& f) {
+    f();  // warm-up
+    QVG_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+      QVG_CUDA_CHECK(cudaEventRecord(a));
+      f();
+      QVG_CUDA_CHECK(cudaEventRecord(b));
+      QVG_CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      QVG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
+
+std::vector<uint16_t> to_bf16(const HeadTensor& x) {
+  std::vector<uint16_t> b(x.data.size());
+  for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_from_float(x.data[i]);
+  return b;
+}
+
+HeadTensor random_normal(int h, int64_t n, int d, uint64_t seed) {
+  HeadTensor x(h, n, d);
+  uint64_t s = seed;
+  for (auto& v : x.data) {  // Box-Muller on a 64-bit LCG: fast, seeded
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u1 = ((s >> 11) + 1) * 0x1.0p-53;
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u2 = (s >> 11) * 0x1.0p-53;
+    v = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+  return x;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  int reps = 20;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else {
+      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick]\n");
+      return 2;
+    }
+  }
+  try {
+    cudaDeviceProp prop{};
+    QVG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+    Timer timer;
+    // Copy bandwidth: 2 GiB device-to-device, bytes read + written.
+    const size_t copy_bytes = size_t(2) << 30;
+    DeviceBuffer<uint8_t> c0(copy_bytes), c1(copy_bytes);
+    QVG_CUDA_CHECK(cudaMemset(c0.get(), 1, copy_bytes));
+    const double copy_ms = timer.median_ms(reps, [&] {
+      QVG_CUDA_CHECK(cudaMemcpyAsync(c1.get(), c0.get(), copy_bytes, cudaMemcpyDeviceToDevice));
+    });
+    const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e6);
+    std::printf("copy bandwidth: %.0f GB/s (read + write of %.1f GiB in %.3f ms)\n\n", copy_gbs, copy_bytes / 1073741824.0,
+                copy_ms);
+    c0 = DeviceBuffer<uint8_t>();
+    c1 = DeviceBuffer<uint8_t>();
+
+    struct ShapeCase {
+      const char* name;
+      int heads;
+      int frames;
+    };
+    std::vector<ShapeCase> shapes = {{"self-forcing span [1,12,37440,128]", 12, 24},
+                                     {"longcat context [1,32,29640,128]", 32, 19}};
+    std::string json = "[\n";
+    std::printf("%-36s %-11s %-26s %9s %9s %7s %11s %11s\n", "shape", "data", "method", "enc_ms", "dec_ms", "dec_GB/s",
+                "dec_%copy", "mse_gpu/cpu");
+    for (const auto& sc : shapes) {
+      for (const std::string data : {"random-normal", "video-like"}) {
+        HeadTensor x;
+        if (data == "video-like") {
+          VideoLikeParams p;
+          p.heads = sc.heads;
+          p.frames = sc.frames;
+          x = make_video_like(p, TensorRole::key);
+        } else {
+          x = random_normal(sc.heads, int64_t{sc.frames} * 1560, 128, 42);
+        }
+        const std::vector<uint16_t> xb = to_bf16(x);
+        DeviceBuffer<uint16_t> xd;
+        xd.upload(xb.data(), xb.size());
+        DeviceBuffer<uint16_t> out(xb.size());
+        for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
+          const CodecConfig c = parse_codec_spec(spec);
+          const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
+          GpuKMeansOptions km;
+          km.params = c.kmeans;
+          km.check_convergence = false;  // fixed iterations, no host sync
+          Encoder enc;
+          DeviceParts parts;
+          const double enc_ms = timer.median_ms(quick ? 3 : reps, [&] {
+            enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
+          });
+          const double dec_ms = timer.median_ms(reps, [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr); });
+          const double part_bytes = double(parts.codes.bytes() + parts.scales.bytes() + parts.span_scales.bytes() +
+                                           parts.centroids.bytes() + parts.ids.bytes());
+          const double moved = part_bytes + double(out.bytes());
+          const double dec_gbs = moved / (dec_ms * 1e6);
+          // Error against the CPU reference on the first two heads (same config, same start).
+          double ratio = 0;
+          if (!quick || data == "video-like") {
+            HeadTensor x2(2, x.tokens, x.dim);
+            for (size_t i = 0; i < x2.data.size(); ++i) x2.data[i] = bf16_to_float(xb[i]);
+            EncodedTensor eg;
+            {
+              DeviceBuffer<float> xf;
+              xf.upload(x2.data.data(), x2.data.size());
+              DeviceParts p2;
+              Encoder e2;
+              const QvgShape s2 = make_shape(c, 2, x.tokens, x.dim);
+              e2.encode(xf.get(), DeviceDType::f32, s2, km, p2, nullptr);
+              DeviceBuffer<float> o2(x2.data.size());
+              decode(s2, p2.view(), o2.get(), DeviceDType::f32, nullptr);
+              HeadTensor rg(2, x.tokens, x.dim);
+              o2.download(rg.data.data(), rg.data.size());
+              QVG_CUDA_CHECK(cudaDeviceSynchronize());
+              CodecConfig cc = c;
+              cc.kmeans.tol = 0;  // the CPU stops only once the error stops falling
+              auto cpu = make_codec(cc);
+              HeadTensor rc;
+              cpu->decode(cpu->encode(x2), rc);
+              ratio = compare(x2, rg).mse / compare(x2, rc).mse;
+            }
+          }
+          std::printf("%-36s %-11s %-26s %9.3f %9.3f %7.0f %10.1f%% %11.4f\n", sc.name, data.c_str(), spec.c_str(), enc_ms,
+                      dec_ms, dec_gbs, 100.0 * dec_gbs / copy_gbs, ratio);
+          std::fflush(stdout);
+          char buf[512];
+          std::snprintf(buf, sizeof buf,
+                        "  {\"shape\": \"%s\", \"data\": \"%s\", \"method\": \"%s\", \"encode_ms\": %.4f, "
+                        "\"decode_ms\": %.4f, \"decode_bytes\": %.0f, \"decode_gbs\": %.1f, \"copy_gbs\": %.1f, "
+                        "\"mse_ratio_gpu_cpu\": %.5f},\n",
+                        sc.name, data.c_str(), spec.c_str(), enc_ms, dec_ms, moved, dec_gbs, copy_gbs, ratio);
+          json += buf;
+        }
+      }
+    }
+    if (json.size() > 2) json.erase(json.size() - 2, 1);
+    json += "]\n";
+    if (!json_path.empty()) std::ofstream(json_path) << json;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

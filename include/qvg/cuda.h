@@ -1,0 +1,39 @@
+// The CUDA backend behind the Codec interface. In builds without CUDA the
+// functions exist and report that (cuda_available() == false; the factories
+// throw qvg::Error).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qvg/codec.h"
+
+namespace qvg {
+
+/// True when the library was built with CUDA and a device is usable; else
+/// false with the reason in *why.
+bool cuda_available(std::string* why = nullptr);
+
+/// A codec that runs on the current CUDA device: qvg and rtn so far (host
+/// tensors in and out; device buffers inside). Encodes are byte-identical to
+/// the CPU reference given the same k-means ids; decodes are bit-identical.
+/// The k-means++ start is computed by the CPU reference (then identical to
+/// the CPU's); random and warm starts run on the device.
+std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config);
+
+/// qvg_encode_given_centroids_ref on the GPU (same bytes expected).
+EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecConfig& c,
+                                              const std::vector<uint8_t>& centroids, const std::vector<uint8_t>& ids,
+                                              TensorRole role = TensorRole::key);
+
+/// Fused GPU decode to BF16 bits ([heads, tokens, dim]).
+std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e);
+
+/// Where a codec runs.
+enum class Backend { cpu, cuda };
+
+/// make_codec on the chosen backend.
+std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend);
+
+}  // namespace qvg

@@ -1,0 +1,70 @@
+// CUDA error checking and an owning device buffer.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "qvg/common.h"
+
+/// Throws qvg::Error naming the call, file:line and CUDA's message.
+#define QVG_CUDA_CHECK(expr)                                                                   \
+  do {                                                                                         \
+    const cudaError_t qvg_err_ = (expr);                                                       \
+    if (qvg_err_ != cudaSuccess)                                                               \
+      ::qvg::detail::fail(#expr, "CUDA error in ", #expr, " at ", __FILE__, ":", __LINE__, ": ", \
+                          cudaGetErrorName(qvg_err_), ": ", cudaGetErrorString(qvg_err_));     \
+  } while (0)
+
+namespace qvg::cuda {
+
+/// cudaMalloc'ed array of n T; freed on destruction; move-only.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) { resize(n); }
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  /// Reallocates when n differs (contents are not kept).
+  void resize(size_t n) {
+    if (n == n_) return;
+    release();
+    if (n > 0) QVG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
+    n_ = n;
+  }
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  void upload(const T* host, size_t n, cudaStream_t s = nullptr) {
+    resize(n);
+    if (n) QVG_CUDA_CHECK(cudaMemcpyAsync(ptr_, host, n * sizeof(T), cudaMemcpyHostToDevice, s));
+  }
+  void download(T* host, size_t n, cudaStream_t s = nullptr) const {
+    QVG_CHECK(n <= n_, "device buffer holds ", n_, " elements, asked for ", n);
+    if (n) QVG_CUDA_CHECK(cudaMemcpyAsync(host, ptr_, n * sizeof(T), cudaMemcpyDeviceToHost, s));
+  }
+
+ private:
+  void release() noexcept {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    n_ = 0;
+  }
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace qvg::cuda

@@ -1,0 +1,170 @@
+// The Codec front of the CUDA backend: host tensors in and out.
+#include <cuda_runtime.h>
+
+#include "cuda/qvg_cuda.h"
+#include "qvg/cuda.h"
+
+namespace qvg {
+
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::DeviceDType;
+using cuda::DeviceParts;
+
+template <typename T>
+void upload_bytes(DeviceBuffer<T>& dst, const std::vector<uint8_t>& src, cudaStream_t s) {
+  QVG_CHECK(src.size() == dst.bytes(), "part size mismatch: ", src.size(), " bytes vs ", dst.bytes(), " on the device");
+  if (!src.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.data(), src.size(), cudaMemcpyHostToDevice, s));
+}
+
+template <typename T>
+void download_bytes(const DeviceBuffer<T>& src, std::vector<uint8_t>& dst, cudaStream_t s) {
+  dst.resize(src.bytes());
+  if (!dst.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.get(), dst.size(), cudaMemcpyDeviceToHost, s));
+}
+
+void upload_parts(const EncodedTensor& e, const cuda::QvgShape& sh, DeviceParts& d, cudaStream_t s) {
+  d.allocate(sh);
+  upload_bytes(d.codes, e.codes, s);
+  upload_bytes(d.scales, e.scales, s);
+  upload_bytes(d.span_scales, e.span_scales, s);
+  upload_bytes(d.centroids, e.centroids, s);
+  upload_bytes(d.ids, e.ids, s);
+}
+
+void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s) {
+  download_bytes(d.codes, e.codes, s);
+  download_bytes(d.scales, e.scales, s);
+  download_bytes(d.span_scales, e.span_scales, s);
+  download_bytes(d.centroids, e.centroids, s);
+  download_bytes(d.ids, e.ids, s);
+  QVG_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+EncodedTensor header_of(const CodecConfig& c, const HeadTensor& x, TensorRole role) {
+  EncodedTensor e;
+  e.config = c;
+  e.role = role;
+  e.heads = x.heads;
+  e.tokens = x.tokens;
+  e.dim = x.dim;
+  return e;
+}
+
+void check_device() {
+  std::string why;
+  QVG_CHECK(cuda_available(&why), "CUDA backend: ", why);
+}
+
+class CudaQvgCodec final : public Codec {
+ public:
+  explicit CudaQvgCodec(CodecConfig c) : config_(std::move(c)) {
+    QVG_CHECK(config_.method == Method::qvg || config_.method == Method::rtn, config_.name,
+              ": the CUDA backend implements qvg and rtn so far");
+    check_device();
+  }
+  const CodecConfig& config() const override { return config_; }
+
+  EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
+    check_finite(x, "input tensor");
+    const cuda::QvgShape sh = cuda::make_shape(config_, x.heads, x.tokens, x.dim);
+    cuda::GpuKMeansOptions km;
+    km.params = config_.kmeans;
+    DeviceBuffer<uint16_t> warm;
+    if (opt.warm_start && sh.stages > 0) {
+      const EncodedTensor& w = *opt.warm_start;
+      QVG_CHECK(w.config.method == Method::qvg && w.config.stages == sh.stages &&
+                    w.config.kmeans.centroids == sh.centroids && w.heads == x.heads && w.dim == x.dim &&
+                    w.centroids.size() == static_cast<size_t>(sh.stages) * sh.heads * sh.centroids * sh.dim * 2,
+                config_.name, ": the warm-start tensor does not match");
+      warm.resize(w.centroids.size() / 2);
+      upload_bytes(warm, w.centroids, nullptr);
+      km.warm_bf16 = warm.get();
+    }
+    DeviceBuffer<float> xd;
+    xd.upload(x.data.data(), x.data.size());
+    DeviceParts parts;
+    cuda::Encoder enc;
+    std::vector<KMeansStats> stats;
+    enc.encode(xd.get(), DeviceDType::f32, sh, km, parts, nullptr, report ? &stats : nullptr);
+    EncodedTensor e = header_of(config_, x, opt.role);
+    download_parts(parts, e, nullptr);
+    if (report) {
+      report->kmeans = std::move(stats);
+      report->kmeans_seconds = 0;
+      for (const auto& s : report->kmeans) report->kmeans_seconds += s.seconds;
+    }
+    return e;
+  }
+
+  void decode(const EncodedTensor& e, HeadTensor& out, int) const override {
+    QVG_CHECK(e.config.method == config_.method, "decoding a ", method_name(e.config.method), " tensor with a ",
+              method_name(config_.method), " codec");
+    const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
+    DeviceParts parts;
+    upload_parts(e, sh, parts, nullptr);
+    DeviceBuffer<float> o(static_cast<size_t>(e.values()));
+    cuda::decode(sh, parts.view(), o.get(), DeviceDType::f32, nullptr);
+    out = HeadTensor(e.heads, e.tokens, e.dim);
+    o.download(out.data.data(), out.data.size());
+    QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  }
+
+ private:
+  CodecConfig config_;
+};
+
+}  // namespace
+
+bool cuda_available(std::string* why) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    if (why) *why = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
+                                       : std::string("no CUDA device found");
+    cudaGetLastError();  // clear the sticky-free error state of the failed query
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config) { return std::make_unique<CudaQvgCodec>(config); }
+
+EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecConfig& c,
+                                              const std::vector<uint8_t>& centroids, const std::vector<uint8_t>& ids,
+                                              TensorRole role) {
+  check_device();
+  check_finite(x, "input tensor");
+  const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
+  DeviceParts parts;
+  parts.allocate(sh);
+  upload_bytes(parts.centroids, centroids, nullptr);
+  upload_bytes(parts.ids, ids, nullptr);
+  DeviceBuffer<float> xd;
+  xd.upload(x.data.data(), x.data.size());
+  cuda::Encoder enc;
+  enc.quantize_given(xd.get(), DeviceDType::f32, sh, parts, nullptr);
+  EncodedTensor e = header_of(c, x, role);
+  download_parts(parts, e, nullptr);
+  return e;
+}
+
+std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e) {
+  check_device();
+  const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
+  DeviceParts parts;
+  upload_parts(e, sh, parts, nullptr);
+  DeviceBuffer<uint16_t> o(static_cast<size_t>(e.values()));
+  cuda::decode(sh, parts.view(), o.get(), DeviceDType::bf16, nullptr);
+  std::vector<uint16_t> out(static_cast<size_t>(e.values()));
+  o.download(out.data(), out.size());
+  QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  return out;
+}
+
+std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {
+  return backend == Backend::cuda ? make_cuda_codec(config) : make_codec(config);
+}
+
+}  // namespace qvg

@@ -1,0 +1,24 @@
+// The CUDA backend's entry points in builds without CUDA: they say so.
+#include "qvg/cuda.h"
+
+namespace qvg {
+
+namespace {
+[[noreturn]] void no_cuda() { QVG_CHECK(false, "qvg was built without CUDA (configure with QVG_WITH_CUDA=ON)"); }
+}  // namespace
+
+bool cuda_available(std::string* why) {
+  if (why) *why = "qvg was built without CUDA";
+  return false;
+}
+std::unique_ptr<Codec> make_cuda_codec(const CodecConfig&) { no_cuda(); }
+EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor&, const CodecConfig&, const std::vector<uint8_t>&,
+                                              const std::vector<uint8_t>&, TensorRole) {
+  no_cuda();
+}
+std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor&) { no_cuda(); }
+std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {
+  return backend == Backend::cuda ? make_cuda_codec(config) : make_codec(config);
+}
+
+}  // namespace qvg

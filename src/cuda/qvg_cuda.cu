@@ -1,0 +1,321 @@
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <chrono>
+
+#include "cuda/kmeans_kernels.cuh"
+#include "cuda/qvg_cuda.h"
+#include "cuda/qvg_kernels.cuh"
+#include "qvg/kmeans.h"
+#include "qvg/qvg.h"
+
+namespace qvg::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n, int threads = kThreads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+void check_launch() { QVG_CUDA_CHECK(cudaGetLastError()); }
+
+template <int BITS, typename InT>
+void launch_quantize(const InT* x, const QvgShape& sh, QvgParts p, unsigned* head_max, cudaStream_t s) {
+  const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
+  QVG_CUDA_CHECK(cudaMemsetAsync(head_max, 0, sizeof(unsigned) * sh.heads, s));
+  residual_absmax_kernel<InT><<<blocks_for(threads), kThreads, 0, s>>>(x, sh, p, head_max);
+  check_launch();
+  quantize_kernel<BITS, InT><<<blocks_for(threads), kThreads, 0, s>>>(x, sh, p, head_max);
+  check_launch();
+}
+
+template <typename InT>
+void quantize_bits(const InT* x, const QvgShape& sh, QvgParts p, unsigned* head_max, cudaStream_t s) {
+  if (sh.bits == 2)
+    launch_quantize<2>(x, sh, p, head_max, s);
+  else
+    launch_quantize<4>(x, sh, p, head_max, s);
+}
+
+void quantize_any(const void* x, DeviceDType t, const QvgShape& sh, QvgParts p, unsigned* head_max, cudaStream_t s) {
+  switch (t) {
+    case DeviceDType::f32: return quantize_bits(static_cast<const float*>(x), sh, p, head_max, s);
+    case DeviceDType::bf16: return quantize_bits(static_cast<const __nv_bfloat16*>(x), sh, p, head_max, s);
+    case DeviceDType::f16: return quantize_bits(static_cast<const __half*>(x), sh, p, head_max, s);
+  }
+}
+
+template <typename InT>
+__global__ void to_float_kernel(const InT* __restrict__ in, int64_t n, float* __restrict__ out) {
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g < n) out[g] = load_as_float(in + g);
+}
+
+void to_float(const void* x, DeviceDType t, int64_t n, float* out, cudaStream_t s) {
+  switch (t) {
+    case DeviceDType::f32:
+      QVG_CUDA_CHECK(cudaMemcpyAsync(out, x, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+      return;
+    case DeviceDType::bf16:
+      to_float_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(x), n, out);
+      break;
+    case DeviceDType::f16:
+      to_float_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __half*>(x), n, out);
+      break;
+  }
+  check_launch();
+}
+
+template <int D>
+void launch_assign(const float* x, int64_t n, const float* cent, const float* cnorm, int c, int heads, const int* active,
+                   uint8_t* ids, float* dist, cudaStream_t s) {
+  const size_t smem = 2 * D * kAssignTokens * sizeof(float);
+  static bool configured = false;  // per template instance; attribute setting is idempotent
+  if (!configured) {
+    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+    configured = true;
+  }
+  const dim3 grid(static_cast<unsigned>((n + kAssignTokens - 1) / kAssignTokens), static_cast<unsigned>(heads));
+  assign_kernel<D><<<grid, kAssignThreads, smem, s>>>(x, n, cent, cnorm, c, active, ids, dist);
+  check_launch();
+}
+
+}  // namespace
+
+void DeviceParts::allocate(const QvgShape& sh) {
+  const int64_t rows = static_cast<int64_t>(sh.heads) * sh.tokens;
+  codes.resize(static_cast<size_t>(rows * sh.dim * sh.bits / 8));
+  scales.resize(static_cast<size_t>(rows * (sh.dim / sh.block) * scale_bytes(sh.scale_format)));
+  span_scales.resize(static_cast<size_t>(sh.heads));
+  centroids.resize(static_cast<size_t>(static_cast<int64_t>(sh.stages) * sh.heads * sh.centroids * sh.dim));
+  ids.resize(static_cast<size_t>(static_cast<int64_t>(sh.stages) * rows));
+}
+
+QvgParts DeviceParts::view() {
+  return QvgParts{codes.get(), scales.get(), span_scales.get(), centroids.get(), ids.get()};
+}
+
+QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim) {
+  QVG_CHECK(c.method == Method::qvg || c.method == Method::rtn, c.name,
+            ": the CUDA backend implements qvg and rtn so far");
+  validate(c, dim);
+  QVG_CHECK(heads > 0 && tokens > 0, c.name, ": empty tensor [", heads, ", ", tokens, ", ", dim, "]");
+  QVG_CHECK(dim % kValsPerThread == 0, c.name, ": the CUDA backend needs dim a multiple of 16, got ", dim);
+  QvgShape sh;
+  sh.heads = static_cast<int>(heads);
+  sh.tokens = tokens;
+  sh.dim = static_cast<int>(dim);
+  sh.bits = c.bits;
+  sh.block = c.block;
+  sh.scale_format = c.scale_format;
+  sh.levels = c.levels;
+  sh.stages = c.method == Method::qvg ? c.stages : 0;
+  sh.centroids = sh.stages > 0 ? c.kmeans.centroids : 0;
+  if (sh.stages > 0) {
+    QVG_CHECK(dim == 64 || dim == 128, c.name, ": GPU k-means supports dim 64 and 128, got ", dim);
+    QVG_CHECK(sh.centroids <= tokens, c.name, ": centroids (", sh.centroids, ") exceed the tokens (", tokens, ")");
+  }
+  return sh;
+}
+
+void Encoder::quantize_given(const void* x, DeviceDType dtype, const QvgShape& sh, DeviceParts& parts,
+                             cudaStream_t stream) {
+  head_max_.resize(static_cast<size_t>(sh.heads));
+  quantize_any(x, dtype, sh, parts.view(), head_max_.get(), stream);
+}
+
+void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const GpuKMeansOptions& km,
+                     DeviceParts& parts, cudaStream_t stream, std::vector<KMeansStats>* stats) {
+  parts.allocate(sh);
+  head_max_.resize(static_cast<size_t>(sh.heads));
+  if (sh.stages == 0) {
+    quantize_any(x, dtype, sh, parts.view(), head_max_.get(), stream);
+    return;
+  }
+  const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
+  resid_.resize(static_cast<size_t>(values));
+  to_float(x, dtype, values, resid_.get(), stream);
+  if (stats) stats->assign(static_cast<size_t>(sh.stages) * sh.heads, KMeansStats{});
+  QvgParts p = parts.view();
+  for (int s = 0; s < sh.stages; ++s) {
+    kmeans_stage(sh, s, km, p, stream, stats);
+    QvgShape one = sh;
+    one.stages = 1;
+    const int64_t off_c = static_cast<int64_t>(s) * sh.heads * sh.centroids * sh.dim;
+    const int64_t off_i = static_cast<int64_t>(s) * sh.heads * sh.tokens;
+    subtract_stage_kernel<<<blocks_for(static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread)),
+                            kThreads, 0, stream>>>(resid_.get(), one, p.centroids + off_c, p.ids + off_i);
+    check_launch();
+  }
+  // Quantize the final residual (stages already subtracted).
+  QvgShape flat = sh;
+  flat.stages = 0;
+  quantize_any(resid_.get(), DeviceDType::f32, flat, p, head_max_.get(), stream);
+}
+
+void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
+                           cudaStream_t stream, std::vector<KMeansStats>* stats) {
+  const int H = sh.heads, C = sh.centroids, D = sh.dim;
+  const int64_t N = sh.tokens;
+  const auto t0 = std::chrono::steady_clock::now();
+  cent_.resize(static_cast<size_t>(H) * C * D);
+  cnorm_.resize(static_cast<size_t>(H) * C);
+  dist_.resize(static_cast<size_t>(H * N));
+  begin_.resize(static_cast<size_t>(H) * C);
+  end_.resize(static_cast<size_t>(H) * C);
+  active_.resize(static_cast<size_t>(H));
+  reseeded_.resize(static_cast<size_t>(H));
+  taken_.resize(static_cast<size_t>(H * N));
+  mse_.resize(static_cast<size_t>(H));
+  keys_.resize(static_cast<size_t>(H * N));
+  keys_sorted_.resize(static_cast<size_t>(H * N));
+  vals_.resize(static_cast<size_t>(H * N));
+  vals_sorted_.resize(static_cast<size_t>(H * N));
+  uint8_t* ids = parts.ids + static_cast<int64_t>(stage) * H * N;
+  uint16_t* cent_bf16 = parts.centroids + static_cast<int64_t>(stage) * H * C * D;
+
+  // Start: warm (previous span's BF16 centroids), random rows (same rows as
+  // the CPU), or k-means++ computed by the CPU reference on the residual.
+  KMeansParams kp = km.params;
+  CodecConfig seeds;
+  seeds.kmeans.seed = kp.seed;
+  if (km.warm_bf16) {
+    const uint16_t* w = km.warm_bf16 + static_cast<int64_t>(stage) * H * C * D;
+    // BF16 -> float: a BF16 value is the top half of its float.
+    std::vector<uint16_t> hb(static_cast<size_t>(H) * C * D);
+    QVG_CUDA_CHECK(cudaMemcpyAsync(hb.data(), w, hb.size() * 2, cudaMemcpyDeviceToHost, stream));
+    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> hf(hb.size());
+    for (size_t i = 0; i < hb.size(); ++i) hf[i] = bf16_to_float(hb[i]);
+    cent_.upload(hf.data(), hf.size(), stream);
+  } else if (kp.init == KMeansInit::random) {
+    std::vector<int64_t> rows;
+    rows.reserve(static_cast<size_t>(H) * C);
+    for (int h = 0; h < H; ++h) {
+      const auto r = kmeans_random_rows(N, C, qvg_kmeans_seed(seeds, stage, h));
+      rows.insert(rows.end(), r.begin(), r.end());
+    }
+    rows_.upload(rows.data(), rows.size(), stream);
+    gather_rows_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(resid_.get(), N, D, C,
+                                                                                            rows_.get(), H, cent_.get());
+    check_launch();
+  } else {
+    std::vector<float> hr(static_cast<size_t>(H * N * D));
+    resid_.download(hr.data(), hr.size(), stream);
+    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> hc(static_cast<size_t>(H) * C * D);
+    for (int h = 0; h < H; ++h) {
+      const auto c = kmeans_init_ref(hr.data() + static_cast<int64_t>(h) * N * D, N, D, C, KMeansInit::kmeanspp,
+                                     qvg_kmeans_seed(seeds, stage, h));
+      std::copy(c.begin(), c.end(), hc.begin() + static_cast<int64_t>(h) * C * D);
+    }
+    cent_.upload(hc.data(), hc.size(), stream);
+  }
+
+  std::vector<int> active_host(static_cast<size_t>(H), 1);
+  active_.upload(active_host.data(), active_host.size(), stream);
+  QVG_CUDA_CHECK(cudaMemsetAsync(reseeded_.get(), 0, sizeof(int) * H, stream));
+  auto assign = [&] {
+    centroid_norms_kernel<<<blocks_for(static_cast<int64_t>(H) * C * 32), kThreads, 0, stream>>>(cent_.get(), H, C, D,
+                                                                                                cnorm_.get());
+    check_launch();
+    if (D == 64)
+      launch_assign<64>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+    else
+      launch_assign<128>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+    head_mse_kernel<<<H, 1024, 0, stream>>>(dist_.get(), N, D, mse_.get());
+    check_launch();
+  };
+  std::vector<double> mse_host(static_cast<size_t>(H)), prev(static_cast<size_t>(H));
+  auto record = [&](int it) {
+    if (!km.check_convergence) return;
+    mse_.download(mse_host.data(), mse_host.size(), stream);
+    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    bool changed = false;
+    for (int h = 0; h < H; ++h) {
+      if (!active_host[h]) continue;
+      if (stats) {
+        auto& st = (*stats)[static_cast<size_t>(stage) * H + h];
+        st.mse.push_back(mse_host[h]);
+        st.iterations = it;
+        st.warm_started = km.warm_bf16 != nullptr;
+      }
+      if (it > 0 && prev[h] - mse_host[h] <= kp.tol * prev[h]) {
+        active_host[h] = 0;
+        changed = true;
+      }
+      prev[h] = mse_host[h];
+    }
+    if (changed) active_.upload(active_host.data(), active_host.size(), stream);
+  };
+  assign();
+  record(0);
+  size_t temp_bytes = 0;
+  int end_bit = 8;
+  while ((1 << (end_bit - 8)) < H) ++end_bit;
+  QVG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_.get(), keys_sorted_.get(), vals_.get(),
+                                                 vals_sorted_.get(), static_cast<int>(H * N), 0, end_bit, stream));
+  sort_temp_.resize(temp_bytes);
+  for (int it = 1; it <= kp.max_iter; ++it) {
+    if (km.check_convergence && std::none_of(active_host.begin(), active_host.end(), [](int a) { return a != 0; }))
+      break;
+    make_sort_keys_kernel<<<blocks_for(H * N), kThreads, 0, stream>>>(ids, H, N, keys_.get(), vals_.get());
+    check_launch();
+    QVG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp_bytes, keys_.get(), keys_sorted_.get(),
+                                                   vals_.get(), vals_sorted_.get(), static_cast<int>(H * N), 0,
+                                                   end_bit, stream));
+    QVG_CUDA_CHECK(cudaMemsetAsync(begin_.get(), 0, sizeof(int) * H * C, stream));
+    QVG_CUDA_CHECK(cudaMemsetAsync(end_.get(), 0, sizeof(int) * H * C, stream));
+    segment_bounds_kernel<<<blocks_for(H * N), kThreads, 0, stream>>>(keys_sorted_.get(), H * N, C, begin_.get(),
+                                                                      end_.get());
+    check_launch();
+    centroid_mean_kernel<<<dim3(C, H), D, 0, stream>>>(resid_.get(), N, D, C, vals_sorted_.get(), begin_.get(),
+                                                        end_.get(), active_.get(), cent_.get());
+    check_launch();
+    QVG_CUDA_CHECK(cudaMemsetAsync(taken_.get(), 0, static_cast<size_t>(H * N), stream));
+    reseed_empty_kernel<<<H, 1024, 0, stream>>>(resid_.get(), N, D, C, begin_.get(), end_.get(), dist_.get(),
+                                                active_.get(), taken_.get(), cent_.get(), reseeded_.get());
+    check_launch();
+    assign();
+    record(it);
+  }
+  to_bf16_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(
+      cent_.get(), static_cast<int64_t>(H) * C * D, cent_bf16);
+  check_launch();
+  if (stats) {
+    std::vector<int> re(static_cast<size_t>(H));
+    reseeded_.download(re.data(), re.size(), stream);
+    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (int h = 0; h < H; ++h) {
+      auto& st = (*stats)[static_cast<size_t>(stage) * H + h];
+      st.empty_reassigned = re[h];
+      st.seconds = sec / H;
+    }
+  }
+}
+
+void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s) {
+  const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
+  const unsigned grid = blocks_for(threads);
+  auto go = [&](auto bits_tag) {
+    constexpr int B = decltype(bits_tag)::value;
+    switch (dtype) {
+      case DeviceDType::f32: decode_kernel<B, float><<<grid, kThreads, 0, s>>>(sh, p, static_cast<float*>(out)); break;
+      case DeviceDType::bf16:
+        decode_kernel<B, __nv_bfloat16><<<grid, kThreads, 0, s>>>(sh, p, static_cast<__nv_bfloat16*>(out));
+        break;
+      case DeviceDType::f16: decode_kernel<B, __half><<<grid, kThreads, 0, s>>>(sh, p, static_cast<__half*>(out)); break;
+    }
+  };
+  if (sh.bits == 2)
+    go(std::integral_constant<int, 2>{});
+  else
+    go(std::integral_constant<int, 4>{});
+  check_launch();
+}
+
+}  // namespace qvg::cuda

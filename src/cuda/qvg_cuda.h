@@ -1,0 +1,70 @@
+// Internal device-level API of the CUDA QVG/RTN backend: encode and decode
+// on device buffers, stream-ordered. The Codec front (cuda_codec.cu) and the
+// benchmark use it. Layouts: docs/FORMAT.md.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/qvg_layout.h"
+#include "qvg/codec.h"
+
+namespace qvg::cuda {
+
+enum class DeviceDType { f32, bf16, f16 };
+
+/// Device buffers for the parts of one encoded tensor, sized by allocate().
+struct DeviceParts {
+  DeviceBuffer<uint8_t> codes, scales, ids;
+  DeviceBuffer<float> span_scales;
+  DeviceBuffer<uint16_t> centroids;
+  void allocate(const QvgShape& sh);
+  QvgParts view();
+};
+
+/// The shape struct of a config and tensor dims; validates (qvg::Error).
+QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim);
+
+/// k-means options of one encode on the GPU.
+struct GpuKMeansOptions {
+  KMeansParams params;
+  /// Read the per-head error back after every iteration: heads stop as on
+  /// the CPU (relative drop <= tol) and the statistics are filled. Off: every
+  /// head runs max_iter iterations with no host synchronisation.
+  bool check_convergence = true;
+  /// Warm start: BF16 centroids [S][H][C][D] on the device (or null).
+  const uint16_t* warm_bf16 = nullptr;
+};
+
+/// Scratch memory reused across encodes.
+class Encoder {
+ public:
+  /// Encode x ([H][N][D] of dtype on the device) into parts (allocated here).
+  /// stats (optional): [S*H] k-means statistics, filled when
+  /// check_convergence. Stream-ordered; returns after queueing unless
+  /// statistics or a host-side start (k-means++) need the host.
+  void encode(const void* x, DeviceDType dtype, const QvgShape& sh, const GpuKMeansOptions& km, DeviceParts& parts,
+              cudaStream_t stream, std::vector<KMeansStats>* stats = nullptr);
+
+  /// Quantize with every stage's centroids and ids already in parts
+  /// (qvg_encode_given_centroids_ref on the GPU).
+  void quantize_given(const void* x, DeviceDType dtype, const QvgShape& sh, DeviceParts& parts, cudaStream_t stream);
+
+ private:
+  void kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts, cudaStream_t stream,
+                    std::vector<KMeansStats>* stats);
+  DeviceBuffer<float> resid_, cent_, cnorm_, dist_;
+  DeviceBuffer<uint32_t> keys_, keys_sorted_, head_max_;
+  DeviceBuffer<int32_t> vals_, vals_sorted_;
+  DeviceBuffer<uint8_t> sort_temp_, taken_;
+  DeviceBuffer<int> begin_, end_, active_, reseeded_;
+  DeviceBuffer<double> mse_;
+  DeviceBuffer<int64_t> rows_;
+};
+
+/// Fused decode into out ([H][N][D] of dtype on the device).
+void decode(const QvgShape& sh, QvgParts parts, void* out, DeviceDType dtype, cudaStream_t stream);
+
+}  // namespace qvg::cuda

@@ -1,0 +1,240 @@
+// QVG / RTN kernels: fused decode and group quantization (with the smoothing
+// stages subtracted on the fly). Byte layouts: docs/FORMAT.md "QVG and RTN".
+// Per-value rules come from include/qvg/group_quant.h, shared with the CPU
+// reference; float arithmetic uses explicit round-to-nearest intrinsics
+// where the compiler could otherwise fuse a multiply and an add, so results
+// are bit-identical to the CPU reference.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/qvg_layout.h"
+#include "qvg/group_quant.h"
+
+namespace qvg::cuda {
+
+
+template <typename T>
+__device__ __forceinline__ float load_as_float(const T* p);
+template <>
+__device__ __forceinline__ float load_as_float<float>(const float* p) { return *p; }
+template <>
+__device__ __forceinline__ float load_as_float<__nv_bfloat16>(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+template <>
+__device__ __forceinline__ float load_as_float<__half>(const __half* p) { return __half2float(*p); }
+
+template <typename T>
+__device__ __forceinline__ void store_from_float(T* p, float v);
+template <>
+__device__ __forceinline__ void store_from_float<float>(float* p, float v) { *p = v; }
+template <>
+__device__ __forceinline__ void store_from_float<__nv_bfloat16>(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ void store_from_float<__half>(__half* p, float v) { *p = __float2half_rn(v); }
+
+/// 16 BF16 values (32 bytes, 16-byte aligned) -> float.
+__device__ __forceinline__ void load_bf16x16(const uint16_t* p, float* out) {
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+  const uint4 a = __ldg(q), b = __ldg(q + 1);
+  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    out[2 * i] = __uint_as_float(w[i] << 16);
+    out[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+/// Residual of 16 values: x minus every stage's centroid, stages in order
+/// (the CPU reference's order), with round-to-nearest subtractions.
+template <typename InT>
+__device__ __forceinline__ void load_residual16(const InT* x, const QvgShape& sh, const QvgParts& p, int h,
+                                                int64_t n, int col, float* v) {
+#pragma unroll
+  for (int i = 0; i < kValsPerThread; ++i) v[i] = load_as_float(x + i);
+  for (int s = 0; s < sh.stages; ++s) {
+    const uint8_t id = p.ids[(static_cast<int64_t>(s) * sh.heads + h) * sh.tokens + n];
+    float c[kValsPerThread];
+    load_bf16x16(p.centroids + ((static_cast<int64_t>(s) * sh.heads + h) * sh.centroids + id) * sh.dim + col, c);
+#pragma unroll
+    for (int i = 0; i < kValsPerThread; ++i) v[i] = __fsub_rn(v[i], c[i]);
+  }
+}
+
+/// Pass 1 of quantization: per-head max |residual| into head_max (float bits
+/// as uint32, initialised to 0; max is order-independent, so exact).
+/// Grid: one thread per 16 values, H*N*(D/16) threads.
+template <typename InT>
+__global__ void residual_absmax_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts p,
+                                       unsigned int* __restrict__ head_max) {
+  const int tpr = sh.dim / kValsPerThread;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = static_cast<int64_t>(sh.heads) * sh.tokens * tpr;
+  float m = 0.0f;
+  int h = -1;
+  if (g < total) {
+    h = static_cast<int>(g / (sh.tokens * tpr));
+    const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
+    const int64_t n = rem / tpr;
+    const int col = static_cast<int>(rem % tpr) * kValsPerThread;
+    float v[kValsPerThread];
+    load_residual16(x + (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col, sh, p, h, n, col, v);
+#pragma unroll
+    for (int i = 0; i < kValsPerThread; ++i) m = fmaxf(m, fabsf(v[i]));
+  }
+  // Lanes of one warp may belong to two heads at a head boundary: reduce
+  // only when the whole warp shares the head, else use atomics per lane.
+  const int h0 = __shfl_sync(0xFFFFFFFFu, h, 0);
+  if (__all_sync(0xFFFFFFFFu, h == h0)) {
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    if ((threadIdx.x & 31) == 0 && h0 >= 0) atomicMax(head_max + h0, __float_as_uint(m));
+  } else if (h >= 0) {
+    atomicMax(head_max + h, __float_as_uint(m));
+  }
+}
+
+/// Pass 2: block scales, codes and span scales. Same grid as pass 1.
+template <int BITS, typename InT>
+__global__ void quantize_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts p,
+                                const unsigned int* __restrict__ head_max) {
+  const int tpr = sh.dim / kValsPerThread;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = static_cast<int64_t>(sh.heads) * sh.tokens * tpr;
+  const bool live = g < total;
+  const int64_t gg = live ? g : total - 1;  // dead lanes mirror the last one for the shuffles
+  const int h = static_cast<int>(gg / (sh.tokens * tpr));
+  const int64_t rem = gg - static_cast<int64_t>(h) * sh.tokens * tpr;
+  const int64_t n = rem / tpr;
+  const int t = static_cast<int>(rem % tpr);
+  const int col = t * kValsPerThread;
+  const float lmax = level_max(sh.levels, BITS);
+  const float span = span_scale_for(__uint_as_float(head_max[h]) / lmax, sh.scale_format);
+  float v[kValsPerThread];
+  load_residual16(x + (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col, sh, p, h, n, col, v);
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kValsPerThread; ++i) a = fmaxf(a, fabsf(v[i]));
+  // A block of B values spans B/16 consecutive lanes (rows never straddle
+  // warps' lane groups: D/16 threads per row, a power of two dividing 32 or
+  // a multiple of it).
+  const int group = sh.block / kValsPerThread;
+  for (int off = 1; off < group; off <<= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+  if (!live) return;
+  const float scale = a / lmax;
+  const uint16_t sc = encode_block_scale(scale, span, sh.scale_format);
+  const float s = decode_block_scale(sc, span, sh.scale_format);
+  const int64_t row = static_cast<int64_t>(h) * sh.tokens + n;
+  const int nblocks = sh.dim / sh.block;
+  if ((t % group) == 0) {
+    const int64_t bi = row * nblocks + col / sh.block;
+    if (sh.scale_format == ScaleFormat::fp8) {
+      p.scales[bi] = static_cast<uint8_t>(sc);
+    } else {
+      p.scales[2 * bi] = static_cast<uint8_t>(sc & 0xFF);
+      p.scales[2 * bi + 1] = static_cast<uint8_t>(sc >> 8);
+    }
+  }
+  uint8_t* out = p.codes + row * (sh.dim * BITS / 8) + col * BITS / 8;
+  if constexpr (BITS == 2) {
+    uint32_t w = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w |= static_cast<uint32_t>(quantize_value(v[i], s, sh.levels, 2)) << (2 * i);
+    *reinterpret_cast<uint32_t*>(out) = w;
+  } else {
+    uint2 w{0u, 0u};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w.x |= static_cast<uint32_t>(quantize_value(v[i], s, sh.levels, 4)) << (4 * i);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w.y |= static_cast<uint32_t>(quantize_value(v[8 + i], s, sh.levels, 4)) << (4 * i);
+    *reinterpret_cast<uint2*>(out) = w;
+  }
+  if (n == 0 && t == 0) p.span_scales[h] = span;
+}
+
+/// Fused decode: dequantize and add every stage's centroid (last stage
+/// first), one store per value. Grid: H*N*(D/16) threads.
+template <int BITS, typename OutT>
+__global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out) {
+  const int tpr = sh.dim / kValsPerThread;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= static_cast<int64_t>(sh.heads) * sh.tokens * tpr) return;
+  const int h = static_cast<int>(g / (sh.tokens * tpr));
+  const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
+  const int64_t n = rem / tpr;
+  const int col = static_cast<int>(rem % tpr) * kValsPerThread;
+  const int64_t row = static_cast<int64_t>(h) * sh.tokens + n;
+  const int64_t bi = row * (sh.dim / sh.block) + col / sh.block;
+  const uint16_t sc = sh.scale_format == ScaleFormat::fp8
+                          ? p.scales[bi]
+                          : static_cast<uint16_t>(p.scales[2 * bi] | (p.scales[2 * bi + 1] << 8));
+  const float s = decode_block_scale(sc, __ldg(p.span_scales + h), sh.scale_format);
+  const uint8_t* cp = p.codes + row * (sh.dim * BITS / 8) + col * BITS / 8;
+  float v[kValsPerThread];
+  const bool sym = sh.levels == LevelRule::symmetric;
+  const float offset = sym ? static_cast<float>(1 << (BITS - 1)) : 0.5f * static_cast<float>((1 << BITS) - 1);
+  if constexpr (BITS == 2) {
+    const uint32_t w = __ldg(reinterpret_cast<const unsigned int*>(cp));
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = static_cast<float>((w >> (2 * i)) & 3u);
+  } else {
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(cp));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      v[i] = static_cast<float>((w.x >> (4 * i)) & 15u);
+      v[8 + i] = static_cast<float>((w.y >> (4 * i)) & 15u);
+    }
+  }
+  // symmetric: float(u - 2^(b-1)) * s (u - 2^(b-1) is an exact small integer)
+  // midrise:   (float(u) - (2^b-1)/2) * s
+#pragma unroll
+  for (int i = 0; i < kValsPerThread; ++i) v[i] = __fmul_rn(__fsub_rn(v[i], offset), s);
+  for (int st = sh.stages - 1; st >= 0; --st) {
+    const uint8_t id = __ldg(p.ids + (static_cast<int64_t>(st) * sh.heads + h) * sh.tokens + n);
+    float c[kValsPerThread];
+    load_bf16x16(p.centroids + ((static_cast<int64_t>(st) * sh.heads + h) * sh.centroids + id) * sh.dim + col, c);
+#pragma unroll
+    for (int i = 0; i < kValsPerThread; ++i) v[i] = __fadd_rn(v[i], c[i]);
+  }
+  OutT* o = out + row * sh.dim + col;
+  if constexpr (sizeof(OutT) == 2) {
+    // Two 16-byte stores of 8 packed 16-bit values each.
+    uint32_t w[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      OutT lo, hi;
+      store_from_float(&lo, v[2 * i]);
+      store_from_float(&hi, v[2 * i + 1]);
+      w[i] = static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&lo)) |
+             (static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&hi)) << 16);
+    }
+    uint4* q = reinterpret_cast<uint4*>(o);
+    q[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    q[1] = make_uint4(w[4], w[5], w[6], w[7]);
+  } else {
+    float4* q = reinterpret_cast<float4*>(o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+  }
+}
+
+/// R -= bf16(centroids)[ids] for one stage, in place (float residual).
+__global__ void subtract_stage_kernel(float* __restrict__ r, QvgShape sh, const uint16_t* __restrict__ centroids,
+                                      const uint8_t* __restrict__ ids) {
+  const int tpr = sh.dim / kValsPerThread;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= static_cast<int64_t>(sh.heads) * sh.tokens * tpr) return;
+  const int h = static_cast<int>(g / (sh.tokens * tpr));
+  const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
+  const int64_t n = rem / tpr;
+  const int col = static_cast<int>(rem % tpr) * kValsPerThread;
+  float c[kValsPerThread];
+  load_bf16x16(centroids + (static_cast<int64_t>(h) * sh.centroids + ids[static_cast<int64_t>(h) * sh.tokens + n]) * sh.dim + col, c);
+  float* x = r + (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col;
+#pragma unroll
+  for (int i = 0; i < kValsPerThread; ++i) x[i] = __fsub_rn(x[i], c[i]);
+}
+
+}  // namespace qvg::cuda

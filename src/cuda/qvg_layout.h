@@ -1,0 +1,35 @@
+// Shape and device pointers of one encoded QVG/RTN tensor (host-side plain
+// structs, shared by the kernels and their callers).
+#pragma once
+
+#include <cstdint>
+
+#include "qvg/config.h"
+
+namespace qvg::cuda {
+
+constexpr int kValsPerThread = 16;  // each thread owns 16 consecutive values of a row
+
+/// Shape and format of one encoded QVG/RTN tensor on the device.
+struct QvgShape {
+  int heads = 0;
+  int64_t tokens = 0;
+  int dim = 0;  ///< multiple of 16
+  int bits = 2;
+  int block = 64;
+  ScaleFormat scale_format = ScaleFormat::fp8;
+  LevelRule levels = LevelRule::symmetric;
+  int stages = 0;
+  int centroids = 0;
+};
+
+/// Device pointers to the parts (layouts: docs/FORMAT.md).
+struct QvgParts {
+  uint8_t* codes = nullptr;        ///< [H][N][D*b/8]
+  uint8_t* scales = nullptr;       ///< [H][N][D/B] x (1 or 2 bytes)
+  float* span_scales = nullptr;    ///< [H]
+  uint16_t* centroids = nullptr;   ///< BF16 [S][H][C][D]
+  uint8_t* ids = nullptr;          ///< [S][H][N]
+};
+
+}  // namespace qvg::cuda

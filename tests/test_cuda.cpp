@@ -1,0 +1,162 @@
+// CUDA backend against the CPU reference (label "gpu"; skipped where no
+// device is usable). Byte-identical encodes given the same ids, bit-identical
+// decodes, GPU k-means equal to the CPU's on inputs without near-ties.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "qvg/codec.h"
+#include "qvg/cuda.h"
+#include "qvg/data.h"
+#include "qvg/half.h"
+#include "qvg/metrics.h"
+#include "qvg/qvg.h"
+
+namespace qvg {
+namespace {
+
+#define REQUIRE_GPU()                                                 \
+  do {                                                                \
+    std::string why;                                                  \
+    if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why; \
+  } while (0)
+
+// Well separated blobs (no near-ties in the assignment) with noise.
+HeadTensor blobs(int64_t h, int64_t n, int64_t d, int k, unsigned seed, float spread = 0.05f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  HeadTensor x(h, n, d);
+  for (int64_t hh = 0; hh < h; ++hh) {
+    std::vector<float> c(static_cast<size_t>(k * d));
+    for (auto& v : c) v = 3.0f * nd(gen);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t j = static_cast<int64_t>(gen() % k);
+      for (int64_t q = 0; q < d; ++q) x.at(hh, i, q) = c[j * d + q] + spread * nd(gen);
+    }
+  }
+  return x;
+}
+
+void expect_same_parts(const EncodedTensor& a, const EncodedTensor& b, const std::string& what) {
+  EXPECT_EQ(a.codes, b.codes) << what;
+  EXPECT_EQ(a.scales, b.scales) << what;
+  EXPECT_EQ(a.span_scales, b.span_scales) << what;
+  EXPECT_EQ(a.centroids, b.centroids) << what;
+  EXPECT_EQ(a.ids, b.ids) << what;
+}
+
+TEST(Cuda, ReportsAvailability) {
+  std::string why;
+  const bool ok = cuda_available(&why);
+  if (!ok) {
+    EXPECT_FALSE(why.empty());
+    EXPECT_THROW(make_cuda_codec(parse_codec_spec("qvg")), Error);
+  }
+}
+
+TEST(Cuda, QuantizeGivenCentroidsIsByteIdentical) {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (int64_t n : {1, 7, 33, 4681})
+      for (const std::string spec : {"rtn", "rtn-int4:block=16", "rtn:scale=fp16,block=32", "qvg:centroids=4",
+                                     "qvg-pro:centroids=4", "qvg-int4:centroids=4,levels=midrise",
+                                     "qvg:centroids=4,scale=fp16,block=128", "rtn:levels=midrise,block=64"}) {
+        const CodecConfig c = parse_codec_spec(spec);
+        if (d % c.block) continue;
+        if (c.method == Method::qvg && n < c.kmeans.centroids) continue;
+        HeadTensor x = blobs(3, n, d, 5, static_cast<unsigned>(n + d), 1.0f);
+        x.at(0, 0, 0) = 1e4f;  // one huge value: span scale keeps the rest in range
+        if (n > 3) for (int64_t q = 0; q < d; ++q) x.at(1, 2, q) = 0.0f;  // a zero row
+        const EncodedTensor ref = make_codec(c)->encode(x);
+        const EncodedTensor gpu = cuda_qvg_encode_given_centroids(x, c, ref.centroids, ref.ids);
+        expect_same_parts(ref, gpu, spec + " d=" + std::to_string(d) + " n=" + std::to_string(n));
+      }
+}
+
+TEST(Cuda, DecodeIsBitIdentical) {
+  REQUIRE_GPU();
+  const HeadTensor x = blobs(4, 777, 128, 9, 3, 0.7f);
+  for (const std::string spec : {"rtn", "rtn-int4", "qvg:centroids=16", "qvg-pro:centroids=16",
+                                 "qvg-pro-int4:centroids=8,levels=midrise,scale=fp16"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    const EncodedTensor e = make_codec(c)->encode(x);
+    HeadTensor cpu, gpu;
+    make_codec(c)->decode(e, cpu);
+    make_codec(c, Backend::cuda)->decode(e, gpu);
+    ASSERT_EQ(cpu.data.size(), gpu.data.size());
+    EXPECT_EQ(0, std::memcmp(cpu.data.data(), gpu.data.data(), cpu.data.size() * 4)) << spec << ": float decode";
+    const std::vector<uint16_t> b = cuda_decode_bf16(e);
+    size_t mismatches = 0;
+    for (size_t i = 0; i < b.size(); ++i) mismatches += b[i] != bf16_from_float(cpu.data[i]);
+    EXPECT_EQ(mismatches, 0u) << spec << ": bf16 decode equals the CPU decode rounded to bf16";
+  }
+}
+
+TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128}) {
+    const HeadTensor x = blobs(3, 2000, d, 24, 11);
+    for (const std::string spec : {"qvg:centroids=24,init=random", "qvg:centroids=24", "qvg-pro:centroids=24,iters=4"}) {
+      const CodecConfig c = parse_codec_spec(spec);
+      EncodeReport rc, rg;
+      const EncodedTensor cpu = make_codec(c)->encode(x, {}, &rc);
+      const EncodedTensor gpu = make_codec(c, Backend::cuda)->encode(x, {}, &rg);
+      expect_same_parts(cpu, gpu, spec + " d=" + std::to_string(d));
+      ASSERT_EQ(rc.kmeans.size(), rg.kmeans.size());
+      for (size_t i = 0; i < rc.kmeans.size(); ++i) EXPECT_EQ(rc.kmeans[i].iterations, rg.kmeans[i].iterations);
+    }
+  }
+}
+
+TEST(Cuda, RepeatedRunsAreIdenticalAndErrorMatchesCpu) {
+  REQUIRE_GPU();
+  VideoLikeParams p;
+  p.heads = 2;
+  p.frames = 4;
+  const HeadTensor x = make_video_like(p, TensorRole::key);
+  for (const std::string spec : {"qvg:iters=3,init=random", "qvg-pro:iters=3,init=random"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    auto gpu_codec = make_codec(c, Backend::cuda);
+    const EncodedTensor a = gpu_codec->encode(x), b = gpu_codec->encode(x);
+    expect_same_parts(a, b, spec + ": repeated GPU runs");
+    HeadTensor rg, rc;
+    gpu_codec->decode(a, rg);
+    const EncodedTensor cpu = make_codec(c)->encode(x);
+    make_codec(c)->decode(cpu, rc);
+    // Ids may differ where two centroids are nearly equidistant (float
+    // summation order); the error must not: within 2 %.
+    const double eg = compare(x, rg).mse, ec = compare(x, rc).mse;
+    EXPECT_NEAR(eg, ec, 0.02 * ec) << spec;
+  }
+}
+
+TEST(Cuda, WarmStartAndBadInput) {
+  REQUIRE_GPU();
+  const HeadTensor x = blobs(2, 1500, 128, 16, 5, 0.3f);
+  const CodecConfig c = parse_codec_spec("qvg:centroids=16,iters=20");
+  auto codec = make_codec(c, Backend::cuda);
+  EncodeReport cold, warm;
+  const EncodedTensor first = codec->encode(x, {}, &cold);
+  EncodeOptions opt;
+  opt.warm_start = &first;
+  codec->encode(x, opt, &warm);
+  for (size_t i = 0; i < warm.kmeans.size(); ++i) {
+    EXPECT_TRUE(warm.kmeans[i].warm_started);
+    EXPECT_LE(warm.kmeans[i].iterations, cold.kmeans[i].iterations);
+  }
+  EXPECT_THROW(make_codec(parse_codec_spec("kivi"), Backend::cuda), Error);
+  HeadTensor bad = x;
+  bad.at(1, 5, 3) = NAN;
+  EXPECT_THROW(codec->encode(bad), Error);
+  const HeadTensor odd = blobs(1, 100, 96, 4, 1);  // dim 96: no GPU k-means kernel
+  EXPECT_THROW(make_codec(parse_codec_spec("qvg:centroids=4,block=32"), Backend::cuda)->encode(odd), Error);
+  EncodedTensor broken = first;
+  broken.codes.pop_back();
+  HeadTensor out;
+  EXPECT_THROW(codec->decode(broken, out), Error);
+}
+
+}  // namespace
+}  // namespace qvg
