@@ -1,0 +1,139 @@
+// RoPE (include/qvg/rope.h): Wan-style 3-D and 1-D rotary embedding in float64.
+#include "qvg/rope.h"
+
+#include <cmath>
+#include <string>
+
+#include "qvg/common.h"
+
+namespace qvg {
+
+int rope_position_dims(RopeMode mode) {
+  switch (mode) {
+    case RopeMode::none:
+      return 0;
+    case RopeMode::rope_1d:
+      return 1;
+    case RopeMode::wan_3d:
+      return 3;
+  }
+  return 0;
+}
+
+const char* rope_mode_name(RopeMode mode) {
+  switch (mode) {
+    case RopeMode::none:
+      return "none";
+    case RopeMode::rope_1d:
+      return "1d";
+    case RopeMode::wan_3d:
+      return "3d";
+  }
+  return "?";
+}
+
+RopeMode parse_rope_mode(const std::string& name) {
+  if (name == "none") return RopeMode::none;
+  if (name == "1d") return RopeMode::rope_1d;
+  if (name == "3d") return RopeMode::wan_3d;
+  QVG_CHECK(false, "unknown RoPE mode '", name, "' (known: none, 1d, 3d)");
+}
+
+WanRopeSplit wan_rope_split(int64_t dim) {
+  const int d = static_cast<int>(dim);
+  return WanRopeSplit{d - 4 * (d / 6), 2 * (d / 6), 2 * (d / 6)};
+}
+
+void validate(const RopeConfig& c, int64_t dim) {
+  if (c.mode == RopeMode::none) return;
+  QVG_CHECK(dim > 0 && dim % 2 == 0, "RoPE needs an even head dim, got ", dim);
+  QVG_CHECK(std::isfinite(c.theta) && c.theta > 1.0, "RoPE theta must be finite and > 1, got ", c.theta);
+}
+
+namespace {
+
+/// One rotated pair: channels (a, b), frequency, and which position coordinate drives it.
+struct Pair {
+  int a, b;
+  double freq;
+  int coord;
+};
+
+/// The pairs of one part of `n` channels starting at channel `offset`.
+void add_part(std::vector<Pair>& out, int offset, int n, int coord, const RopeConfig& c) {
+  for (int j = 0; j < n / 2; ++j) {
+    const double freq = 1.0 / std::pow(c.theta, static_cast<double>(2 * j) / static_cast<double>(n));
+    if (c.pairing == RopePairing::interleaved)
+      out.push_back({offset + 2 * j, offset + 2 * j + 1, freq, coord});
+    else
+      out.push_back({offset + j, offset + j + n / 2, freq, coord});
+  }
+}
+
+std::vector<Pair> rope_pairs(const RopeConfig& c, int64_t dim) {
+  std::vector<Pair> pairs;
+  if (c.mode == RopeMode::rope_1d) {
+    add_part(pairs, 0, static_cast<int>(dim), 0, c);
+  } else if (c.mode == RopeMode::wan_3d) {
+    const WanRopeSplit s = wan_rope_split(dim);
+    add_part(pairs, 0, s.time, 0, c);
+    add_part(pairs, s.time, s.height, 1, c);
+    add_part(pairs, s.time + s.height, s.width, 2, c);
+  }
+  return pairs;
+}
+
+}  // namespace
+
+void apply_rope(HeadTensor& x, std::span<const int32_t> positions, const RopeConfig& c, bool inverse) {
+  if (c.mode == RopeMode::none) return;
+  validate(c, x.dim);
+  const int pd = rope_position_dims(c.mode);
+  QVG_CHECK(positions.size() == static_cast<size_t>(x.tokens * pd), "RoPE (", rope_mode_name(c.mode),
+            "): positions hold ", positions.size(), " values, ", x.tokens, " tokens need ", x.tokens * pd);
+  QVG_CHECK(x.data.size() == static_cast<size_t>(x.numel()), "RoPE: tensor data does not match its shape");
+  const std::vector<Pair> pairs = rope_pairs(c, x.dim);
+  const double sign = inverse ? -1.0 : 1.0;
+  std::vector<double> cs(pairs.size()), sn(pairs.size());
+  for (int64_t n = 0; n < x.tokens; ++n) {
+    const int32_t* p = positions.data() + n * pd;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const double angle = static_cast<double>(p[pairs[i].coord]) * pairs[i].freq;
+      cs[i] = std::cos(angle);
+      sn[i] = sign * std::sin(angle);
+    }
+    for (int64_t h = 0; h < x.heads; ++h) {
+      float* row = x.head(h) + n * x.dim;
+      for (size_t i = 0; i < pairs.size(); ++i) {
+        const double a = row[pairs[i].a], b = row[pairs[i].b];
+        // (a + ib) * (cos + i sin)
+        row[pairs[i].a] = static_cast<float>(a * cs[i] - b * sn[i]);
+        row[pairs[i].b] = static_cast<float>(a * sn[i] + b * cs[i]);
+      }
+    }
+  }
+}
+
+std::vector<int32_t> wan_grid_positions(int64_t first_frame, int64_t frames, int64_t height, int64_t width) {
+  QVG_CHECK(frames >= 0 && height > 0 && width > 0, "wan_grid_positions: bad grid ", frames, " x ", height,
+            " x ", width);
+  std::vector<int32_t> pos;
+  pos.reserve(static_cast<size_t>(frames * height * width * 3));
+  for (int64_t f = 0; f < frames; ++f)
+    for (int64_t y = 0; y < height; ++y)
+      for (int64_t xx = 0; xx < width; ++xx) {
+        pos.push_back(static_cast<int32_t>(first_frame + f));
+        pos.push_back(static_cast<int32_t>(y));
+        pos.push_back(static_cast<int32_t>(xx));
+      }
+  return pos;
+}
+
+std::vector<int32_t> positions_1d(int64_t first, int64_t count) {
+  QVG_CHECK(count >= 0, "positions_1d: negative count ", count);
+  std::vector<int32_t> pos(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(first + i);
+  return pos;
+}
+
+}  // namespace qvg

@@ -1,0 +1,6 @@
+// StreamingKVCache tests (being written).
+#include <gtest/gtest.h>
+
+#include "qvg/cache.h"
+
+TEST(Cache, Placeholder) { SUCCEED(); }
