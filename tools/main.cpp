@@ -10,6 +10,7 @@
 #include "qvg/data.h"
 #include "qvg/eval.h"
 #include "qvg/io.h"
+#include "commands.h"
 
 namespace {
 
@@ -242,6 +243,7 @@ int main(int argc, char** argv) {
   demo->add_flag("--quiet", quiet, "no progress output");
 
   app.add_subcommand("methods", "list methods, presets and codec options");
+  auto* stream = qvg_cli::add_stream_command(app);
 
   try {
     app.parse(argc, argv);
@@ -251,6 +253,7 @@ int main(int argc, char** argv) {
   try {
     if (*eval) return run_eval(eval_args, eval_methods, as_json, quiet);
     if (*demo) return run_demo(demo_args, demo_methods, as_json, quiet);
+    if (*stream) return qvg_cli::run_stream_command();
     return list_methods();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qvg: error: %s\n", e.what());

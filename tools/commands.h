@@ -1,0 +1,16 @@
+// Subcommands defined in their own files. main.cpp registers each with
+// add_*_command before parsing and calls run_*_command when it was chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace qvg_cli {
+
+/// `qvg stream`: simulated autoregressive generation through StreamingKVCache
+/// (tools/cmd_stream.cpp). The options are kept inside that file.
+CLI::App* add_stream_command(CLI::App& app);
+/// Runs `qvg stream` with the parsed options; returns the exit status. Throws
+/// qvg::Error (main prints it) on bad data or files.
+int run_stream_command();
+
+}  // namespace qvg_cli
