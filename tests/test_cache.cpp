@@ -272,6 +272,8 @@ TEST(CacheRead, CentroidsClampedToShortSpans) {
   EXPECT_EQ(spans[0].k_bytes.centroids, static_cast<size_t>(1 * kHeads * 3 * kTpf * kDim * 2));
   ASSERT_TRUE(spans[0].k_error.has_value());
   EXPECT_LT(spans[0].k_error->rel_l2, 0.2);
+  const CacheRead r = cache.read(0);  // decodes with the span's own (clamped) config
+  EXPECT_NEAR(compare(rounded_bf16(slice(s.k, 0, 3 * kTpf)), r.k).rel_l2, spans[0].k_error->rel_l2, 1e-6);
 }
 
 TEST(CacheRead, EverySpanCodecWorks) {
@@ -621,6 +623,24 @@ TEST(CacheBadInput, ClearErrorsAndTheCacheIsUnchanged) {
               c.rope = RopeConfig{RopeMode::rope_1d};
             }).find("even"),
             std::string::npos);
+}
+
+TEST(CacheBadInput, AFailingSpanEncodeLeavesTheCacheUnchanged) {
+  // KIVI cannot store a group minimum beyond the FP16 range. Chunk 1 holds
+  // such a key (fine in BF16); the span encode in the third append throws,
+  // after every argument check has passed.
+  const Stream s(3);
+  StreamingKVCache cache(small_config("kivi"), CacheOptions{1});
+  append_chunk(cache, 0, s, 0);
+  HeadTensor bad = slice(s.k, kTpf, kTpf);
+  bad.at(1, 5, 3) = -1e6f;
+  cache.append(0, bad, slice(s.v, kTpf, kTpf));
+  const std::vector<uint8_t> before = snapshot(cache, "kivi_before");
+  const CacheRead read_before = cache.read(0);
+  EXPECT_THROW(append_chunk(cache, 0, s, 2), Error);
+  EXPECT_EQ(snapshot(cache, "kivi_after"), before);
+  EXPECT_EQ(cache.chunks_appended(0), 2);
+  EXPECT_EQ(cache.read(0).k.data, read_before.k.data);
 }
 
 TEST(CacheConfigTest, SelfForcingDefaults) {
