@@ -94,6 +94,8 @@ def main():
     ap.add_argument("--shift", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--golden-only", action="store_true",
+                    help="only write the golden files (skip the PSNR evaluation)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     device = torch.device(args.device)
@@ -107,6 +109,9 @@ def main():
     cfg = model.cfg
     clips = qdata.load_clips(args.frames)
     held = qdata.heldout_windows(clips)
+    if args.golden_only:
+        write_golden(model, meta, args, held, timesteps(args.steps, args.shift), device)
+        return
     names = [n for n, _, _ in held]
     real = torch.stack([torch.from_numpy(w) for _, _, w in held])          # uint8 [W,15,64,64,3]
     W = real.shape[0]
