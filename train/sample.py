@@ -50,7 +50,7 @@ def load_model(path, device):
 
 
 def to_u8(x):
-    """model space [-1,1] -> uint8, round half away from zero after clamping."""
+    """model space [-1,1] -> uint8: clamp, (x + 1) * 127.5 in fp32, round half to even."""
     return torch.round((x.clamp(-1, 1) + 1) * 127.5).to(torch.uint8)
 
 
