@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <complex>
+#include <filesystem>
 #include <random>
 
+#include "qvg/io.h"
 #include "qvg/rope.h"
 
 namespace qvg {
@@ -157,6 +159,30 @@ TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
   const double base = dot_at({9, 4, 20}, {3, 1, 5});
   EXPECT_NEAR(dot_at({19, 14, 40}, {13, 11, 25}), base, 1e-4);
   EXPECT_GT(std::abs(dot_at({9, 4, 20}, {3, 1, 6}) - base), 1e-3);
+}
+
+TEST(Rope, MatchesTheReferenceModelsKeys) {
+  // models/golden: pre- and post-RoPE keys of the project's trained video DiT
+  // (docs/MODEL.md section 5: Wan split 44/42/42, adjacent pairs, theta 10000;
+  // cos/sin rounded to fp32 and an fp32 rotation there, float64 here).
+  // ctx1 = context chunk 1, tokens 0..127 = frame 3, patch rows 0..7 of a 16 x 16 grid.
+  const std::string path = std::string(QVG_SOURCE_DIR) + "/models/golden/golden.safetensors";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  for (int layer = 0; layer < 6; ++layer) {
+    const std::string pre = "layer" + std::to_string(layer) + ".ctx1.k_pre";
+    const std::string post = "layer" + std::to_string(layer) + ".ctx1.k";
+    HeadTensor k = to_head_tensor(read_safetensors_tensor(path, pre), KvLayout::thd, pre);
+    const HeadTensor want = to_head_tensor(read_safetensors_tensor(path, post), KvLayout::thd, post);
+    ASSERT_EQ(k.tokens, 128);
+    const std::vector<int32_t> frame3 = wan_grid_positions(3, 1, 16, 16);  // rows 0..15
+    apply_rope(k, std::span<const int32_t>(frame3.data(), 128 * 3), RopeConfig{});
+    double scale = 0, err = 0;
+    for (size_t i = 0; i < k.data.size(); ++i) {
+      scale = std::max(scale, double(std::abs(want.data[i])));
+      err = std::max(err, std::abs(double(k.data[i]) - want.data[i]));
+    }
+    EXPECT_LT(err, 1e-5 * scale) << pre;
+  }
 }
 
 TEST(Rope, Positions) {
