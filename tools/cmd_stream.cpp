@@ -419,19 +419,19 @@ CLI::App* add_stream_command(CLI::App& app) {
   s->add_option("--v-name", g.v_name, "tensor name inside a .safetensors values file");
   s->add_option("--layout", g.layout, "file layout: htd or thd")->check(CLI::IsMember({"htd", "thd"}));
   s->add_option("--raw16", g.raw16, "dtype of .npy files with a 2-byte void dtype")->check(CLI::IsMember({"f16", "bf16"}));
-  s->add_option("--grid", g.grid, "files: latent frame grid HxW (tokens per frame = H*W; 3-D RoPE positions)");
+  s->add_option("--grid", g.grid, "files: latent frame grid HxW, default 30x52 (tokens per frame = H*W; 3-D RoPE positions)");
   s->add_option("--data", g.data, "built-in data when no file is given: video-like or clip")
       ->check(CLI::IsMember({"video-like", "clip"}));
   s->add_option("--clip", g.clip, "clip for --data clip: a shipped clip name or a video path");
-  s->add_option("--heads", g.heads, "built-in data: heads")->check(CLI::Range(1, 256));
-  s->add_option("--frames", g.frames, "built-in data: latent frames (1,560 tokens each)")->check(CLI::Range(1, 100000));
-  s->add_option("--frame-step", g.frame_step, "--data clip: use every n-th video frame")->check(CLI::Range(1, 100));
+  s->add_option("--heads", g.heads, "built-in data: heads (default 4)")->check(CLI::Range(1, 256));
+  s->add_option("--frames", g.frames, "built-in data: latent frames of 30 x 52 = 1,560 tokens (default 48)")->check(CLI::Range(1, 100000));
+  s->add_option("--frame-step", g.frame_step, "--data clip: use every n-th video frame (default 4)")->check(CLI::Range(1, 100));
   s->add_option("--seed", g.seed, "built-in data: seed");
-  s->add_option("--key", g.key, "codec of key spans (see `qvg methods`)");
-  s->add_option("--value", g.value, "codec of value spans");
+  s->add_option("--key", g.key, "codec of key spans (default qvg; see `qvg methods`)");
+  s->add_option("--value", g.value, "codec of value spans (default qvg)");
   s->add_option("--layers", g.layers, "layers; every layer gets the same K/V")->check(CLI::Range(1, 1000));
-  s->add_option("--chunk-frames", g.chunk_frames, "latent frames per chunk (Self-Forcing: 3)")->check(CLI::Range(1, 100000));
-  s->add_option("--quant-factor", g.quant_factor, "chunks per span")->check(CLI::Range(1, 100000));
+  s->add_option("--chunk-frames", g.chunk_frames, "latent frames per chunk (default 3, as Self-Forcing)")->check(CLI::Range(1, 100000));
+  s->add_option("--quant-factor", g.quant_factor, "chunks per span (default 8)")->check(CLI::Range(1, 100000));
   s->add_option("--keep-recent", g.keep_recent, "newest chunks kept in BF16")->check(CLI::Range(0, 100000));
   s->add_option("--sink", g.sink, "first chunks never quantized nor evicted")->check(CLI::Range(0, 100000));
   s->add_option("--window-chunks", g.window_chunks, "local attention window in chunks (0 = none)")->check(CLI::NonNegativeNumber);
