@@ -159,7 +159,7 @@ struct LayerMemory {
 
 struct MemoryStats {
   std::vector<LayerMemory> layers;
-  LayerMemory total;  ///< the sum over layers
+  LayerMemory total;  ///< the sum over layers (token counts too: tokens x layers)
 };
 
 /// The streaming KV cache. Move-only; not thread-safe (one writer), but
