@@ -79,13 +79,14 @@ HeadTensor random_normal(int h, int64_t n, int d, uint64_t seed) {
 int main(int argc, char** argv) {
   std::string json_path;
   int reps = 20;
-  bool quick = false;
+  bool quick = false, profile = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else {
-      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick]\n");
+      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick] [--profile]\n");
       return 2;
     }
   }
@@ -93,6 +94,28 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     QVG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+    if (profile) {
+      // One encode of QVG and QVG-Pro and one decode at the LongCat shape, for
+      // a per-kernel profile (ncu --print-summary per-kernel).
+      const HeadTensor x = random_normal(32, 29640, 128, 7);
+      const std::vector<uint16_t> xb = to_bf16(x);
+      DeviceBuffer<uint16_t> xd, out(xb.size());
+      xd.upload(xb.data(), xb.size());
+      for (const std::string spec : {"qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
+        const CodecConfig c = parse_codec_spec(spec);
+        const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
+        GpuKMeansOptions km;
+        km.params = c.kmeans;
+        km.check_convergence = false;
+        Encoder enc;
+        DeviceParts parts;
+        enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
+        decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr);
+      }
+      QVG_CUDA_CHECK(cudaDeviceSynchronize());
+      std::printf("profile run done\n");
+      return 0;
+    }
     Timer timer;
     // Copy bandwidth: 2 GiB device-to-device, bytes read + written.
     const size_t copy_bytes = size_t(2) << 30;
@@ -143,7 +166,9 @@ int main(int argc, char** argv) {
           const double enc_ms = timer.median_ms(quick ? 3 : reps, [&] {
             enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
           });
-          const double dec_ms = timer.median_ms(reps, [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr); });
+          const double dec_ms = timer.median_ms(reps, [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, 16); });
+          const double dec8_ms =
+              timer.median_ms(reps, [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, 8); });
           const double part_bytes = double(parts.codes.bytes() + parts.scales.bytes() + parts.span_scales.bytes() +
                                            parts.centroids.bytes() + parts.ids.bytes());
           const double moved = part_bytes + double(out.bytes());
@@ -174,15 +199,15 @@ int main(int argc, char** argv) {
               ratio = compare(x2, rg).mse / compare(x2, rc).mse;
             }
           }
-          std::printf("%-36s %-11s %-26s %9.3f %9.3f %7.0f %10.1f%% %11.4f\n", sc.name, data.c_str(), spec.c_str(), enc_ms,
-                      dec_ms, dec_gbs, 100.0 * dec_gbs / copy_gbs, ratio);
+          std::printf("%-36s %-11s %-26s %9.3f %9.3f %7.0f %10.1f%% %11.4f   (8 vals/thread: %.3f ms)\n", sc.name,
+                      data.c_str(), spec.c_str(), enc_ms, dec_ms, dec_gbs, 100.0 * dec_gbs / copy_gbs, ratio, dec8_ms);
           std::fflush(stdout);
           char buf[512];
           std::snprintf(buf, sizeof buf,
                         "  {\"shape\": \"%s\", \"data\": \"%s\", \"method\": \"%s\", \"encode_ms\": %.4f, "
-                        "\"decode_ms\": %.4f, \"decode_bytes\": %.0f, \"decode_gbs\": %.1f, \"copy_gbs\": %.1f, "
+                        "\"decode_ms\": %.4f, \"decode8_ms\": %.4f, \"decode_bytes\": %.0f, \"decode_gbs\": %.1f, \"copy_gbs\": %.1f, "
                         "\"mse_ratio_gpu_cpu\": %.5f},\n",
-                        sc.name, data.c_str(), spec.c_str(), enc_ms, dec_ms, moved, dec_gbs, copy_gbs, ratio);
+                        sc.name, data.c_str(), spec.c_str(), enc_ms, dec_ms, dec8_ms, moved, dec_gbs, copy_gbs, ratio);
           json += buf;
         }
       }

@@ -43,6 +43,17 @@ if "$qvg" eval --heads 2 --frames 1 --queries 16 --methods rtn qvg:centroids=64 
 else
   bad "small eval failed: $(cat "$tmp/err")"
 fi
+# Reconstructions written to files read back as K/V inputs; shape mismatches are named.
+if "$qvg" eval --heads 2 --frames 1 --queries 0 --methods rtn --write-rec "$tmp/rec2" --quiet >/dev/null 2>"$tmp/err" &&
+   "$qvg" eval --heads 1 --frames 1 --queries 0 --methods rtn --write-rec "$tmp/rec1" --quiet >/dev/null 2>>"$tmp/err"; then
+  [ -f "$tmp/rec2/rtn.k.npy" ] && [ -f "$tmp/rec2/rtn.v.npy" ] && ok || bad "--write-rec wrote no files"
+  "$qvg" eval --k "$tmp/rec2/rtn.k.npy" --v "$tmp/rec2/rtn.v.npy" --methods bf16 --json --quiet >"$tmp/rt.json" 2>"$tmp/err" &&
+    grep -q '"bf16"' "$tmp/rt.json" && ok || bad "eval on written reconstructions: $(cat "$tmp/err")"
+  expect_fail "same shape" eval --k "$tmp/rec2/rtn.k.npy" --v "$tmp/rec1/rtn.v.npy" --methods bf16
+else
+  bad "--write-rec run failed: $(cat "$tmp/err")"
+fi
+
 # The methods listing names every preset.
 "$qvg" methods >"$tmp/m" 2>&1 && grep -q "qvg-pro-int4" "$tmp/m" && ok || bad "qvg methods"
 

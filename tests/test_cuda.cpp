@@ -96,16 +96,28 @@ TEST(Cuda, DecodeIsBitIdentical) {
 
 TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
   REQUIRE_GPU();
+  // Byte equality needs an assignment without near-ties at every iteration:
+  // well separated blobs, one stage (the residual after it is the blobs'
+  // noise, where near-ties are everywhere), and a k-means++ start, which puts
+  // one centroid in each blob. A random start can put two centroids in one
+  // blob, whose points then sit between them (near-ties: a 1-ulp difference
+  // in a distance flips an id); there only the error trajectory must agree.
   for (int64_t d : {64, 128}) {
     const HeadTensor x = blobs(3, 2000, d, 24, 11);
-    for (const std::string spec : {"qvg:centroids=24,init=random", "qvg:centroids=24", "qvg-pro:centroids=24,iters=4"}) {
+    for (const std::string spec : {"qvg:centroids=24", "qvg:centroids=16,iters=4", "qvg:centroids=24,init=random"}) {
       const CodecConfig c = parse_codec_spec(spec);
       EncodeReport rc, rg;
       const EncodedTensor cpu = make_codec(c)->encode(x, {}, &rc);
       const EncodedTensor gpu = make_codec(c, Backend::cuda)->encode(x, {}, &rg);
-      expect_same_parts(cpu, gpu, spec + " d=" + std::to_string(d));
+      if (c.kmeans.init == KMeansInit::kmeanspp) expect_same_parts(cpu, gpu, spec + " d=" + std::to_string(d));
       ASSERT_EQ(rc.kmeans.size(), rg.kmeans.size());
-      for (size_t i = 0; i < rc.kmeans.size(); ++i) EXPECT_EQ(rc.kmeans[i].iterations, rg.kmeans[i].iterations);
+      for (size_t i = 0; i < rc.kmeans.size(); ++i) {
+        EXPECT_EQ(rc.kmeans[i].iterations, rg.kmeans[i].iterations) << spec << " run " << i;
+        EXPECT_EQ(rc.kmeans[i].empty_reassigned, rg.kmeans[i].empty_reassigned) << spec << " run " << i;
+        ASSERT_EQ(rc.kmeans[i].mse.size(), rg.kmeans[i].mse.size());
+        for (size_t k = 0; k < rc.kmeans[i].mse.size(); ++k)
+          EXPECT_NEAR(rc.kmeans[i].mse[k], rg.kmeans[i].mse[k], 1e-5 * rc.kmeans[i].mse[k]) << spec << " it " << k;
+      }
     }
   }
 }

@@ -2,7 +2,9 @@
 // library, prints tables or JSON. Every library error ends in a message on
 // stderr and exit status 1 (2 for bad command-line usage).
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -25,6 +27,7 @@ struct DataArgs {
   std::string raw16;  // dtype of 2-byte void .npy data: f16 or bf16
   std::string data = "video-like";
   std::string clip = "cockatoo";
+  std::string write_rec;  // directory for reconstructions
   int heads = 12, frames = 24, queries = 256, threads = 0;
   uint64_t seed = 1234;
 };
@@ -41,6 +44,9 @@ void add_data_options(CLI::App* app, DataArgs& a, bool files) {
         ->check(CLI::IsMember({"htd", "thd"}));
     app->add_option("--raw16", a.raw16, "dtype of .npy files with a 2-byte void dtype (ml_dtypes bfloat16)")
         ->check(CLI::IsMember({"f16", "bf16"}));
+    app->add_option("--write-rec", a.write_rec,
+                    "write each method's K/V reconstructions into this directory, in the input's format, "
+                    "dtype and layout (built-in data: .npy f32, htd)");
     app->add_option("--data", a.data, "built-in data when no file is given: video-like or clip")
         ->check(CLI::IsMember({"video-like", "clip"}));
   }
@@ -150,14 +156,19 @@ void print_rows(const std::vector<qvg::EvalRow>& rows, const qvg::EvalInput& in)
 
 int run_eval(const DataArgs& a, const std::vector<std::string>& methods, bool as_json, bool quiet) {
   qvg::EvalInput in;
+  qvg::KvFileInfo info;
+  info.dtype = qvg::DType::f32;
+  std::string ext = ".npy";
+  qvg::KvLayout layout = qvg::KvLayout::htd;
   if (!a.k.empty() || !a.v.empty()) {
     if (a.k.empty() || a.v.empty()) throw qvg::Error("give both --k and --v (or neither, for built-in data)");
-    const qvg::KvLayout layout = qvg::parse_layout(a.layout);
+    layout = qvg::parse_layout(a.layout);
     std::optional<qvg::DType> raw16;
     if (!a.raw16.empty()) raw16 = qvg::parse_dtype(a.raw16);
     progress(quiet, "reading " + a.k + " and " + a.v);
     in.name = a.k;
-    in.k = qvg::load_kv(a.k, layout, a.k_name, raw16);
+    in.k = qvg::load_kv(a.k, layout, a.k_name, raw16, &info);
+    ext = std::filesystem::path(a.k).extension().string();
     in.v = qvg::load_kv(a.v, layout, a.v_name, raw16);
     if (!a.q.empty()) in.q = qvg::load_kv(a.q, layout, a.q_name, raw16);
   } else {
@@ -173,6 +184,17 @@ int run_eval(const DataArgs& a, const std::vector<std::string>& methods, bool as
     std::snprintf(buf, sizeof buf, "%7.1fs ", sec);
     progress(quiet, buf + s);
   };
+  if (!a.write_rec.empty()) {
+    std::filesystem::create_directories(a.write_rec);
+    opt.on_reconstruction = [&](const std::string& method, const std::string& tensor, const qvg::HeadTensor& x) {
+      std::string safe = method;  // "qvg-pro:block=32" -> "qvg-pro_block-32"
+      for (char& ch : safe)
+        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = ch == '=' ? '-' : '_';
+      const std::string path = (std::filesystem::path(a.write_rec) / (safe + "." + tensor + ext)).string();
+      qvg::save_kv(path, x, layout, info.dtype, ext == ".npy" ? "" : tensor, info.leading_batch);
+      progress(quiet, "wrote " + path);
+    };
+  }
   const auto rows = qvg::evaluate(in, methods, opt);
   if (as_json) {
     json out = json::array();

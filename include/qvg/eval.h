@@ -39,6 +39,9 @@ struct EvalOptions {
   int threads = 0;
   /// Called before each step with a short description (progress output).
   std::function<void(const std::string&)> progress;
+  /// Called with each reconstruction (method spec, "k" or "v", tensor), e.g.
+  /// to write it to a file. May be empty.
+  std::function<void(const std::string&, const std::string&, const HeadTensor&)> on_reconstruction;
 };
 
 /// Encodes and decodes K and V with every method; validates every spec and

@@ -56,12 +56,13 @@ QVG_HD uint8_t quantize_value(float x, float s, LevelRule r, int bits) {
     const int half = 1 << (bits - 1);
     const float qmax = static_cast<float>(half - 1);
     float q = s > 0.0f ? rintf(x / s) : 0.0f;
-    q = fminf(fmaxf(q, -qmax), qmax);
+    q = q < -qmax ? -qmax : (q > qmax ? qmax : q);  // inputs are finite (checked)
     return static_cast<uint8_t>(static_cast<int>(q) + half);
   }
   const float h = 0.5f * static_cast<float>((1 << bits) - 1);
   float u = s > 0.0f ? rintf(x / s + h) : rintf(h);
-  u = fminf(fmaxf(u, 0.0f), static_cast<float>((1 << bits) - 1));
+  const float umax = static_cast<float>((1 << bits) - 1);
+  u = u < 0.0f ? 0.0f : (u > umax ? umax : u);
   return static_cast<uint8_t>(u);
 }
 

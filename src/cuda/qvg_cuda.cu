@@ -298,23 +298,34 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
   }
 }
 
-void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s) {
-  const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
+void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s, int vals_per_thread) {
+  QVG_CHECK(vals_per_thread == 8 || vals_per_thread == 16, "decode: vals_per_thread must be 8 or 16, got ",
+            vals_per_thread);
+  const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / vals_per_thread);
   const unsigned grid = blocks_for(threads);
-  auto go = [&](auto bits_tag) {
+  auto go = [&](auto bits_tag, auto vals_tag) {
     constexpr int B = decltype(bits_tag)::value;
+    constexpr int V = decltype(vals_tag)::value;
     switch (dtype) {
-      case DeviceDType::f32: decode_kernel<B, float><<<grid, kThreads, 0, s>>>(sh, p, static_cast<float*>(out)); break;
-      case DeviceDType::bf16:
-        decode_kernel<B, __nv_bfloat16><<<grid, kThreads, 0, s>>>(sh, p, static_cast<__nv_bfloat16*>(out));
+      case DeviceDType::f32:
+        decode_kernel<B, V, float><<<grid, kThreads, 0, s>>>(sh, p, static_cast<float*>(out));
         break;
-      case DeviceDType::f16: decode_kernel<B, __half><<<grid, kThreads, 0, s>>>(sh, p, static_cast<__half*>(out)); break;
+      case DeviceDType::bf16:
+        decode_kernel<B, V, __nv_bfloat16><<<grid, kThreads, 0, s>>>(sh, p, static_cast<__nv_bfloat16*>(out));
+        break;
+      case DeviceDType::f16:
+        decode_kernel<B, V, __half><<<grid, kThreads, 0, s>>>(sh, p, static_cast<__half*>(out));
+        break;
     }
   };
+  using I2 = std::integral_constant<int, 2>;
+  using I4 = std::integral_constant<int, 4>;
+  using V8 = std::integral_constant<int, 8>;
+  using V16 = std::integral_constant<int, 16>;
   if (sh.bits == 2)
-    go(std::integral_constant<int, 2>{});
+    vals_per_thread == 8 ? go(I2{}, V8{}) : go(I2{}, V16{});
   else
-    go(std::integral_constant<int, 4>{});
+    vals_per_thread == 8 ? go(I4{}, V8{}) : go(I4{}, V16{});
   check_launch();
 }
 

@@ -15,6 +15,9 @@ namespace qvg::cuda {
 
 enum class DeviceDType { f32, bf16, f16 };
 
+/// Values per thread of the decode kernel by default (see docs/BENCHMARKS.md).
+constexpr int kDefaultDecodeVals = 16;
+
 /// Device buffers for the parts of one encoded tensor, sized by allocate().
 struct DeviceParts {
   DeviceBuffer<uint8_t> codes, scales, ids;
@@ -64,7 +67,9 @@ class Encoder {
   DeviceBuffer<int64_t> rows_;
 };
 
-/// Fused decode into out ([H][N][D] of dtype on the device).
-void decode(const QvgShape& sh, QvgParts parts, void* out, DeviceDType dtype, cudaStream_t stream);
+/// Fused decode into out ([H][N][D] of dtype on the device). Each thread
+/// owns vals_per_thread (8 or 16) consecutive values; both give the same bits.
+void decode(const QvgShape& sh, QvgParts parts, void* out, DeviceDType dtype, cudaStream_t stream,
+            int vals_per_thread = kDefaultDecodeVals);
 
 }  // namespace qvg::cuda

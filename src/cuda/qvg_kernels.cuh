@@ -36,15 +36,19 @@ __device__ __forceinline__ void store_from_float<__nv_bfloat16>(__nv_bfloat16* p
 template <>
 __device__ __forceinline__ void store_from_float<__half>(__half* p, float v) { *p = __float2half_rn(v); }
 
-/// 16 BF16 values (32 bytes, 16-byte aligned) -> float.
-__device__ __forceinline__ void load_bf16x16(const uint16_t* p, float* out) {
+/// VALS BF16 values (VALS * 2 bytes, 16-byte aligned) -> float.
+template <int VALS>
+__device__ __forceinline__ void load_bf16_vals(const uint16_t* p, float* out) {
   const uint4* q = reinterpret_cast<const uint4*>(p);
-  const uint4 a = __ldg(q), b = __ldg(q + 1);
-  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    out[2 * i] = __uint_as_float(w[i] << 16);
-    out[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  for (int j = 0; j < VALS / 8; ++j) {
+    const uint4 a = __ldg(q + j);
+    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[8 * j + 2 * i] = __uint_as_float(w[i] << 16);
+      out[8 * j + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
   }
 }
 
@@ -58,7 +62,7 @@ __device__ __forceinline__ void load_residual16(const InT* x, const QvgShape& sh
   for (int s = 0; s < sh.stages; ++s) {
     const uint8_t id = p.ids[(static_cast<int64_t>(s) * sh.heads + h) * sh.tokens + n];
     float c[kValsPerThread];
-    load_bf16x16(p.centroids + ((static_cast<int64_t>(s) * sh.heads + h) * sh.centroids + id) * sh.dim + col, c);
+    load_bf16_vals<kValsPerThread>(p.centroids + ((static_cast<int64_t>(s) * sh.heads + h) * sh.centroids + id) * sh.dim + col, c);
 #pragma unroll
     for (int i = 0; i < kValsPerThread; ++i) v[i] = __fsub_rn(v[i], c[i]);
   }
@@ -154,56 +158,64 @@ __global__ void quantize_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts
   if (n == 0 && t == 0) p.span_scales[h] = span;
 }
 
+/// VALS packed codes of BITS bits (VALS * BITS / 8 bytes, aligned to that size) -> float codes.
+template <int BITS, int VALS>
+__device__ __forceinline__ void load_codes(const uint8_t* p, float* v) {
+  constexpr int kBytes = VALS * BITS / 8;  // 2, 4 or 8
+  constexpr uint32_t kMask = (1u << BITS) - 1u;
+  constexpr int kPerWord = 32 / BITS;
+  uint32_t w[2] = {0u, 0u};
+  if constexpr (kBytes == 2) {
+    w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
+  } else if constexpr (kBytes == 4) {
+    w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+  } else {
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = u.x;
+    w[1] = u.y;
+  }
+#pragma unroll
+  for (int i = 0; i < VALS; ++i) v[i] = static_cast<float>((w[i / kPerWord] >> (BITS * (i % kPerWord))) & kMask);
+}
+
 /// Fused decode: dequantize and add every stage's centroid (last stage
-/// first), one store per value. Grid: H*N*(D/16) threads.
-template <int BITS, typename OutT>
+/// first), one store per value. Each thread owns VALS (8 or 16) consecutive
+/// values of a row. Grid: H*N*(D/VALS) threads.
+template <int BITS, int VALS, typename OutT>
 __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out) {
-  const int tpr = sh.dim / kValsPerThread;
+  const int tpr = sh.dim / VALS;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= static_cast<int64_t>(sh.heads) * sh.tokens * tpr) return;
   const int h = static_cast<int>(g / (sh.tokens * tpr));
   const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
   const int64_t n = rem / tpr;
-  const int col = static_cast<int>(rem % tpr) * kValsPerThread;
+  const int col = static_cast<int>(rem % tpr) * VALS;
   const int64_t row = static_cast<int64_t>(h) * sh.tokens + n;
   const int64_t bi = row * (sh.dim / sh.block) + col / sh.block;
   const uint16_t sc = sh.scale_format == ScaleFormat::fp8
-                          ? p.scales[bi]
-                          : static_cast<uint16_t>(p.scales[2 * bi] | (p.scales[2 * bi + 1] << 8));
+                          ? __ldg(p.scales + bi)
+                          : static_cast<uint16_t>(__ldg(p.scales + 2 * bi) | (__ldg(p.scales + 2 * bi + 1) << 8));
   const float s = decode_block_scale(sc, __ldg(p.span_scales + h), sh.scale_format);
-  const uint8_t* cp = p.codes + row * (sh.dim * BITS / 8) + col * BITS / 8;
-  float v[kValsPerThread];
-  const bool sym = sh.levels == LevelRule::symmetric;
-  const float offset = sym ? static_cast<float>(1 << (BITS - 1)) : 0.5f * static_cast<float>((1 << BITS) - 1);
-  if constexpr (BITS == 2) {
-    const uint32_t w = __ldg(reinterpret_cast<const unsigned int*>(cp));
-#pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = static_cast<float>((w >> (2 * i)) & 3u);
-  } else {
-    const uint2 w = __ldg(reinterpret_cast<const uint2*>(cp));
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      v[i] = static_cast<float>((w.x >> (4 * i)) & 15u);
-      v[8 + i] = static_cast<float>((w.y >> (4 * i)) & 15u);
-    }
-  }
+  float v[VALS];
+  load_codes<BITS, VALS>(p.codes + row * (sh.dim * BITS / 8) + col * BITS / 8, v);
   // symmetric: float(u - 2^(b-1)) * s (u - 2^(b-1) is an exact small integer)
   // midrise:   (float(u) - (2^b-1)/2) * s
+  const float offset = sh.levels == LevelRule::symmetric ? static_cast<float>(1 << (BITS - 1))
+                                                         : 0.5f * static_cast<float>((1 << BITS) - 1);
 #pragma unroll
-  for (int i = 0; i < kValsPerThread; ++i) v[i] = __fmul_rn(__fsub_rn(v[i], offset), s);
+  for (int i = 0; i < VALS; ++i) v[i] = __fmul_rn(__fsub_rn(v[i], offset), s);
   for (int st = sh.stages - 1; st >= 0; --st) {
     const uint8_t id = __ldg(p.ids + (static_cast<int64_t>(st) * sh.heads + h) * sh.tokens + n);
-    float c[kValsPerThread];
-    load_bf16x16(p.centroids + ((static_cast<int64_t>(st) * sh.heads + h) * sh.centroids + id) * sh.dim + col, c);
+    float c[VALS];
+    load_bf16_vals<VALS>(p.centroids + ((static_cast<int64_t>(st) * sh.heads + h) * sh.centroids + id) * sh.dim + col, c);
 #pragma unroll
-    for (int i = 0; i < kValsPerThread; ++i) v[i] = __fadd_rn(v[i], c[i]);
+    for (int i = 0; i < VALS; ++i) v[i] = __fadd_rn(v[i], c[i]);
   }
   OutT* o = out + row * sh.dim + col;
   if constexpr (sizeof(OutT) == 2) {
-    // Two 16-byte stores of 8 packed 16-bit values each.
-    uint32_t w[8];
+    uint32_t w[VALS / 2];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < VALS / 2; ++i) {
       OutT lo, hi;
       store_from_float(&lo, v[2 * i]);
       store_from_float(&hi, v[2 * i + 1]);
@@ -211,12 +223,12 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out) {
              (static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&hi)) << 16);
     }
     uint4* q = reinterpret_cast<uint4*>(o);
-    q[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    q[1] = make_uint4(w[4], w[5], w[6], w[7]);
+#pragma unroll
+    for (int j = 0; j < VALS / 8; ++j) q[j] = make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
   } else {
     float4* q = reinterpret_cast<float4*>(o);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    for (int i = 0; i < VALS / 4; ++i) q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
   }
 }
 
@@ -231,7 +243,7 @@ __global__ void subtract_stage_kernel(float* __restrict__ r, QvgShape sh, const 
   const int64_t n = rem / tpr;
   const int col = static_cast<int>(rem % tpr) * kValsPerThread;
   float c[kValsPerThread];
-  load_bf16x16(centroids + (static_cast<int64_t>(h) * sh.centroids + ids[static_cast<int64_t>(h) * sh.tokens + n]) * sh.dim + col, c);
+  load_bf16_vals<kValsPerThread>(centroids + (static_cast<int64_t>(h) * sh.centroids + ids[static_cast<int64_t>(h) * sh.tokens + n]) * sh.dim + col, c);
   float* x = r + (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col;
 #pragma unroll
   for (int i = 0; i < kValsPerThread; ++i) x[i] = __fsub_rn(x[i], c[i]);

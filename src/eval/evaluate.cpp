@@ -64,6 +64,7 @@ std::vector<EvalRow> evaluate(const EvalInput& in, const std::vector<std::string
       t0 = std::chrono::steady_clock::now();
       codec.decode(e, rec[t], opt.threads);
       row.decode_ms = ms_since(t0);
+      if (opt.on_reconstruction) opt.on_reconstruction(methods[mi], label, rec[t]);
       row.dataset = in.name;
       row.method = methods[mi];
       row.tensor = label;
@@ -97,13 +98,13 @@ std::string format_table(const std::vector<EvalRow>& rows, const std::string& te
       w = std::max(w, r.method.size());
     }
   const int mw = static_cast<int>(w);
-  std::snprintf(buf, sizeof buf, "%-*s %-22s %11s %8s %8s %9s %6s %6s %10s %10s%s\n", mw, "method", "config",
+  std::snprintf(buf, sizeof buf, "%-*s %-28s %11s %8s %8s %9s %6s %6s %10s %10s%s\n", mw, "method", "config",
                 "mse", "rel_l2", "snr_db", "max_abs", "bits", "ratio", "enc_ms", "dec_ms",
                 attn ? "  attn_rel" : "");
   out += buf;
   for (const auto& r : rows) {
     if (r.tensor != tensor) continue;
-    std::snprintf(buf, sizeof buf, "%-*s %-22s %11.4e %8.4f %8.2f %9.4f %6.3f %6.2f %10.1f %10.1f", mw,
+    std::snprintf(buf, sizeof buf, "%-*s %-28s %11.4e %8.4f %8.2f %9.4f %6.3f %6.2f %10.1f %10.1f", mw,
                   r.method.c_str(), describe(r.config).c_str(), r.error.mse, r.error.rel_l2, r.error.snr_db,
                   r.error.max_abs, r.bits_per_value, r.ratio, r.encode_ms, r.decode_ms);
     out += buf;
