@@ -1,0 +1,300 @@
+// The C++ runtime of the reference video model against the PyTorch golden
+// outputs (models/golden/golden.safetensors, docs/MODEL.md §12), and the
+// validation of weight files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "qvg/io.h"
+#include "qvg/model.h"
+
+namespace {
+
+const std::string kModel = std::string(QVG_SOURCE_DIR) + "/models/qvg_ref_video_dit.safetensors";
+const std::string kGolden = std::string(QVG_SOURCE_DIR) + "/models/golden/golden.safetensors";
+
+std::vector<float> golden_f32(const std::string& name) {
+  const qvg::RawTensor t = qvg::read_safetensors_tensor(kGolden, name);
+  EXPECT_EQ(t.dtype, qvg::DType::f32) << name;
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), t.bytes.data(), v.size() * 4);
+  return v;
+}
+
+/// max |a - b| / max |b| and ||a - b|| / ||b||.
+struct Diff {
+  double max_abs = 0, max_rel = 0, rel_l2 = 0;
+};
+Diff diff(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0, mb = 0;
+  Diff d;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double e = static_cast<double>(a[i]) - b[i];
+    num += e * e;
+    den += static_cast<double>(b[i]) * b[i];
+    d.max_abs = std::max(d.max_abs, std::abs(e));
+    mb = std::max(mb, std::abs(static_cast<double>(b[i])));
+  }
+  d.max_rel = mb > 0 ? d.max_abs / mb : d.max_abs;
+  d.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return d;
+}
+
+/// Tokens [0, n) of a HeadTensor [heads, L, dim] in the golden layout [n, heads, dim].
+std::vector<float> first_tokens_thd(const qvg::HeadTensor& x, int64_t n) {
+  std::vector<float> out;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < x.heads; ++h)
+      for (int64_t d = 0; d < x.dim; ++d) out.push_back(x.at(h, t, d));
+  return out;
+}
+
+const qvg::Model& model() {
+  static const qvg::Model m = qvg::Model::load(kModel);
+  return m;
+}
+
+/// The golden case with a cache: returns max relative (max-norm) error of the
+/// per-layer Q/K/V, of the Euler steps and of the generated frames.
+struct GoldenResult {
+  double qkv_max_rel = 0, qkv_max_abs = 0, steps_max_abs = 0, steps_max_rel = 0, frames_max_abs = 0,
+         frames_rel_l2 = 0;
+  int u8_max_diff = 0;
+  int64_t u8_differ = 0;
+};
+
+GoldenResult run_golden(qvg::StreamingKVCache& cache, bool check_layers) {
+  const qvg::Model& m = model();
+  const qvg::ModelConfig& c = m.config();
+  GoldenResult r;
+  const std::vector<float> ctx = golden_f32("context");
+  const int64_t fv = c.chunk_frames * c.frame_values();
+  qvg::Sampler s(m, cache);
+  s.add_context(std::span<const float>(ctx).subspan(0, static_cast<size_t>(fv)));
+  std::vector<qvg::LayerKV> rec;
+  s.add_context(std::span<const float>(ctx).subspan(static_cast<size_t>(fv), static_cast<size_t>(fv)), &rec);
+  if (check_layers) {
+    for (int li = 0; li < c.layers; ++li) {
+      const std::string p = "layer" + std::to_string(li) + ".ctx1.";
+      const auto& l = rec[static_cast<size_t>(li)];
+      for (auto [name, x] : {std::pair{"q", &l.q}, {"k_pre", &l.k_pre}, {"k", &l.k}, {"v", &l.v}}) {
+        const Diff d = diff(first_tokens_thd(*x, 128), golden_f32(p + name));
+        r.qkv_max_rel = std::max(r.qkv_max_rel, d.max_rel);
+        r.qkv_max_abs = std::max(r.qkv_max_abs, d.max_abs);
+        EXPECT_LE(d.max_rel, 1e-3) << p << name;
+      }
+    }
+  }
+  const std::vector<float> noise = golden_f32("noise");
+  const size_t cv = static_cast<size_t>(c.tokens_per_chunk()) * c.patch_dim();
+  std::vector<std::vector<float>> steps;
+  std::vector<float> gen = s.generate(std::span<const float>(noise).subspan(0, cv), nullptr, &steps);
+  const std::vector<float> gsteps = golden_f32("chunk0_steps");
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const Diff d = diff(steps[k], std::span<const float>(gsteps).subspan(k * cv, cv));
+    r.steps_max_abs = std::max(r.steps_max_abs, d.max_abs);
+    r.steps_max_rel = std::max(r.steps_max_rel, d.max_rel);
+  }
+  const std::vector<float> gen1 = s.generate(std::span<const float>(noise).subspan(cv, cv));
+  gen.insert(gen.end(), gen1.begin(), gen1.end());
+  const std::vector<float> ggen = golden_f32("generated");
+  const Diff d = diff(gen, ggen);
+  r.frames_max_abs = d.max_abs;
+  r.frames_rel_l2 = d.rel_l2;
+  const qvg::RawTensor gu8 = qvg::read_safetensors_tensor(kGolden, "generated_u8");
+  const std::vector<uint8_t> u8 = qvg::model_to_pixels(gen);
+  EXPECT_EQ(u8.size(), gu8.bytes.size());
+  for (size_t i = 0; i < std::min(u8.size(), gu8.bytes.size()); ++i) {
+    const int e = std::abs(int{u8[i]} - int{gu8.bytes[i]});
+    r.u8_max_diff = std::max(r.u8_max_diff, e);
+    r.u8_differ += e != 0;
+  }
+  return r;
+}
+
+TEST(Model, LoadsShippedWeights) {
+  const qvg::Model& m = model();
+  EXPECT_EQ(m.config().layers, 6);
+  EXPECT_EQ(m.config().tokens_per_chunk(), 768);
+  EXPECT_EQ(m.config().patch_dim(), 48);
+  EXPECT_EQ(qvg::expected_weight_shapes(m.config()).size(), 106u);
+  EXPECT_EQ(m.metadata().at("format"), "qvg-reference-video-dit-v1");
+}
+
+TEST(Model, PixelsAndPatchify) {
+  const qvg::ModelConfig c;
+  const qvg::RawTensor u8 = qvg::read_safetensors_tensor(kGolden, "context_u8");
+  const std::vector<float> x = qvg::pixels_to_model(u8.bytes);
+  const std::vector<float> ctx = golden_f32("context");
+  ASSERT_EQ(x.size(), ctx.size());
+  EXPECT_EQ(0, std::memcmp(x.data(), ctx.data(), x.size() * 4));  // bit-exact
+  EXPECT_EQ(qvg::model_to_pixels(x), u8.bytes);
+  const std::span<const float> chunk(ctx.data(), static_cast<size_t>(3 * c.frame_values()));
+  const std::vector<float> tok = qvg::patchify(chunk, c);
+  // token n = f*256 + r*16 + c, value (py*4 + px)*3 + ch = frame[f][4r+py][4c+px][ch]
+  EXPECT_EQ(tok[(1 * 256 + 5 * 16 + 7) * 48 + (2 * 4 + 3) * 3 + 1], chunk[((1 * 64 + 22) * 64 + 31) * 3 + 1]);
+  const std::vector<float> back = qvg::unpatchify(tok, c);
+  EXPECT_TRUE(std::equal(back.begin(), back.end(), chunk.begin()));
+  EXPECT_EQ(qvg::model_to_pixels(std::vector<float>{-2.f, 1.5f, 0.f, -1.f / 127.5f * 0.5f}),
+            (std::vector<uint8_t>{0, 255, 128, 127}));  // 127.5 -> 128 (even), 127.0
+}
+
+TEST(Model, Timesteps) {
+  EXPECT_EQ(qvg::sampler_timesteps(4), (std::vector<double>{1.0, 0.75, 0.5, 0.25, 0.0}));
+  const std::vector<float> g = golden_f32("timesteps");
+  const auto t = qvg::sampler_timesteps(4);
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_EQ(static_cast<float>(t[i]), g[i]);
+}
+
+// The exact (float32) cache with pre-RoPE keys (RoPE on read) and with
+// post-RoPE keys: both must match the golden outputs.
+TEST(Model, MatchesGoldenExactCache) {
+  for (bool pre_rope : {true, false}) {
+    qvg::StreamingKVCache cache(qvg::model_cache_config(model().config(), "none", "none", pre_rope));
+    const GoldenResult r = run_golden(cache, true);
+    std::printf("[golden exact cache, %s keys] Q/K/V max|err|/max|ref| %.3g (max abs %.3g); Euler steps max abs %.3g "
+                "(rel %.3g); frames max abs %.3g, rel L2 %.3g; uint8: %lld differ, max %d\n",
+                pre_rope ? "pre-RoPE" : "post-RoPE", r.qkv_max_rel, r.qkv_max_abs, r.steps_max_abs, r.steps_max_rel,
+                r.frames_max_abs, r.frames_rel_l2, static_cast<long long>(r.u8_differ), r.u8_max_diff);
+    EXPECT_LE(r.qkv_max_rel, 1e-3);
+    EXPECT_LE(r.qkv_max_abs, 1e-4);
+    EXPECT_LE(r.steps_max_rel, 1e-3);
+    EXPECT_LE(r.steps_max_abs, 1e-4);
+    EXPECT_LE(r.frames_max_abs, 1e-4);
+    EXPECT_LE(r.u8_max_diff, 1);
+    EXPECT_EQ(cache.chunks_appended(0), 4);
+    EXPECT_EQ(cache.live_tokens(5), 4 * 768);
+  }
+}
+
+// A BF16 cache (what real pipelines hold) rounds every cached K/V value: the
+// result then differs from the fp32 golden by the rounding, not by 1e-4.
+TEST(Model, Bf16CacheCloseToGolden) {
+  qvg::StreamingKVCache cache(qvg::model_cache_config(model().config(), "bf16", "bf16"));
+  const GoldenResult r = run_golden(cache, false);
+  std::printf("[golden bf16 cache] Euler steps max abs %.3g; frames max abs %.3g, rel L2 %.3g; uint8: %lld differ, max "
+              "%d\n",
+              r.steps_max_abs, r.frames_max_abs, r.frames_rel_l2, static_cast<long long>(r.u8_differ), r.u8_max_diff);
+  EXPECT_LE(r.frames_rel_l2, 1e-2);
+}
+
+TEST(Model, NoiseIsDeterministic) {
+  const auto a = qvg::gaussian_noise(10001, 7), b = qvg::gaussian_noise(10001, 7), c = qvg::gaussian_noise(10001, 8);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  double m = 0, v = 0;
+  for (float x : a) m += x;
+  m /= a.size();
+  for (float x : a) v += (x - m) * (x - m);
+  v /= a.size();
+  EXPECT_NEAR(m, 0.0, 0.05);
+  EXPECT_NEAR(v, 1.0, 0.05);
+}
+
+TEST(Model, ForwardRejectsBadInput) {
+  const qvg::Model& m = model();
+  std::vector<float> tok(768 * 48, 0.f);
+  EXPECT_THROW(m.forward(std::span<const float>(tok).subspan(1), 0.f, 0, {}), qvg::Error);
+  EXPECT_THROW(m.forward(tok, 1.5f, 0, {}), qvg::Error);
+  qvg::KVContext ctx;
+  ctx.k.assign(6, qvg::HeadTensor(2, 10, 128));
+  ctx.v.assign(6, qvg::HeadTensor(2, 11, 128));
+  EXPECT_THROW(m.forward(tok, 0.f, 0, ctx), qvg::Error);
+  qvg::StreamingKVCache wrong(qvg::CacheConfig::self_forcing("bf16", "bf16"));
+  EXPECT_THROW(qvg::Sampler(m, wrong), qvg::Error);
+}
+
+// ---- damaged weight files ------------------------------------------------------------
+
+class BadWeights : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("qvg_test_model_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    tensors_ = qvg::read_safetensors(kModel, &meta_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const qvg::NamedTensors& t, const std::string& name) {
+    const std::string p = (dir_ / name).string();
+    qvg::write_safetensors(p, t, meta_);
+    return p;
+  }
+  /// Load must throw qvg::Error whose message contains `needle`.
+  void expect_error(const std::string& path, const std::string& needle) {
+    try {
+      qvg::Model::load(path);
+      ADD_FAILURE() << "no error for " << path;
+    } catch (const qvg::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::path dir_;
+  qvg::NamedTensors tensors_;
+  std::map<std::string, std::string> meta_;
+};
+
+TEST_F(BadWeights, RoundTripLoads) { EXPECT_NO_THROW(qvg::Model::load(write(tensors_, "ok.safetensors"))); }
+
+TEST_F(BadWeights, MissingTensor) {
+  auto t = tensors_;
+  t.erase(std::find_if(t.begin(), t.end(), [](const auto& p) { return p.first == "blocks.3.attn.norm_k.weight"; }));
+  expect_error(write(t, "missing.safetensors"), "'blocks.3.attn.norm_k.weight' is missing");
+}
+
+TEST_F(BadWeights, WrongShape) {
+  auto t = tensors_;
+  for (auto& [n, x] : t)
+    if (n == "blocks.1.fc1.weight") x.shape = {256, 1024};  // transposed: same bytes
+  expect_error(write(t, "shape.safetensors"), "'blocks.1.fc1.weight' has shape [256, 1024], expected [1024, 256]");
+}
+
+TEST_F(BadWeights, WrongDtype) {
+  auto t = tensors_;
+  for (auto& [n, x] : t)
+    if (n == "final.bias") {
+      x.dtype = qvg::DType::i32;
+      x.shape = {24};  // same 96 bytes
+    }
+  expect_error(write(t, "dtype.safetensors"), "'final.bias'");
+  for (auto& [n, x] : t)
+    if (n == "final.bias") {
+      x.dtype = qvg::DType::u8;
+      x.shape = {48};
+      x.bytes.resize(48);
+    }
+  expect_error(write(t, "dtype2.safetensors"), "'final.bias' has dtype u8");
+}
+
+TEST_F(BadWeights, NonFinite) {
+  auto t = tensors_;
+  for (auto& [n, x] : t)
+    if (n == "t_fc1.bias") x.bytes[2 * 5 + 1] = 0x7f, x.bytes[2 * 5] = 0x80;  // bf16 +inf
+  expect_error(write(t, "inf.safetensors"), "'t_fc1.bias': value 5 is not finite");
+}
+
+TEST_F(BadWeights, UnexpectedTensorAndConfig) {
+  auto t = tensors_;
+  t.push_back({"blocks.6.fc1.bias", t.front().second});
+  expect_error(write(t, "extra.safetensors"), "unexpected tensor 'blocks.6.fc1.bias'");
+  meta_["config"] = R"({"layers": 7})";
+  expect_error(write(tensors_, "layers.safetensors"), "'blocks.6.ada.weight' is missing");
+  meta_["format"] = "something-else";
+  expect_error(write(tensors_, "format.safetensors"), "format 'something-else'");
+}
+
+TEST_F(BadWeights, TruncatedAndMissingFile) {
+  const std::string p = (dir_ / "trunc.safetensors").string();
+  std::filesystem::copy_file(kModel, p);
+  std::filesystem::resize_file(p, std::filesystem::file_size(p) - 1000);
+  expect_error(p, p);
+  std::filesystem::resize_file(p, 5);
+  expect_error(p, p);
+  expect_error((dir_ / "nope.safetensors").string(), "nope.safetensors");
+}
+
+}  // namespace
