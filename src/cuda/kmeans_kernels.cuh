@@ -6,6 +6,7 @@
 // the CPU reference does (same bits for the same ids).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -117,6 +118,172 @@ __global__ void __launch_bounds__(kAssignThreads) assign_kernel(const float* __r
       dist[static_cast<int64_t>(h) * n_tokens + n] = static_cast<float>(s);
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// Tensor-core assignment: the x.c products in bf16 on the matrix units
+// (mma.sync m16n8k16, fp32 accumulation), argmin in registers. Rounding x and
+// c to bf16 perturbs each distance by about 2^-8 |x||c|, so ids can differ
+// from the fp32 CPU reference only where two centroids are that close to a
+// tie; the chosen centroid's distance is then recomputed exactly (in double)
+// by exact_dist_kernel.
+constexpr int kTcTokens = 128;     // BLK_M: tokens per block (4 warps x 32)
+constexpr int kTcCentroids = 64;   // BLK_N: centroids per smem tile
+constexpr int kTcThreads = 128;
+constexpr int kTcPad = 8;          // bf16 elements of row padding (ldmatrix without bank conflicts)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// Stage rows [row0, row0 + rows) of a (., D) matrix (float or bf16) into smem as
+/// bf16 with row stride D + kTcPad; rows past `valid` are zero.
+template <int D, typename T>
+__device__ __forceinline__ void stage_rows_bf16(const T* __restrict__ src, int64_t row0, int rows, int64_t valid,
+                                                __nv_bfloat16* dst) {
+  constexpr int kChunks = D / 8;  // 8 values (16 bytes of bf16) per chunk
+  for (int i = threadIdx.x; i < rows * kChunks; i += blockDim.x) {
+    const int r = i / kChunks, c8 = (i % kChunks) * 8;
+    uint4 packed = make_uint4(0, 0, 0, 0);
+    if (row0 + r < valid) {
+      const T* p = src + (row0 + r) * D + c8;
+      if constexpr (sizeof(T) == 2) {
+        packed = *reinterpret_cast<const uint4*>(p);
+      } else {
+        const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+        const __nv_bfloat162 h0 = __floats2bfloat162_rn(a.x, a.y), h1 = __floats2bfloat162_rn(a.z, a.w);
+        const __nv_bfloat162 h2 = __floats2bfloat162_rn(b.x, b.y), h3 = __floats2bfloat162_rn(b.z, b.w);
+        packed = make_uint4(*reinterpret_cast<const uint32_t*>(&h0), *reinterpret_cast<const uint32_t*>(&h1),
+                            *reinterpret_cast<const uint32_t*>(&h2), *reinterpret_cast<const uint32_t*>(&h3));
+      }
+    }
+    *reinterpret_cast<uint4*>(dst + r * (D + kTcPad) + c8) = packed;
+  }
+}
+
+/// ids[h][n] = argmin_c ||c||^2 - 2 x.c with bf16 tensor-core products.
+/// Grid (ceil(N/128), H); block 128; dynamic smem (128 + 64) * (D + 8) bf16.
+/// The loop it replaces: for n: for c: v = cnorm[c] - 2 dot(x[n], c); keep the lowest (v, c).
+template <int D, typename T>
+__global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens,
+                                                              const float* __restrict__ cent,
+                                                              const float* __restrict__ cnorm, int c_count,
+                                                              const int* __restrict__ active,
+                                                              uint8_t* __restrict__ ids) {
+  static_assert(D % 16 == 0, "D must be a multiple of 16");
+  const int h = blockIdx.y;
+  if (active && !active[h]) return;
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(tc_smem);  // (BLK_M, D + pad)
+  __nv_bfloat16* cs = xs + kTcTokens * (D + kTcPad);                // (BLK_N, D + pad)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTcTokens;
+  stage_rows_bf16<D>(x + static_cast<int64_t>(h) * n_tokens * D, n0, kTcTokens, n_tokens, xs);
+  const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
+  float best[2][2];
+  int arg[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) best[i][j] = FLT_MAX, arg[i][j] = 0;
+  const int g = lane >> 2, t = lane & 3;
+  for (int c0 = 0; c0 < c_count; c0 += kTcCentroids) {
+    __syncthreads();
+    stage_rows_bf16<D>(ch, c0, kTcCentroids, c_count, cs);
+    __syncthreads();
+    float acc[2][8][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+#pragma unroll
+    for (int k0 = 0; k0 < D; k0 += 16) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = warp * 32 + i * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+        const int col = k0 + 8 * (lane >> 4);
+        ldmatrix_x4(smem_u32(xs + row * (D + kTcPad) + col), a[i][0], a[i][1], a[i][2], a[i][3]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; j += 2) {
+        uint32_t b[4];
+        const int nrow = j * 8 + (lane & 7) + 8 * (lane >> 4);
+        const int col = k0 + 8 * ((lane >> 3) & 1);
+        ldmatrix_x4(smem_u32(cs + nrow * (D + kTcPad) + col), b[0], b[1], b[2], b[3]);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          mma_bf16_16816(acc[i][j], a[i], b[0], b[1]);
+          mma_bf16_16816(acc[i][j + 1], a[i], b[2], b[3]);
+        }
+      }
+    }
+    // Epilogue: acc[i][j] holds rows (g, g+8) of m-tile i, columns 2t, 2t+1 of n-tile j.
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = c0 + j * 8 + 2 * t + e;
+        if (c >= c_count) continue;
+        const float cn = cnorm[h * c_count + c];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float v = cn - 2.0f * acc[i][j][2 * r + e];
+            if (v < best[i][r]) best[i][r] = v, arg[i][r] = c;  // c increases: strict keeps the lowest
+          }
+      }
+  }
+  // Reduce over the 4 lanes of a quad (same rows), ties to the lowest index.
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      for (int off = 1; off < 4; off <<= 1) {
+        const float ov = __shfl_xor_sync(0xFFFFFFFFu, best[i][r], off);
+        const int oa = __shfl_xor_sync(0xFFFFFFFFu, arg[i][r], off);
+        if (ov < best[i][r] || (ov == best[i][r] && oa < arg[i][r])) best[i][r] = ov, arg[i][r] = oa;
+      }
+      const int64_t n = n0 + warp * 32 + i * 16 + g + 8 * r;
+      if (t == 0 && n < n_tokens) ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(arg[i][r]);
+    }
+}
+
+/// dist[h][n] = ||x - c_id||^2 in double (one warp per token).
+__global__ void exact_dist_kernel(const float* __restrict__ x, int64_t n_tokens, int d, const float* __restrict__ cent,
+                                  int c_count, int heads, const int* __restrict__ active,
+                                  const uint8_t* __restrict__ ids, float* __restrict__ dist) {
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (w >= heads * n_tokens) return;
+  const int h = static_cast<int>(w / n_tokens);
+  if (active && !active[h]) return;
+  const float* xp = x + w * d;
+  const float* cp = cent + (static_cast<int64_t>(h) * c_count + ids[w]) * d;
+  double s = 0.0;
+  for (int k = lane; k < d; k += 32) {
+    const double e = static_cast<double>(xp[k]) - cp[k];
+    s += e * e;
+  }
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
+  if (lane == 0) dist[w] = static_cast<float>(s);
 }
 
 /// Sort keys: key = h * 256 + id, value = token index n, for the stable radix sort.

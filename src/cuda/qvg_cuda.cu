@@ -83,6 +83,24 @@ void launch_assign(const float* x, int64_t n, const float* cent, const float* cn
   check_launch();
 }
 
+template <int D>
+void launch_assign_tc(const float* x, int64_t n, const float* cent, const float* cnorm, int c, int heads,
+                      const int* active, uint8_t* ids, float* dist, cudaStream_t s) {
+  const size_t smem = static_cast<size_t>(kTcTokens + kTcCentroids) * (D + kTcPad) * 2;
+  static bool configured = false;
+  if (!configured) {
+    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_tc_kernel<D, float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+    configured = true;
+  }
+  const dim3 grid(static_cast<unsigned>((n + kTcTokens - 1) / kTcTokens), static_cast<unsigned>(heads));
+  assign_tc_kernel<D, float><<<grid, kTcThreads, smem, s>>>(x, n, cent, cnorm, c, active, ids);
+  check_launch();
+  exact_dist_kernel<<<blocks_for(static_cast<int64_t>(heads) * n * 32), kThreads, 0, s>>>(x, n, D, cent, c, heads,
+                                                                                          active, ids, dist);
+  check_launch();
+}
+
 }  // namespace
 
 void DeviceParts::allocate(const QvgShape& sh) {
@@ -222,10 +240,18 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
     centroid_norms_kernel<<<blocks_for(static_cast<int64_t>(H) * C * 32), kThreads, 0, stream>>>(cent_.get(), H, C, D,
                                                                                                 cnorm_.get());
     check_launch();
-    if (D == 64)
-      launch_assign<64>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
-    else
-      launch_assign<128>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+    if (km.fp32_assign) {
+      if (D == 64)
+        launch_assign<64>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+      else
+        launch_assign<128>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+    } else {
+      if (D == 64)
+        launch_assign_tc<64>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+      else
+        launch_assign_tc<128>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(),
+                              stream);
+    }
     head_mse_kernel<<<H, 1024, 0, stream>>>(dist_.get(), N, D, mse_.get());
     check_launch();
   };

@@ -39,6 +39,10 @@ struct GpuKMeansOptions {
   bool check_convergence = true;
   /// Warm start: BF16 centroids [S][H][C][D] on the device (or null).
   const uint16_t* warm_bf16 = nullptr;
+  /// Assignment products in fp32 on the CUDA cores (as the CPU reference
+  /// computes them) instead of bf16 on the tensor cores (default: faster; ids
+  /// can differ from the CPU's only for tokens within ~2^-8 |x||c| of a tie).
+  bool fp32_assign = false;
 };
 
 /// Scratch memory reused across encodes.

@@ -27,6 +27,36 @@ __device__ __forceinline__ float load_as_float<__nv_bfloat16>(const __nv_bfloat1
 template <>
 __device__ __forceinline__ float load_as_float<__half>(const __half* p) { return __half2float(*p); }
 
+/// 16 consecutive values (16-byte aligned) -> float, with 16-byte loads.
+template <typename T>
+__device__ __forceinline__ void load16_as_float(const T* p, float* v) {
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint4 u = q[j];
+      v[4 * j] = __uint_as_float(u.x);
+      v[4 * j + 1] = __uint_as_float(u.y);
+      v[4 * j + 2] = __uint_as_float(u.z);
+      v[4 * j + 3] = __uint_as_float(u.w);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint4 u = q[j];
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        T lo, hi;
+        *reinterpret_cast<uint16_t*>(&lo) = static_cast<uint16_t>(w[i] & 0xFFFFu);
+        *reinterpret_cast<uint16_t*>(&hi) = static_cast<uint16_t>(w[i] >> 16);
+        v[8 * j + 2 * i] = load_as_float(&lo);
+        v[8 * j + 2 * i + 1] = load_as_float(&hi);
+      }
+    }
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void store_from_float(T* p, float v);
 template <>
@@ -57,8 +87,7 @@ __device__ __forceinline__ void load_bf16_vals(const uint16_t* p, float* out) {
 template <typename InT>
 __device__ __forceinline__ void load_residual16(const InT* x, const QvgShape& sh, const QvgParts& p, int h,
                                                 int64_t n, int col, float* v) {
-#pragma unroll
-  for (int i = 0; i < kValsPerThread; ++i) v[i] = load_as_float(x + i);
+  load16_as_float(x, v);
   for (int s = 0; s < sh.stages; ++s) {
     const uint8_t id = p.ids[(static_cast<int64_t>(s) * sh.heads + h) * sh.tokens + n];
     float c[kValsPerThread];
@@ -244,9 +273,16 @@ __global__ void subtract_stage_kernel(float* __restrict__ r, QvgShape sh, const 
   const int col = static_cast<int>(rem % tpr) * kValsPerThread;
   float c[kValsPerThread];
   load_bf16_vals<kValsPerThread>(centroids + (static_cast<int64_t>(h) * sh.centroids + ids[static_cast<int64_t>(h) * sh.tokens + n]) * sh.dim + col, c);
-  float* x = r + (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col;
+  float4* x = reinterpret_cast<float4*>(r + (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col);
 #pragma unroll
-  for (int i = 0; i < kValsPerThread; ++i) x[i] = __fsub_rn(x[i], c[i]);
+  for (int j = 0; j < kValsPerThread / 4; ++j) {
+    float4 a = x[j];
+    a.x = __fsub_rn(a.x, c[4 * j]);
+    a.y = __fsub_rn(a.y, c[4 * j + 1]);
+    a.z = __fsub_rn(a.z, c[4 * j + 2]);
+    a.w = __fsub_rn(a.w, c[4 * j + 3]);
+    x[j] = a;
+  }
 }
 
 }  // namespace qvg::cuda
