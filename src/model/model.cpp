@@ -155,9 +155,11 @@ std::vector<float> linear(std::span<const float> x, int64_t n, const Linear& l) 
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-float gelu_tanh(float x) {
+/// GELU, tanh form, in place (Eigen's vectorized tanh).
+void gelu_tanh(std::vector<float>& v) {
+  Eigen::Map<Eigen::ArrayXf> x(v.data(), static_cast<Eigen::Index>(v.size()));
   const float k = 0.7978845608028654f;  // sqrt(2/pi)
-  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+  x = 0.5f * x * (1.0f + (k * (x + 0.044715f * x * x * x)).tanh());
 }
 
 /// LayerNorm without affine over rows of width d, then * (1 + scale) + shift.
@@ -392,20 +394,11 @@ std::vector<float> Model::forward(std::span<const float> tokens, float t, int64_
       Kall.bottomRows(L) = MapRowC(kh.head(hh), L, hd);
       Vall.bottomRows(L) = MapRowC(vh.head(hh), L, hd);
       S.noalias() = MapRowC(qh.head(hh), L, hd) * Kall.transpose();
-      for (int64_t i = 0; i < L; ++i) {
-        float* s = S.data() + i * N;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < N; ++j) {
-          s[j] /= sqrt_d;  // q k^T / sqrt(D), as the reference divides
-          mx = std::max(mx, s[j]);
-        }
-        float sum = 0;
-        for (int64_t j = 0; j < N; ++j) {
-          s[j] = std::exp(s[j] - mx);
-          sum += s[j];
-        }
-        for (int64_t j = 0; j < N; ++j) s[j] /= sum;
-      }
+      S.array() /= sqrt_d;  // q k^T / sqrt(D), divided as the reference does
+      const Eigen::VectorXf mx = S.rowwise().maxCoeff();
+      S = (S.colwise() - mx).array().exp().matrix();
+      const Eigen::VectorXf sum = S.rowwise().sum();
+      S.array().colwise() /= sum.array();
       O.noalias() = S * Vall;
       for (int64_t n = 0; n < L; ++n)
         std::copy_n(O.data() + n * hd, hd, o.data() + n * d + static_cast<int64_t>(hh) * hd);
@@ -416,7 +409,7 @@ std::vector<float> Model::forward(std::span<const float> tokens, float t, int64_
 
     ln_modulate(h.data(), L, d, c.eps, shift_m, scale_m, y.data());
     linear(y.data(), L, B.fc1, mlp.data());
-    for (float& x : mlp) x = gelu_tanh(x);
+    gelu_tanh(mlp);
     linear(mlp.data(), L, B.fc2, tmp.data());
     for (int64_t i = 0; i < L; ++i)
       for (int j = 0; j < d; ++j) h[static_cast<size_t>(i * d + j)] += tmp[static_cast<size_t>(i * d + j)] * gate_m[j];
