@@ -13,4 +13,10 @@ CLI::App* add_stream_command(CLI::App& app);
 /// qvg::Error (main prints it) on bad data or files.
 int run_stream_command();
 
+/// `qvg generate`: continues a clip with the reference video model, its KV
+/// cache in the streaming cache (tools/cmd_generate.cpp).
+CLI::App* add_generate_command(CLI::App& app);
+/// Runs `qvg generate` with the parsed options; returns the exit status.
+int run_generate_command();
+
 }  // namespace qvg_cli

@@ -266,6 +266,7 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("methods", "list methods, presets and codec options");
   auto* stream = qvg_cli::add_stream_command(app);
+  auto* generate = qvg_cli::add_generate_command(app);
 
   try {
     app.parse(argc, argv);
@@ -276,6 +277,7 @@ int main(int argc, char** argv) {
     if (*eval) return run_eval(eval_args, eval_methods, as_json, quiet);
     if (*demo) return run_demo(demo_args, demo_methods, as_json, quiet);
     if (*stream) return qvg_cli::run_stream_command();
+    if (*generate) return qvg_cli::run_generate_command();
     return list_methods();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qvg: error: %s\n", e.what());

@@ -1,0 +1,213 @@
+// `qvg generate`: continues a real clip with the reference video model, chunk
+// by chunk, its KV cache held in a StreamingKVCache with the chosen codec.
+// Prints a line per chunk (time, cache work, memory), the KV memory by part at
+// the end, and writes the context + generated frames as a video. Thin: the
+// model runtime (include/qvg/model.h) and the cache do the work.
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "commands.h"
+#include "qvg/cache.h"
+#include "qvg/model.h"
+#include "qvg/video.h"
+#include "qvg/video_writer.h"
+
+#ifndef QVG_SOURCE_DIR
+#define QVG_SOURCE_DIR "."
+#endif
+
+namespace qvg_cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model = std::string(QVG_SOURCE_DIR) + "/models/qvg_ref_video_dit.safetensors";
+  std::string context, out;
+  std::string cache = "qvg", key, value;
+  int frames = 9, context_frames = 6, start = 0, steps = 4, threads = 0, upscale = 4;
+  int quant_factor = 4, keep_recent = 0, sink = 0;
+  int64_t window = 0;
+  bool post_rope = false, no_context_in_output = false;
+  uint64_t seed = 2026;
+  double fps = 0;
+  std::string encoder;
+};
+
+GenerateArgs g;
+
+std::string kb(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f KB", static_cast<double>(bytes) / 1024.0);
+  return buf;
+}
+
+/// Frames [start, start + n) of a clip as the model sees them: scaled to
+/// 128 x 72, center crop rows 4..67, columns 32..95 (the evaluation crop of
+/// docs/MODEL.md §10), 8-bit RGB [n, 64, 64, 3].
+qvg::Video load_context(const qvg::ModelConfig& c, double* fps) {
+  const int fw = 128, fh = 72;
+  QVG_CHECK(c.frame == 64, "generate: the context crop assumes 64x64 frames, the model has ", c.frame);
+  const qvg::Video v = qvg::read_video(g.context, g.start + g.context_frames, fw, fh);
+  QVG_CHECK(v.frames >= g.start + g.context_frames, g.context, ": has ", v.frames, " frames, need ",
+            g.start + g.context_frames, " (--start ", g.start, " + --context-frames ", g.context_frames, ")");
+  *fps = v.fps;
+  qvg::Video out;
+  out.width = out.height = c.frame;
+  out.frames = g.context_frames;
+  out.fps = v.fps;
+  const int y0 = (fh - c.frame) / 2, x0 = (fw - c.frame) / 2;  // 4, 32
+  for (int f = g.start; f < g.start + g.context_frames; ++f)
+    for (int y = 0; y < c.frame; ++y) {
+      const uint8_t* row = v.frame(f) + (static_cast<size_t>(y0 + y) * fw + x0) * 3;
+      out.rgb.insert(out.rgb.end(), row, row + c.frame * 3);
+    }
+  return out;
+}
+
+void print_parts(const char* role, const qvg::RoleBytes& b) {
+  const qvg::PartBytes& p = b.spans;
+  std::printf("  %s: spans %s (codes %s, scales %s, zero points %s, span scales %s, centroids %s, ids %s, "
+              "full precision %s) + BF16/F32 tail %s = %s\n",
+              role, kb(p.total()).c_str(), kb(p.codes).c_str(), kb(p.scales).c_str(), kb(p.zero_points).c_str(),
+              kb(p.span_scales).c_str(), kb(p.centroids).c_str(), kb(p.ids).c_str(), kb(p.full_precision).c_str(),
+              kb(b.tail).c_str(), kb(b.total()).c_str());
+}
+
+}  // namespace
+
+CLI::App* add_generate_command(CLI::App& app) {
+  auto* s = app.add_subcommand("generate",
+                               "continue a clip with the reference video model; KV cache in the streaming cache");
+  s->add_option("--context", g.context, "video clip whose frames are the context (e.g. data/clips/vtest.mp4)")
+      ->required();
+  s->add_option("-o,--out", g.out, "output video (.mp4: H.264 via libx264, else MPEG-4 part 2); context + generated")
+      ->required();
+  s->add_option("--frames", g.frames, "frames to generate (rounded up to whole chunks of 3), default 9")
+      ->check(CLI::Range(1, 100000));
+  s->add_option("--context-frames", g.context_frames, "context frames, a multiple of 3, default 6")
+      ->check(CLI::Range(3, 100000));
+  s->add_option("--start", g.start, "first context frame in the clip, default 0 (held-out: vtest 192)")
+      ->check(CLI::Range(0, 1000000));
+  s->add_option("--model", g.model, "weights (.safetensors), default models/qvg_ref_video_dit.safetensors");
+  s->add_option("--cache", g.cache,
+                "codec of K and V (bf16, rtn, kivi, quarot, qvg, qvg-pro, *-int4, with :key=value overrides; "
+                "none = lossless float cache), default qvg");
+  s->add_option("--key", g.key, "codec of K (overrides --cache)");
+  s->add_option("--value", g.value, "codec of V (overrides --cache)");
+  s->add_option("--quant-factor", g.quant_factor, "chunks per encoded span (768 tokens each), default 4")
+      ->check(CLI::Range(1, 1 << 20));
+  s->add_option("--keep-recent", g.keep_recent, "newest chunks kept in BF16, default 0")->check(CLI::Range(0, 1 << 20));
+  s->add_option("--sink", g.sink, "first chunks never encoded nor evicted, default 0")->check(CLI::Range(0, 1 << 20));
+  s->add_option("--window", g.window, "attend to the newest N non-sink chunks only (0 = all), default 0")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  s->add_flag("--post-rope", g.post_rope, "cache keys after RoPE (default: before RoPE, RoPE on read)");
+  s->add_option("--steps", g.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
+  s->add_option("--seed", g.seed, "noise seed, default 2026 (same noise for every cache)");
+  s->add_option("--threads", g.threads, "cache encode/decode threads (0 = all cores)");
+  s->add_option("--fps", g.fps, "output frame rate (default: the clip's)");
+  s->add_option("--upscale", g.upscale, "nearest-neighbour upscaling of the 64x64 frames in the output, default 4")
+      ->check(CLI::Range(1, 16));
+  s->add_option("--encoder", g.encoder, "FFmpeg encoder (default libx264, else mpeg4)");
+  s->add_flag("--no-context-in-output", g.no_context_in_output, "write only the generated frames");
+  return s;
+}
+
+int run_generate_command() {
+  using clock = std::chrono::steady_clock;
+  const auto t_start = clock::now();
+  const qvg::Model model = qvg::Model::load(g.model);
+  const qvg::ModelConfig& mc = model.config();
+  QVG_CHECK(g.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
+            ", got ", g.context_frames);
+  qvg::SpanPolicy policy;
+  policy.quant_factor = g.quant_factor;
+  policy.keep_recent = g.keep_recent;
+  policy.sink = g.sink;
+  policy.window_chunks = g.window;
+  const std::string kspec = g.key.empty() ? g.cache : g.key, vspec = g.value.empty() ? g.cache : g.value;
+  qvg::CacheOptions copt;
+  copt.threads = g.threads;
+  qvg::StreamingKVCache cache(qvg::model_cache_config(mc, kspec, vspec, !g.post_rope, policy), copt);
+  double clip_fps = 0;
+  const qvg::Video ctx = load_context(mc, &clip_fps);
+  const int gen_chunks = (g.frames + mc.chunk_frames - 1) / mc.chunk_frames;
+  const int ctx_chunks = g.context_frames / mc.chunk_frames;
+  std::printf("qvg generate: %s frames %d..%d as context (%d chunks), %d frames to generate (%d chunks of %d "
+              "frames = %d tokens), %d Euler steps\n",
+              g.context.c_str(), g.start, g.start + g.context_frames - 1, ctx_chunks, gen_chunks * mc.chunk_frames,
+              gen_chunks, mc.chunk_frames, mc.tokens_per_chunk(), g.steps);
+  std::printf("cache: K %s, V %s, keys %s RoPE, span = %d chunks, keep_recent %d, sink %d, window %" PRId64
+              ", noise seed %" PRIu64 "\n",
+              kspec.c_str(), vspec.c_str(), g.post_rope ? "after" : "before", g.quant_factor, g.keep_recent, g.sink,
+              g.window, g.seed);
+  std::fflush(stdout);
+
+  qvg::SamplerConfig sc;
+  sc.steps = g.steps;
+  qvg::Sampler sampler(model, cache, sc);
+  const std::vector<float> ctx_x = qvg::pixels_to_model(ctx.rgb);
+  const size_t chunk_values = static_cast<size_t>(mc.chunk_frames * mc.frame_values());
+  auto line = [&](const char* what, const qvg::ChunkReport& r, int idx, int total) {
+    int spans = 0;
+    for (const auto& a : r.appends) spans += static_cast<int>(a.spans.size());
+    const qvg::MemoryStats m = cache.memory();
+    std::printf("%-8s %3d/%-3d frames %3" PRId64 "..%-3" PRId64 " %7.2f s (read %.2f, network %.2f, append %.2f%s)  "
+                "KV %s, %.2fx vs BF16, %" PRId64 " tokens/layer\n",
+                what, idx, total, r.frame_start, r.frame_start + mc.chunk_frames - 1,
+                r.read_seconds + r.forward_seconds + r.append_seconds, r.read_seconds, r.forward_seconds,
+                r.append_seconds, spans ? (", " + std::to_string(spans) + " spans encoded").c_str() : "",
+                kb(m.total.kv_bytes()).c_str(), m.total.ratio(), cache.live_tokens(0));
+    std::fflush(stdout);
+  };
+  for (int i = 0; i < ctx_chunks; ++i) {
+    const auto r = sampler.add_context(std::span<const float>(ctx_x).subspan(i * chunk_values, chunk_values));
+    line("context", r, i + 1, ctx_chunks);
+  }
+  const size_t noise_values = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
+  const std::vector<float> noise = qvg::gaussian_noise(static_cast<int64_t>(noise_values) * gen_chunks, g.seed);
+  std::vector<float> gen;
+  double gen_seconds = 0;
+  for (int i = 0; i < gen_chunks; ++i) {
+    qvg::ChunkReport r;
+    const std::vector<float> f =
+        sampler.generate(std::span<const float>(noise).subspan(i * noise_values, noise_values), &r);
+    gen.insert(gen.end(), f.begin(), f.end());
+    gen_seconds += r.read_seconds + r.forward_seconds + r.append_seconds;
+    line("generate", r, i + 1, gen_chunks);
+  }
+
+  const qvg::MemoryStats m = cache.memory();
+  std::printf("\nKV memory after %" PRId64 " chunks (all %d layers; exact, from the cache's buffers):\n",
+              cache.chunks_appended(0), mc.layers);
+  print_parts("K", m.total.k);
+  print_parts("V", m.total.v);
+  std::printf("  K+V %s (BF16 cache of the same live tokens: %s, ratio %.2fx, %.3f bits per value); positions %s, "
+              "warm-start centroids %s, total %s\n",
+              kb(m.total.kv_bytes()).c_str(), kb(m.total.bf16_bytes).c_str(), m.total.ratio(),
+              m.total.bits_per_value(mc.heads, mc.head_dim), kb(m.total.positions).c_str(),
+              kb(m.total.warm_start).c_str(), kb(m.total.total()).c_str());
+  std::printf("time: %.2f s per generated chunk (%d Euler steps + 1 clean pass), %.2f s in all\n",
+              gen_seconds / gen_chunks, g.steps,
+              std::chrono::duration<double>(clock::now() - t_start).count());
+
+  qvg::Video out;
+  out.width = out.height = mc.frame;
+  const std::vector<uint8_t> gen_u8 = qvg::model_to_pixels(std::span<const float>(gen).first(
+      static_cast<size_t>(g.frames) * static_cast<size_t>(mc.frame_values())));
+  if (!g.no_context_in_output) out.rgb = ctx.rgb;
+  out.rgb.insert(out.rgb.end(), gen_u8.begin(), gen_u8.end());
+  out.frames = static_cast<int>(out.rgb.size() / static_cast<size_t>(mc.frame_values()));
+  qvg::VideoWriteOptions wo;
+  wo.fps = g.fps > 0 ? g.fps : (clip_fps > 0 ? clip_fps : 8.0);
+  wo.upscale = g.upscale;
+  wo.encoder = g.encoder;
+  const std::string enc = qvg::write_video(g.out, out, wo);
+  std::printf("wrote %s: %d frames (%s%d generated), %dx%d, %s, %.3g fps\n", g.out.c_str(), out.frames,
+              g.no_context_in_output ? "" : (std::to_string(g.context_frames) + " context + ").c_str(), g.frames,
+              mc.frame * g.upscale, mc.frame * g.upscale, enc.c_str(), wo.fps);
+  return 0;
+}
+
+}  // namespace qvg_cli
