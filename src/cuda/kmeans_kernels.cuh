@@ -122,11 +122,13 @@ __global__ void __launch_bounds__(kAssignThreads) assign_kernel(const float* __r
 
 // ---------------------------------------------------------------------------
 // Tensor-core assignment: the x.c products in bf16 on the matrix units
-// (mma.sync m16n8k16, fp32 accumulation), argmin in registers. Rounding x and
-// c to bf16 perturbs each distance by about 2^-8 |x||c|, so ids can differ
-// from the fp32 CPU reference only where two centroids are that close to a
-// tie; the chosen centroid's distance is then recomputed exactly (in double)
-// by exact_dist_kernel.
+// (mma.sync m16n8k16, fp32 accumulation), the best two candidates per token
+// in registers. Rounding x and c to bf16 moves each value ||c||^2 - 2 x.c by
+// at most about 2^-6 ||x|| max||c||; when the runner-up is within that margin
+// of the best, both are re-ranked by their exact distance in double (ties to
+// the lower index). So ids match an exact assignment unless three or more
+// centroids are within the margin. The chosen centroid's distance is then
+// recomputed exactly by exact_dist_kernel.
 constexpr int kTcTokens = 128;     // BLK_M: tokens per block (4 warps x 32)
 constexpr int kTcCentroids = 64;   // BLK_N: centroids per smem tile
 constexpr int kTcThreads = 128;
@@ -178,12 +180,16 @@ __device__ __forceinline__ void stage_rows_bf16(const T* __restrict__ src, int64
 /// ids[h][n] = argmin_c ||c||^2 - 2 x.c with bf16 tensor-core products.
 /// Grid (ceil(N/128), H); block 128; dynamic smem (128 + 64) * (D + 8) bf16.
 /// The loop it replaces: for n: for c: v = cnorm[c] - 2 dot(x[n], c); keep the lowest (v, c).
+/// (value, index) pairs ordered by value, then index.
+__device__ __forceinline__ bool before(float v, int i, float w, int j) { return v < w || (v == w && i < j); }
+
 template <int D, typename T>
 __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens,
                                                               const float* __restrict__ cent,
                                                               const float* __restrict__ cnorm, int c_count,
                                                               const int* __restrict__ active,
                                                               uint8_t* __restrict__ ids) {
+  static_assert(sizeof(T) == 4, "refinement reads the float rows");
   static_assert(D % 16 == 0, "D must be a multiple of 16");
   const int h = blockIdx.y;
   if (active && !active[h]) return;
@@ -192,14 +198,30 @@ __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restri
   __nv_bfloat16* cs = xs + kTcTokens * (D + kTcPad);                // (BLK_N, D + pad)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTcTokens;
-  stage_rows_bf16<D>(x + static_cast<int64_t>(h) * n_tokens * D, n0, kTcTokens, n_tokens, xs);
+  __shared__ float xnorm[kTcTokens];
+  __shared__ float cmax_sq;
+  const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
+  stage_rows_bf16<D>(xh, n0, kTcTokens, n_tokens, xs);
+  if (threadIdx.x == 0) cmax_sq = 0.0f;
+  __syncthreads();
+  {  // ||x|| of each staged row, and max ||c||^2 of the head (for the margin)
+    float s = 0.0f;
+    for (int k = 0; k < D; ++k) {
+      const float v = __bfloat162float(xs[threadIdx.x * (D + kTcPad) + k]);
+      s = fmaf(v, v, s);
+    }
+    xnorm[threadIdx.x] = sqrtf(s);
+    float m = 0.0f;
+    for (int c = threadIdx.x; c < c_count; c += blockDim.x) m = fmaxf(m, cnorm[h * c_count + c]);
+    atomicMax(reinterpret_cast<unsigned int*>(&cmax_sq), __float_as_uint(m));  // m >= 0
+  }
   const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
-  float best[2][2];
-  int arg[2][2];
+  float best[2][2], second[2][2];
+  int arg[2][2], arg2[2][2];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int j = 0; j < 2; ++j) best[i][j] = FLT_MAX, arg[i][j] = 0;
+    for (int j = 0; j < 2; ++j) best[i][j] = second[i][j] = FLT_MAX, arg[i][j] = arg2[i][j] = 0x7FFFFFFF;
   const int g = lane >> 2, t = lane & 3;
   for (int c0 = 0; c0 < c_count; c0 += kTcCentroids) {
     __syncthreads();
@@ -247,22 +269,52 @@ __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restri
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const float v = cn - 2.0f * acc[i][j][2 * r + e];
-            if (v < best[i][r]) best[i][r] = v, arg[i][r] = c;  // c increases: strict keeps the lowest
+            if (v < best[i][r]) {  // c increases: strict keeps the lowest index first
+              second[i][r] = best[i][r], arg2[i][r] = arg[i][r];
+              best[i][r] = v, arg[i][r] = c;
+            } else if (v < second[i][r]) {
+              second[i][r] = v, arg2[i][r] = c;
+            }
           }
       }
   }
-  // Reduce over the 4 lanes of a quad (same rows), ties to the lowest index.
+  // Merge the top two over the 4 lanes of a quad (same rows).
+  const float cmax = sqrtf(cmax_sq);
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      float v1 = best[i][r], v2 = second[i][r];
+      int i1 = arg[i][r], i2 = arg2[i][r];
       for (int off = 1; off < 4; off <<= 1) {
-        const float ov = __shfl_xor_sync(0xFFFFFFFFu, best[i][r], off);
-        const int oa = __shfl_xor_sync(0xFFFFFFFFu, arg[i][r], off);
-        if (ov < best[i][r] || (ov == best[i][r] && oa < arg[i][r])) best[i][r] = ov, arg[i][r] = oa;
+        const float w1 = __shfl_xor_sync(0xFFFFFFFFu, v1, off), w2 = __shfl_xor_sync(0xFFFFFFFFu, v2, off);
+        const int j1 = __shfl_xor_sync(0xFFFFFFFFu, i1, off), j2 = __shfl_xor_sync(0xFFFFFFFFu, i2, off);
+        if (before(w1, j1, v1, i1)) {  // other's best wins; runner-up: min(own best, other's second)
+          const bool own = before(v1, i1, w2, j2);
+          v2 = own ? v1 : w2, i2 = own ? i1 : j2;
+          v1 = w1, i1 = j1;
+        } else if (before(w1, j1, v2, i2)) {
+          v2 = w1, i2 = j1;
+        }
       }
-      const int64_t n = n0 + warp * 32 + i * 16 + g + 8 * r;
-      if (t == 0 && n < n_tokens) ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(arg[i][r]);
+      const int row = warp * 32 + i * 16 + g + 8 * r;
+      const int64_t n = n0 + row;
+      if (t != 0 || n >= n_tokens) continue;
+      int pick = i1;
+      const float margin = 0.015625f * xnorm[row] * cmax + 1e-6f * fabsf(v1);  // 2^-6 ||x|| max||c||
+      if (i2 < c_count && v2 - v1 <= margin) {
+        const float* xr = xh + n * D;
+        const float* c1 = ch + static_cast<int64_t>(i1) * D;
+        const float* c2 = ch + static_cast<int64_t>(i2) * D;
+        double d1 = 0.0, d2 = 0.0;
+        for (int k = 0; k < D; ++k) {
+          const double a = static_cast<double>(xr[k]) - c1[k], b = static_cast<double>(xr[k]) - c2[k];
+          d1 += a * a;
+          d2 += b * b;
+        }
+        if (d2 < d1 || (d2 == d1 && i2 < i1)) pick = i2;
+      }
+      ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(pick);
     }
 }
 
