@@ -11,6 +11,8 @@
 
 #include "qvg/io.h"
 #include "qvg/model.h"
+#include "qvg/video.h"
+#include "qvg/video_writer.h"
 
 namespace {
 
@@ -213,6 +215,35 @@ TEST(Model, ForwardRejectsBadInput) {
   EXPECT_THROW(m.forward(tok, 0.f, 0, ctx), qvg::Error);
   qvg::StreamingKVCache wrong(qvg::CacheConfig::self_forcing("bf16", "bf16"));
   EXPECT_THROW(qvg::Sampler(m, wrong), qvg::Error);
+}
+
+// write_video -> read_video round trip (H.264 or MPEG-4 part 2, YUV 4:2:0:
+// lossy, so only close), and errors naming the file.
+TEST(VideoWriter, RoundTrip) {
+  if (!qvg::video_support()) GTEST_SKIP() << "built without FFmpeg";
+  const qvg::RawTensor u8 = qvg::read_safetensors_tensor(kGolden, "context_u8");
+  qvg::Video v;
+  v.width = v.height = 64;
+  v.frames = 6;
+  v.rgb = u8.bytes;
+  const std::string p = (std::filesystem::temp_directory_path() / ("qvg_vw_" + std::to_string(::getpid()) + ".mp4")).string();
+  qvg::VideoWriteOptions o;
+  o.upscale = 2;
+  const std::string enc = qvg::write_video(p, v, o);
+  std::printf("[video writer] encoder %s\n", enc.c_str());
+  const qvg::Video back = qvg::read_video(p, 0, 64, 64);
+  std::filesystem::remove(p);
+  ASSERT_EQ(back.frames, 6);
+  double mad = 0;
+  for (size_t i = 0; i < v.rgb.size(); ++i) mad += std::abs(int{v.rgb[i]} - int{back.rgb[i]});
+  mad /= static_cast<double>(v.rgb.size());
+  EXPECT_LT(mad, 6.0);
+  EXPECT_THROW(qvg::write_video("/nonexistent_dir/x.mp4", v), qvg::Error);
+  v.width = 63;
+  EXPECT_THROW(qvg::write_video(p, v), qvg::Error);
+  o.encoder = "no-such-encoder";
+  v.width = 64;
+  EXPECT_THROW(qvg::write_video(p, v, o), qvg::Error);
 }
 
 // ---- damaged weight files ------------------------------------------------------------

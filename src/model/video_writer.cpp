@@ -127,6 +127,7 @@ std::string write_video(const std::string& path, const Video& video, const Video
       int e = avcodec_receive_packet(enc.get(), pkt.get());
       if (e == AVERROR(EAGAIN) || (flushing && e == AVERROR_EOF)) return;
       QVG_CHECK(e >= 0, path, ": encoding failed: ", av_error(e));
+      if (pkt->duration <= 0) pkt->duration = 1;  // one frame; without it mp4 drops the last frame
       av_packet_rescale_ts(pkt.get(), enc->time_base, st->time_base);
       pkt->stream_index = st->index;
       e = av_interleaved_write_frame(fmt.get(), pkt.get());
