@@ -191,6 +191,37 @@ TEST(Model, Bf16CacheCloseToGolden) {
   EXPECT_LE(r.steps_max_rel, 2e-2);  // ... and small
 }
 
+// Any codec behind the cache: context chunk 0 goes into a cache that encodes
+// every chunk at once (quant_factor 1), then the velocity of the golden noise
+// chunk (t = 1) is compared with the exact cache's. The error must be > 0 and
+// ordered as the codecs' quality: INT4 QVG < INT2 QVG < INT2 RTN.
+TEST(Model, CompressedCacheOrdering) {
+  const qvg::Model& m = model();
+  const qvg::ModelConfig& c = m.config();
+  const std::vector<float> ctx = golden_f32("context");
+  const std::vector<float> noise = golden_f32("noise");
+  const size_t fv = static_cast<size_t>(c.chunk_frames * c.frame_values());
+  const size_t cv = static_cast<size_t>(c.tokens_per_chunk()) * c.patch_dim();
+  auto velocity = [&](const std::string& spec) {
+    qvg::SpanPolicy p;
+    p.quant_factor = 1;
+    qvg::StreamingKVCache cache(qvg::model_cache_config(c, spec, spec, true, p));
+    qvg::Sampler s(m, cache);
+    const qvg::ChunkReport r = s.add_context(std::span<const float>(ctx).first(fv));
+    if (spec != "none") EXPECT_EQ(r.appends.at(0).spans.size(), 1u) << spec;
+    return m.forward(std::span<const float>(noise).first(cv), 1.0f, c.chunk_frames, qvg::read_context(cache, c));
+  };
+  const std::vector<float> exact = velocity("none");
+  std::map<std::string, double> err;
+  for (const std::string spec : {"qvg-int4", "qvg", "rtn"}) {
+    err[spec] = diff(velocity(spec), exact).rel_l2;
+    std::printf("[compressed cache] %-9s velocity rel L2 vs exact cache %.3g\n", spec.c_str(), err[spec]);
+  }
+  EXPECT_GT(err["qvg-int4"], 0.0);
+  EXPECT_LT(err["qvg-int4"], err["qvg"]);
+  EXPECT_LT(err["qvg"], err["rtn"]);
+}
+
 TEST(Model, NoiseIsDeterministic) {
   const auto a = qvg::gaussian_noise(10001, 7), b = qvg::gaussian_noise(10001, 7), c = qvg::gaussian_noise(10001, 8);
   EXPECT_EQ(a, b);
