@@ -394,11 +394,12 @@ std::vector<float> Model::forward(std::span<const float> tokens, float t, int64_
       Kall.bottomRows(L) = MapRowC(kh.head(hh), L, hd);
       Vall.bottomRows(L) = MapRowC(vh.head(hh), L, hd);
       S.noalias() = MapRowC(qh.head(hh), L, hd) * Kall.transpose();
-      S.array() /= sqrt_d;  // q k^T / sqrt(D), divided as the reference does
-      const Eigen::VectorXf mx = S.rowwise().maxCoeff();
-      S = (S.colwise() - mx).array().exp().matrix();
-      const Eigen::VectorXf sum = S.rowwise().sum();
-      S.array().colwise() /= sum.array();
+      for (int64_t i = 0; i < L; ++i) {  // softmax of each row (Eigen's vectorized exp)
+        Eigen::Map<Eigen::ArrayXf> row(S.data() + i * N, N);
+        row /= sqrt_d;  // q k^T / sqrt(D), divided as the reference does
+        row = (row - row.maxCoeff()).exp();
+        row /= row.sum();
+      }
       O.noalias() = S * Vall;
       for (int64_t n = 0; n < L; ++n)
         std::copy_n(O.data() + n * hd, hd, o.data() + n * d + static_cast<int64_t>(hh) * hd);
