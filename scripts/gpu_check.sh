@@ -34,7 +34,7 @@ tail -4 "$OUT/sanitizer.log"
 step "benchmark"
 build-gpu/bench/bench_cuda --json "$OUT/bench_cuda.json" --reps "${QVG_BENCH_REPS:-20}" ${QVG_BENCH_QUICK:+--quick} 2>&1 | tee "$OUT/bench_cuda.log" || rc=1
 step "per-kernel profile (ncu)"
-ncu --clock-control none --print-summary per-kernel build-gpu/bench/bench_cuda --profile >"$OUT/ncu.log" 2>&1 || rc=1
+[ -n "${QVG_SKIP_NCU:-}" ] || ncu --clock-control none --print-summary per-kernel build-gpu/bench/bench_cuda --profile >"$OUT/ncu.log" 2>&1 || rc=1
 grep -E "^  [a-z_].*\(|Duration|^    [A-Za-z].*Duration" "$OUT/ncu.log" | head -60
 step "done rc=$rc"
 exit $rc

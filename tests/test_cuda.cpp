@@ -99,17 +99,19 @@ TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
   // Byte equality needs an assignment without near-ties at every iteration:
   // well separated blobs, one stage (the residual after it is the blobs'
   // noise, where near-ties are everywhere), and a k-means++ start, which puts
-  // one centroid in each blob. A random start can put two centroids in one
-  // blob, whose points then sit between them (near-ties: a 1-ulp difference
-  // in a distance flips an id); there only the error trajectory must agree.
+  // one centroid in each blob (or one between merged blobs). A random start
+  // can put two centroids in one blob, whose points then sit between them
+  // (near-ties: rounding flips ids and the runs take different paths, into
+  // different local minima); the random start is covered by the error
+  // comparison on video-like data below.
   for (int64_t d : {64, 128}) {
     const HeadTensor x = blobs(3, 2000, d, 24, 11);
-    for (const std::string spec : {"qvg:centroids=24", "qvg:centroids=16,iters=4", "qvg:centroids=24,init=random"}) {
+    for (const std::string spec : {"qvg:centroids=24", "qvg:centroids=16,iters=4"}) {
       const CodecConfig c = parse_codec_spec(spec);
       EncodeReport rc, rg;
       const EncodedTensor cpu = make_codec(c)->encode(x, {}, &rc);
       const EncodedTensor gpu = make_codec(c, Backend::cuda)->encode(x, {}, &rg);
-      if (c.kmeans.init == KMeansInit::kmeanspp) expect_same_parts(cpu, gpu, spec + " d=" + std::to_string(d));
+      expect_same_parts(cpu, gpu, spec + " d=" + std::to_string(d));
       ASSERT_EQ(rc.kmeans.size(), rg.kmeans.size());
       for (size_t i = 0; i < rc.kmeans.size(); ++i) {
         EXPECT_EQ(rc.kmeans[i].iterations, rg.kmeans[i].iterations) << spec << " run " << i;

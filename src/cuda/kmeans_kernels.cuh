@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kAssignThreads) assign_kernel(const float* __r
 // Tensor-core assignment: the x.c products in bf16 on the matrix units
 // (mma.sync m16n8k16, fp32 accumulation), the best two candidates per token
 // in registers. Rounding x and c to bf16 moves each value ||c||^2 - 2 x.c by
-// at most about 2^-6 ||x|| max||c||; when the runner-up is within that margin
+// at most about 2^-7 ||x|| ||c||; when the runner-up is within the two bounds
 // of the best, both are re-ranked by their exact distance in double (ties to
 // the lower index). So ids match an exact assignment unless three or more
 // centroids are within the margin. The chosen centroid's distance is then
@@ -299,21 +299,33 @@ __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restri
       }
       const int row = warp * 32 + i * 16 + g + 8 * r;
       const int64_t n = n0 + row;
-      if (t != 0 || n >= n_tokens) continue;
+      if (n >= n_tokens) continue;  // the same for the 4 lanes of the quad
       int pick = i1;
-      const float margin = 0.015625f * xnorm[row] * cmax + 1e-6f * fabsf(v1);  // 2^-6 ||x|| max||c||
-      if (i2 < c_count && v2 - v1 <= margin) {
-        const float* xr = xh + n * D;
-        const float* c1 = ch + static_cast<int64_t>(i1) * D;
-        const float* c2 = ch + static_cast<int64_t>(i2) * D;
-        double d1 = 0.0, d2 = 0.0;
-        for (int k = 0; k < D; ++k) {
-          const double a = static_cast<double>(xr[k]) - c1[k], b = static_cast<double>(xr[k]) - c2[k];
-          d1 += a * a;
-          d2 += b * b;
+      if (i2 < c_count) {
+        // Each value's bf16 error is at most 2^-7 ||x|| ||c||: re-rank when the
+        // gap is within the sum of the two bounds.
+        const float margin = 0.0078125f * xnorm[row] *
+                                 (sqrtf(cnorm[h * c_count + i1]) + sqrtf(cnorm[h * c_count + i2])) +
+                             1e-6f * fabsf(v1);
+        if (v2 - v1 <= margin) {  // the same for the 4 lanes: they split the dims
+          const unsigned quad = 0xFu << (lane & ~3);
+          const float* xr = xh + n * D;
+          const float* c1 = ch + static_cast<int64_t>(i1) * D;
+          const float* c2 = ch + static_cast<int64_t>(i2) * D;
+          double d1 = 0.0, d2 = 0.0;
+          for (int k = t; k < D; k += 4) {
+            const double a = static_cast<double>(xr[k]) - c1[k], b = static_cast<double>(xr[k]) - c2[k];
+            d1 += a * a;
+            d2 += b * b;
+          }
+          d1 += __shfl_xor_sync(quad, d1, 1);
+          d2 += __shfl_xor_sync(quad, d2, 1);
+          d1 += __shfl_xor_sync(quad, d1, 2);
+          d2 += __shfl_xor_sync(quad, d2, 2);
+          if (d2 < d1 || (d2 == d1 && i2 < i1)) pick = i2;
         }
-        if (d2 < d1 || (d2 == d1 && i2 < i1)) pick = i2;
       }
+      if (t != 0) continue;
       ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(pick);
     }
 }
