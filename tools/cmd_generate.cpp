@@ -3,6 +3,11 @@
 // Prints a line per chunk (time, cache work, memory), the KV memory by part at
 // the end, and writes the context + generated frames as a video. Thin: the
 // model runtime (include/qvg/model.h) and the cache do the work.
+//
+// `qvg dump-kv`: runs the model over a clip's frames as clean context and writes
+// every layer's Q, K (pre- and post-RoPE) and V to a .safetensors file, so that
+// `qvg eval` / `qvg stream` can study the real model's cache.
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -11,6 +16,7 @@
 
 #include "commands.h"
 #include "qvg/cache.h"
+#include "qvg/io.h"
 #include "qvg/model.h"
 #include "qvg/video.h"
 #include "qvg/video_writer.h"
@@ -36,6 +42,11 @@ struct GenerateArgs {
 };
 
 GenerateArgs g;
+
+struct DumpArgs {
+  std::string dtype = "f32";
+};
+DumpArgs gd;
 
 std::string kb(size_t bytes) {
   char buf[32];
@@ -207,6 +218,77 @@ int run_generate_command() {
   std::printf("wrote %s: %d frames (%s%d generated), %dx%d, %s, %.3g fps\n", g.out.c_str(), out.frames,
               g.no_context_in_output ? "" : (std::to_string(g.context_frames) + " context + ").c_str(), g.frames,
               mc.frame * g.upscale, mc.frame * g.upscale, enc.c_str(), wo.fps);
+  return 0;
+}
+
+CLI::App* add_dump_kv_command(CLI::App& app) {
+  auto* s = app.add_subcommand("dump-kv", "write the reference model's per-layer Q, K (pre/post-RoPE) and V for a clip");
+  s->add_option("--context", g.context, "video clip (e.g. data/clips/cockatoo.mp4)")->required();
+  s->add_option("-o,--out", g.out, "output .safetensors")->required();
+  s->add_option("--context-frames", g.context_frames, "frames to encode, a multiple of 3, default 6")
+      ->check(CLI::Range(3, 100000));
+  s->add_option("--start", g.start, "first frame in the clip, default 0 (held-out: cockatoo 192)")
+      ->check(CLI::Range(0, 1000000));
+  s->add_option("--model", g.model, "weights (.safetensors), default models/qvg_ref_video_dit.safetensors");
+  s->add_option("--dtype", gd.dtype, "stored dtype: f32 (default), f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  return s;
+}
+
+int run_dump_kv_command() {
+  const qvg::Model model = qvg::Model::load(g.model);
+  const qvg::ModelConfig& mc = model.config();
+  QVG_CHECK(g.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
+            ", got ", g.context_frames);
+  qvg::StreamingKVCache cache(qvg::model_cache_config(mc, "none", "none"));
+  qvg::Sampler sampler(model, cache);
+  double fps = 0;
+  const qvg::Video ctx = load_context(mc, &fps);
+  const std::vector<float> x = qvg::pixels_to_model(ctx.rgb);
+  const int chunks = g.context_frames / mc.chunk_frames;
+  const int64_t L = mc.tokens_per_chunk(), N = L * chunks;
+  const size_t cv = static_cast<size_t>(mc.chunk_frames * mc.frame_values());
+  const char* names[4] = {"q", "k_pre", "k", "v"};
+  // all[layer][tensor]: [heads, N, head_dim]
+  std::vector<std::array<qvg::HeadTensor, 4>> all(static_cast<size_t>(mc.layers));
+  for (auto& l : all)
+    for (auto& t : l) t = qvg::HeadTensor(mc.heads, N, mc.head_dim);
+  for (int ci = 0; ci < chunks; ++ci) {
+    std::vector<qvg::LayerKV> kv;
+    const auto r = sampler.add_context(std::span<const float>(x).subspan(ci * cv, cv), &kv);
+    for (int li = 0; li < mc.layers; ++li) {
+      const qvg::LayerKV& k = kv[static_cast<size_t>(li)];
+      const qvg::HeadTensor* src[4] = {&k.q, &k.k_pre, &k.k, &k.v};
+      for (int t = 0; t < 4; ++t)
+        for (int h = 0; h < mc.heads; ++h)
+          std::copy_n(src[t]->head(h), L * mc.head_dim,
+                      all[static_cast<size_t>(li)][static_cast<size_t>(t)].head(h) + ci * L * mc.head_dim);
+    }
+    std::fprintf(stderr, "qvg: chunk %d/%d (frames %" PRId64 "..%" PRId64 ") %.2f s\n", ci + 1, chunks,
+                 r.frame_start, r.frame_start + mc.chunk_frames - 1, r.forward_seconds);
+  }
+  qvg::NamedTensors out;
+  const qvg::DType dt = qvg::parse_dtype(gd.dtype);
+  for (int li = 0; li < mc.layers; ++li)
+    for (int t = 0; t < 4; ++t)
+      out.push_back({"layer" + std::to_string(li) + "." + names[t],
+                     qvg::from_head_tensor(all[static_cast<size_t>(li)][static_cast<size_t>(t)], qvg::KvLayout::thd, dt)});
+  std::map<std::string, std::string> meta = {
+      {"clip", g.context},
+      {"start_frame", std::to_string(g.start)},
+      {"frames", std::to_string(g.context_frames)},
+      {"layout", "thd: [tokens, heads, head_dim]; tokens in frame, patch row, patch column order"},
+      {"grid", std::to_string(mc.grid()) + "x" + std::to_string(mc.grid())},
+      {"content", "q and k after RoPE, k_pre after RMSNorm before RoPE, v; every chunk encoded clean (t = 0) "
+                  "against the exact cache of the chunks before it"}};
+  if (auto it = model.metadata().find("config"); it != model.metadata().end()) meta["config"] = it->second;
+  qvg::write_safetensors(g.out, out, meta);
+  std::printf("wrote %s: %d layers x {q, k_pre, k, v}, each [%" PRId64 ", %d, %d] %s (%d frames of %s from frame %d)\n",
+              g.out.c_str(), mc.layers, N, mc.heads, mc.head_dim, gd.dtype.c_str(), g.context_frames,
+              g.context.c_str(), g.start);
+  std::printf("e.g.: qvg eval --k %s --k-name layer3.k_pre --v %s --v-name layer3.v --q %s --q-name layer3.q "
+              "--layout thd\n",
+              g.out.c_str(), g.out.c_str(), g.out.c_str());
   return 0;
 }
 

@@ -18,5 +18,9 @@ int run_stream_command();
 CLI::App* add_generate_command(CLI::App& app);
 /// Runs `qvg generate` with the parsed options; returns the exit status.
 int run_generate_command();
+/// `qvg dump-kv`: the model's per-layer Q, K (pre/post-RoPE) and V for a clip
+/// (tools/cmd_generate.cpp).
+CLI::App* add_dump_kv_command(CLI::App& app);
+int run_dump_kv_command();
 
 }  // namespace qvg_cli

@@ -206,6 +206,27 @@ int run_eval(const DataArgs& a, const std::vector<std::string>& methods, bool as
   return 0;
 }
 
+/// One line per method against the first RTN row: how much lower its errors are.
+void print_summary(const std::vector<qvg::EvalRow>& rows) {
+  const qvg::EvalRow* rk = nullptr;
+  const qvg::EvalRow* rv = nullptr;
+  for (const auto& r : rows)
+    if (r.config.method == qvg::Method::rtn && !rk && r.tensor == "k") rk = &r;
+  for (const auto& r : rows)
+    if (r.config.method == qvg::Method::rtn && !rv && r.tensor == "v") rv = &r;
+  if (!rk || !rv) return;
+  std::printf("\nagainst %s (%.2fx smaller than BF16):\n", rk->method.c_str(), rk->ratio);
+  for (size_t i = 0; i + 1 < rows.size(); i += 2) {
+    const auto& k = rows[i];
+    const auto& v = rows[i + 1];
+    if (&k == rk || k.config.method == qvg::Method::bf16) continue;
+    std::printf("  %-10s %.2fx smaller than BF16; key MSE %6.2fx lower, value MSE %5.2fx lower", k.method.c_str(),
+                k.ratio, rk->error.mse / k.error.mse, rv->error.mse / v.error.mse);
+    if (k.attn_rel_l2 && rk->attn_rel_l2) std::printf(", attention error %5.2fx lower", *rk->attn_rel_l2 / *k.attn_rel_l2);
+    std::printf("\n");
+  }
+}
+
 int run_demo(DataArgs a, const std::vector<std::string>& methods, bool as_json, bool quiet) {
   if (!as_json) {
     std::printf("qvg demo: KV-cache compression methods side by side on built-in data\n"
@@ -225,6 +246,7 @@ int run_demo(DataArgs a, const std::vector<std::string>& methods, bool as_json, 
       for (const auto& r : rows) all.push_back(row_json(r));
     } else {
       print_rows(rows, in);
+      print_summary(rows);
     }
   }
   if (as_json) std::cout << all.dump(2) << std::endl;
@@ -267,6 +289,7 @@ int main(int argc, char** argv) {
   app.add_subcommand("methods", "list methods, presets and codec options");
   auto* stream = qvg_cli::add_stream_command(app);
   auto* generate = qvg_cli::add_generate_command(app);
+  auto* dump_kv = qvg_cli::add_dump_kv_command(app);
 
   try {
     app.parse(argc, argv);
@@ -278,6 +301,7 @@ int main(int argc, char** argv) {
     if (*demo) return run_demo(demo_args, demo_methods, as_json, quiet);
     if (*stream) return qvg_cli::run_stream_command();
     if (*generate) return qvg_cli::run_generate_command();
+    if (*dump_kv) return qvg_cli::run_dump_kv_command();
     return list_methods();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qvg: error: %s\n", e.what());
