@@ -12,6 +12,7 @@
 #include "qvg/io.h"
 #include "qvg/model.h"
 #include "qvg/video.h"
+#include "qvg/video_metrics.h"
 #include "qvg/video_writer.h"
 
 namespace {
@@ -275,6 +276,26 @@ TEST(VideoWriter, RoundTrip) {
   o.encoder = "no-such-encoder";
   v.width = 64;
   EXPECT_THROW(qvg::write_video(p, v, o), qvg::Error);
+}
+
+TEST(VideoMetrics, PsnrSsim) {
+  const qvg::RawTensor u8 = qvg::read_safetensors_tensor(kGolden, "context_u8");  // [6, 64, 64, 3]
+  std::vector<uint8_t> b = u8.bytes;
+  EXPECT_TRUE(std::isinf(qvg::psnr_u8(u8.bytes, b)));
+  EXPECT_DOUBLE_EQ(qvg::ssim_rgb(u8.bytes, b, 6, 64, 64), 1.0);
+  for (size_t i = 0; i < b.size(); i += 2) b[i] = static_cast<uint8_t>(b[i] < 128 ? b[i] + 4 : b[i] - 4);
+  // MSE = 16 on half the values = 8: PSNR = 10 log10(255^2 / 8)
+  EXPECT_NEAR(qvg::psnr_u8(u8.bytes, b), 10 * std::log10(255.0 * 255.0 / 8.0), 1e-9);
+  const double s1 = qvg::ssim_rgb(u8.bytes, b, 6, 64, 64);
+  std::vector<uint8_t> c = u8.bytes;  // the same pattern, 4x the amplitude
+  for (size_t i = 0; i < c.size(); i += 2) c[i] = static_cast<uint8_t>(c[i] < 128 ? c[i] + 16 : c[i] - 16);
+  const double s2 = qvg::ssim_rgb(u8.bytes, c, 6, 64, 64);
+  std::printf("[ssim] +-4 on every other value %.4f, +-16 %.4f\n", s1, s2);
+  EXPECT_LT(s1, 1.0);
+  EXPECT_LT(s2, s1);  // more noise, less similar
+  EXPECT_GT(s2, 0.5);
+  EXPECT_THROW(qvg::psnr_u8(u8.bytes, std::span<const uint8_t>(b).first(10)), qvg::Error);
+  EXPECT_THROW(qvg::ssim_rgb(u8.bytes, b, 6, 10, 64), qvg::Error);
 }
 
 // ---- damaged weight files ------------------------------------------------------------

@@ -4,14 +4,22 @@
 // the end, and writes the context + generated frames as a video. Thin: the
 // model runtime (include/qvg/model.h) and the cache do the work.
 //
+// `qvg compare`: the same continuation (same context, same noise) with a BF16
+// cache and with each chosen cache; a table of KV bytes, ratio, PSNR / SSIM
+// against the BF16 video (overall and per chunk) and time per chunk.
+//
 // `qvg dump-kv`: runs the model over a clip's frames as clean context and writes
 // every layer's Q, K (pre- and post-RoPE) and V to a .safetensors file, so that
 // `qvg eval` / `qvg stream` can study the real model's cache.
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "commands.h"
@@ -19,6 +27,7 @@
 #include "qvg/io.h"
 #include "qvg/model.h"
 #include "qvg/video.h"
+#include "qvg/video_metrics.h"
 #include "qvg/video_writer.h"
 
 #ifndef QVG_SOURCE_DIR
@@ -42,6 +51,13 @@ struct GenerateArgs {
 };
 
 GenerateArgs g;
+
+struct CompareArgs {
+  std::vector<std::string> methods = {"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"};
+  bool as_json = false;
+  std::string side_by_side;
+};
+CompareArgs gc;
 
 struct DumpArgs {
   std::string dtype = "f32";
@@ -218,6 +234,159 @@ int run_generate_command() {
   std::printf("wrote %s: %d frames (%s%d generated), %dx%d, %s, %.3g fps\n", g.out.c_str(), out.frames,
               g.no_context_in_output ? "" : (std::to_string(g.context_frames) + " context + ").c_str(), g.frames,
               mc.frame * g.upscale, mc.frame * g.upscale, enc.c_str(), wo.fps);
+  return 0;
+}
+
+// ---- compare ----------------------------------------------------------------------
+
+namespace {
+
+struct RunResult {
+  std::string method;
+  std::vector<uint8_t> frames;   ///< generated frames, uint8 [frames, 64, 64, 3]
+  std::vector<double> chunk_seconds;
+  qvg::LayerMemory memory;       ///< all layers, at the end
+  double bits = 0;
+};
+
+RunResult run_method(const qvg::Model& model, const std::string& spec, std::span<const float> ctx_x,
+                     std::span<const float> noise, int gen_chunks) {
+  const qvg::ModelConfig& mc = model.config();
+  qvg::SpanPolicy policy;
+  policy.quant_factor = g.quant_factor;
+  policy.keep_recent = g.keep_recent;
+  policy.sink = g.sink;
+  policy.window_chunks = g.window;
+  qvg::CacheOptions copt;
+  copt.threads = g.threads;
+  qvg::StreamingKVCache cache(qvg::model_cache_config(mc, spec, spec, !g.post_rope, policy), copt);
+  qvg::SamplerConfig sc;
+  sc.steps = g.steps;
+  qvg::Sampler sampler(model, cache, sc);
+  const size_t cv = static_cast<size_t>(mc.chunk_frames * mc.frame_values());
+  for (size_t i = 0; i * cv < ctx_x.size(); ++i) sampler.add_context(ctx_x.subspan(i * cv, cv));
+  const size_t nv = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
+  RunResult r;
+  r.method = spec;
+  std::vector<float> gen;
+  for (int i = 0; i < gen_chunks; ++i) {
+    qvg::ChunkReport rep;
+    const std::vector<float> f = sampler.generate(noise.subspan(i * nv, nv), &rep);
+    gen.insert(gen.end(), f.begin(), f.end());
+    r.chunk_seconds.push_back(rep.read_seconds + rep.forward_seconds + rep.append_seconds);
+    if (!gc.as_json)
+      std::fprintf(stderr, "qvg: %-10s chunk %d/%d %.2f s\n", spec.c_str(), i + 1, gen_chunks, r.chunk_seconds.back());
+  }
+  r.frames = qvg::model_to_pixels(gen);
+  r.memory = cache.memory().total;
+  r.bits = r.memory.bits_per_value(mc.heads, mc.head_dim);
+  return r;
+}
+
+}  // namespace
+
+CLI::App* add_compare_command(CLI::App& app) {
+  auto* s = app.add_subcommand("compare",
+                               "continue a clip with a BF16 cache and with each chosen cache; PSNR/SSIM vs BF16, "
+                               "KV bytes, time per chunk");
+  s->add_option("--context", g.context, "video clip whose frames are the context")->required();
+  s->add_option("--methods", gc.methods, "caches (codec specs), default bf16 rtn kivi quarot qvg qvg-pro");
+  s->add_option("--frames", g.frames, "frames to generate (whole chunks of 3), default 9")->check(CLI::Range(1, 100000));
+  s->add_option("--context-frames", g.context_frames, "context frames, a multiple of 3, default 6")
+      ->check(CLI::Range(3, 100000));
+  s->add_option("--start", g.start, "first context frame in the clip, default 0")->check(CLI::Range(0, 1000000));
+  s->add_option("--model", g.model, "weights (.safetensors)");
+  s->add_option("--quant-factor", g.quant_factor, "chunks per encoded span, default 4")->check(CLI::Range(1, 1 << 20));
+  s->add_option("--keep-recent", g.keep_recent, "newest chunks kept in BF16, default 0")->check(CLI::Range(0, 1 << 20));
+  s->add_option("--sink", g.sink, "first chunks never encoded nor evicted, default 0")->check(CLI::Range(0, 1 << 20));
+  s->add_option("--window", g.window, "attend to the newest N non-sink chunks only (0 = all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  s->add_flag("--post-rope", g.post_rope, "cache keys after RoPE (default: before RoPE)");
+  s->add_option("--steps", g.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
+  s->add_option("--seed", g.seed, "noise seed, default 2026");
+  s->add_option("--threads", g.threads, "cache encode/decode threads (0 = all cores)");
+  s->add_option("--side-by-side", gc.side_by_side, "write an MP4 with every method's frames side by side");
+  s->add_flag("--json", gc.as_json, "print one JSON row per method");
+  return s;
+}
+
+int run_compare_command() {
+  const qvg::Model model = qvg::Model::load(g.model);
+  const qvg::ModelConfig& mc = model.config();
+  QVG_CHECK(g.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
+            ", got ", g.context_frames);
+  std::vector<std::string> methods = gc.methods;
+  methods.erase(std::remove(methods.begin(), methods.end(), "bf16"), methods.end());
+  methods.insert(methods.begin(), "bf16");  // the reference, run first
+  double fps = 0;
+  const qvg::Video ctx = load_context(mc, &fps);
+  const std::vector<float> ctx_x = qvg::pixels_to_model(ctx.rgb);
+  const int gen_chunks = (g.frames + mc.chunk_frames - 1) / mc.chunk_frames;
+  const size_t nv = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
+  const std::vector<float> noise = qvg::gaussian_noise(static_cast<int64_t>(nv) * gen_chunks, g.seed);
+  std::vector<RunResult> runs;
+  for (const std::string& m : methods) runs.push_back(run_method(model, m, ctx_x, noise, gen_chunks));
+  const RunResult& ref = runs.front();
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  };
+  const double ref_ms = 1000 * mean(ref.chunk_seconds);
+  const size_t chunk_bytes = static_cast<size_t>(mc.chunk_frames * mc.frame_values());
+  nlohmann::json rows = nlohmann::json::array();
+  if (!gc.as_json) {
+    std::printf("qvg compare: %s frames %d..%d as context, %d generated frames (%d chunks), noise seed %" PRIu64
+                ", spans of %d chunks, keys %s RoPE; PSNR/SSIM against the BF16-cache video\n\n",
+                g.context.c_str(), g.start, g.start + g.context_frames - 1, gen_chunks * mc.chunk_frames, gen_chunks,
+                g.seed, g.quant_factor, g.post_rope ? "after" : "before");
+    std::printf("%-12s %6s %7s %10s %8s %7s %9s %8s  %s\n", "method", "bits", "ratio", "kv_bytes", "psnr", "ssim",
+                "ms/chunk", "overhead", "psnr per chunk");
+  }
+  for (const RunResult& r : runs) {
+    const double psnr = qvg::psnr_u8(r.frames, ref.frames);
+    const double ssim = qvg::ssim_rgb(r.frames, ref.frames, gen_chunks * mc.chunk_frames, mc.frame, mc.frame);
+    std::vector<double> per_chunk;
+    for (int i = 0; i < gen_chunks; ++i)
+      per_chunk.push_back(qvg::psnr_u8(std::span<const uint8_t>(r.frames).subspan(i * chunk_bytes, chunk_bytes),
+                                       std::span<const uint8_t>(ref.frames).subspan(i * chunk_bytes, chunk_bytes)));
+    const double ms = 1000 * mean(r.chunk_seconds), overhead = 100 * (ms / ref_ms - 1);
+    auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+    nlohmann::json pc = nlohmann::json::array();
+    for (double x : per_chunk) pc.push_back(num(x));
+    rows.push_back({{"method", r.method}, {"bits", r.bits}, {"ratio", r.memory.ratio()},
+                    {"kv_bytes", r.memory.kv_bytes()}, {"psnr", num(psnr)}, {"ssim", ssim},
+                    {"psnr_per_chunk", pc}, {"ms_per_chunk", ms}, {"overhead_pct", overhead}});
+    if (!gc.as_json) {
+      std::string pcs;
+      for (double x : per_chunk) {
+        char b[16];
+        std::snprintf(b, sizeof b, std::isfinite(x) ? "%.2f " : "inf ", x);
+        pcs += b;
+      }
+      std::printf("%-12s %6.3f %6.2fx %10zu %8.2f %7.4f %9.0f %7.1f%%  %s\n", r.method.c_str(), r.bits,
+                  r.memory.ratio(), r.memory.kv_bytes(), psnr, ssim, ms, overhead, pcs.c_str());
+    }
+  }
+  if (gc.as_json) std::cout << rows.dump(2) << std::endl;
+  if (!gc.side_by_side.empty()) {
+    qvg::Video sbs;
+    const int F = mc.frame, M = static_cast<int>(runs.size());
+    sbs.width = F * M;
+    sbs.height = F;
+    sbs.frames = gen_chunks * mc.chunk_frames;
+    sbs.rgb.resize(static_cast<size_t>(sbs.frames) * F * F * M * 3);
+    for (int f = 0; f < sbs.frames; ++f)
+      for (int m = 0; m < M; ++m)
+        for (int y = 0; y < F; ++y)
+          std::copy_n(runs[static_cast<size_t>(m)].frames.data() + ((static_cast<size_t>(f) * F + y) * F) * 3, F * 3,
+                      sbs.rgb.data() + ((static_cast<size_t>(f) * F + y) * F * M + static_cast<size_t>(m) * F) * 3);
+    qvg::VideoWriteOptions wo;
+    wo.fps = fps > 0 ? fps : 8.0;
+    wo.upscale = 3;
+    qvg::write_video(gc.side_by_side, sbs, wo);
+    if (!gc.as_json) std::printf("\nwrote %s (left to right: the methods in table order)\n", gc.side_by_side.c_str());
+  }
   return 0;
 }
 

@@ -22,5 +22,8 @@ int run_generate_command();
 /// (tools/cmd_generate.cpp).
 CLI::App* add_dump_kv_command(CLI::App& app);
 int run_dump_kv_command();
+/// `qvg compare`: BF16 vs each cache on the same continuation (tools/cmd_generate.cpp).
+CLI::App* add_compare_command(CLI::App& app);
+int run_compare_command();
 
 }  // namespace qvg_cli

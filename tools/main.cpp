@@ -290,6 +290,7 @@ int main(int argc, char** argv) {
   auto* stream = qvg_cli::add_stream_command(app);
   auto* generate = qvg_cli::add_generate_command(app);
   auto* dump_kv = qvg_cli::add_dump_kv_command(app);
+  auto* compare = qvg_cli::add_compare_command(app);
 
   try {
     app.parse(argc, argv);
@@ -302,6 +303,7 @@ int main(int argc, char** argv) {
     if (*stream) return qvg_cli::run_stream_command();
     if (*generate) return qvg_cli::run_generate_command();
     if (*dump_kv) return qvg_cli::run_dump_kv_command();
+    if (*compare) return qvg_cli::run_compare_command();
     return list_methods();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qvg: error: %s\n", e.what());
