@@ -54,6 +54,16 @@ else
   bad "--write-rec run failed: $(cat "$tmp/err")"
 fi
 
+# qvg stream: stopping, saving and resuming gives the same cache as one uninterrupted
+# run (the digest of every layer's read()); a damaged cache file is refused.
+S="--heads 1 --frames 4 --chunk-frames 1 --quant-factor 2 --key qvg:centroids=16 --value rtn --quiet"
+full=$("$qvg" stream $S 2>&1 | grep -o 'digest.*')
+"$qvg" stream $S --stop-after 3 --save "$tmp/c.qvgc" >/dev/null 2>"$tmp/err" || bad "stream --save: $(cat "$tmp/err")"
+resumed=$("$qvg" stream $S --load "$tmp/c.qvgc" 2>&1 | grep -o 'digest.*')
+[ -n "$full" ] && [ "$full" = "$resumed" ] && ok || bad "stream resume digest '$resumed' != '$full'"
+printf 'junk' >>"$tmp/c.qvgc"
+expect_fail "unexpected bytes" stream $S --load "$tmp/c.qvgc"
+
 # The methods listing names every preset.
 "$qvg" methods >"$tmp/m" 2>&1 && grep -q "qvg-pro-int4" "$tmp/m" && ok || bad "qvg methods"
 
