@@ -18,6 +18,7 @@ extern "C" {
 #include <libavutil/frame.h>
 #include <libswscale/swscale.h>
 }
+#include "util/ffmpeg_util.h"
 #define QVG_HAVE_VIDEO 1
 #else
 #define QVG_HAVE_VIDEO 0
@@ -30,26 +31,14 @@ bool video_support() { return QVG_HAVE_VIDEO != 0; }
 #if QVG_HAVE_VIDEO
 namespace {
 
-std::string av_error(int code) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
-  if (av_strerror(code, buf, sizeof(buf)) < 0) return "FFmpeg error " + std::to_string(code);
-  return buf;
-}
+using ffmpeg::av_error;
+using ffmpeg::CodecFreer;
+using ffmpeg::FrameFreer;
+using ffmpeg::PacketFreer;
+using ffmpeg::SwsFreer;
 
 struct FormatCloser {
   void operator()(AVFormatContext* f) const { avformat_close_input(&f); }
-};
-struct CodecFreer {
-  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
-};
-struct PacketFreer {
-  void operator()(AVPacket* p) const { av_packet_free(&p); }
-};
-struct FrameFreer {
-  void operator()(AVFrame* f) const { av_frame_free(&f); }
-};
-struct SwsFreer {
-  void operator()(SwsContext* s) const { sws_freeContext(s); }
 };
 
 /// Scales/converts decoded frames to RGB24 and appends them to a Video.
