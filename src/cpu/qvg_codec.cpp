@@ -48,21 +48,22 @@ EncodedTensor empty_encoding(const CodecConfig& c, const HeadTensor& x, TensorRo
   return e;
 }
 
-/// Subtract the stages from head h of x (into r) and quantize r into e.
-void quantize_head(EncodedTensor& e, const HeadTensor& x, int64_t h, std::vector<float>& r) {
-  const CodecConfig& c = e.config;
-  const int64_t n = e.tokens, d = e.dim, cn = c.kmeans.centroids;
-  const int s_count = stages_of(c);
-  r.assign(x.head(h), x.head(h) + n * d);
-  for (int s = 0; s < s_count; ++s) {
-    const size_t cbase = static_cast<size_t>((s * e.heads + h) * cn * d);
-    const uint8_t* ids = e.ids.data() + (s * e.heads + h) * n;
-    for (int64_t i = 0; i < n; ++i) {
-      QVG_CHECK(ids[i] < cn, "centroid id ", int(ids[i]), " out of range (C = ", cn, ")");
-      const size_t row = cbase + static_cast<size_t>(ids[i] * d);
-      for (int64_t k = 0; k < d; ++k) r[i * d + k] -= bf16_to_float(get_u16(e.centroids, row + k));
-    }
+/// r -= stage s's BF16-rounded centroids of head h, by e's ids (ids checked).
+void subtract_stage(const EncodedTensor& e, int64_t h, int s, std::vector<float>& r) {
+  const int64_t n = e.tokens, d = e.dim, cn = e.config.kmeans.centroids;
+  const size_t cbase = static_cast<size_t>((s * e.heads + h) * cn * d);
+  const uint8_t* ids = e.ids.data() + (s * e.heads + h) * n;
+  for (int64_t i = 0; i < n; ++i) {
+    QVG_CHECK(ids[i] < cn, "centroid id ", int(ids[i]), " out of range (C = ", cn, ")");
+    const size_t row = cbase + static_cast<size_t>(ids[i] * d);
+    for (int64_t k = 0; k < d; ++k) r[i * d + k] -= bf16_to_float(get_u16(e.centroids, row + k));
   }
+}
+
+/// Group-quantize head h's final residual r (every stage subtracted) into e.
+void quantize_residual(EncodedTensor& e, int64_t h, const std::vector<float>& r) {
+  const CodecConfig& c = e.config;
+  const int64_t n = e.tokens, d = e.dim;
   const GroupQuantParams p = gq_params(c);
   const float span = span_scale_for(max_block_scale_ref(r.data(), n, d, p), c.scale_format);
   put_f32(e.span_scales, static_cast<size_t>(h), span);
@@ -114,13 +115,11 @@ class QvgCodec final : public Codec {
         }
         KMeansResult km = kmeans_ref(r.data(), n, d, kp, init_ptr);
         for (size_t k = 0; k < km.centroids.size(); ++k) put_u16(e.centroids, cbase + k, bf16_from_float(km.centroids[k]));
-        uint8_t* ids = e.ids.data() + (s * x.heads + h) * n;
-        std::copy(km.ids.begin(), km.ids.end(), ids);
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t k = 0; k < d; ++k) r[i * d + k] -= bf16_to_float(get_u16(e.centroids, cbase + ids[i] * d + k));
+        std::copy(km.ids.begin(), km.ids.end(), e.ids.data() + (s * x.heads + h) * n);
+        subtract_stage(e, h, s, r);
         if (report) report->kmeans[static_cast<size_t>(s * x.heads + h)] = std::move(km.stats);
       }
-      quantize_head(e, x, h, r);
+      quantize_residual(e, h, r);
     });
     if (report)
       for (const auto& st : report->kmeans) report->kmeans_seconds += st.seconds;
@@ -185,9 +184,11 @@ EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecCon
             e.ids.size());
   e.centroids = std::move(centroids);
   e.ids = std::move(ids);
+  const int s_count = stages_of(c);
   parallel_for(x.heads, threads, [&](int64_t h) {
-    std::vector<float> r;
-    quantize_head(e, x, h, r);
+    std::vector<float> r(x.head(h), x.head(h) + x.tokens * x.dim);
+    for (int s = 0; s < s_count; ++s) subtract_stage(e, h, s, r);
+    quantize_residual(e, h, r);
   });
   return e;
 }
