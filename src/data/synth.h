@@ -110,6 +110,18 @@ struct ChannelStructure {
   double channel_offset = 0.0; ///< std of a per-channel offset, in units of rms
 };
 
+/// The channel structure of VideoLikeParams or ClipKVParams (same field
+/// names) for keys (key = true) or values.
+template <typename Params>
+ChannelStructure channel_structure_of(const Params& p, bool key) {
+  ChannelStructure cs;
+  cs.rms = p.rms;
+  cs.outlier_channels = p.outlier_channels;
+  cs.outlier_gain = key ? p.key_outlier_gain : p.value_outlier_gain;
+  cs.channel_offset = key ? p.key_channel_offset : p.value_channel_offset;
+  return cs;
+}
+
 /// Scales one head (tokens x dim, row-major) to RMS s.rms, then adds a
 /// per-channel offset N(0, channel_offset * rms) to every channel, then gives
 /// s.outlier_channels distinct random channels (when outlier_gain > 1) a gain

@@ -219,12 +219,7 @@ HeadTensor make_video_like(const VideoLikeParams& p, TensorRole role) {
     }
 
     data::Rng crng(data::stream_seed(p.seed, data::Stream::channels, r, static_cast<uint64_t>(h)));
-    data::ChannelStructure cs;
-    cs.rms = p.rms;
-    cs.outlier_channels = p.outlier_channels;
-    cs.outlier_gain = key ? p.key_outlier_gain : p.value_outlier_gain;
-    cs.channel_offset = key ? p.key_channel_offset : p.value_channel_offset;
-    data::apply_channel_structure(x, tokens, p.dim, cs, crng);
+    data::apply_channel_structure(x, tokens, p.dim, data::channel_structure_of(p, key), crng);
   });
   return out;
 }
