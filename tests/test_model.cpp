@@ -223,6 +223,45 @@ TEST(Model, CompressedCacheOrdering) {
   EXPECT_LT(err["qvg"], err["rtn"]);
 }
 
+// The forward pass is cut into fixed token blocks and (head, query block)
+// items whatever the thread count: 1, 2 and 3 threads give the same bytes
+// (velocity and every layer's Q/K/V), with a context of two chunks.
+TEST(Model, ThreadsGiveIdenticalBytes) {
+  const qvg::Model& m = model();
+  const qvg::ModelConfig& c = m.config();
+  const std::vector<float> ctx = golden_f32("context");
+  const std::vector<float> noise = golden_f32("noise");
+  const size_t fv = static_cast<size_t>(c.chunk_frames * c.frame_values());
+  const size_t cv = static_cast<size_t>(c.tokens_per_chunk()) * c.patch_dim();
+  qvg::StreamingKVCache cache(qvg::model_cache_config(c, "none", "none"));
+  qvg::Sampler s(m, cache);
+  s.add_context(std::span<const float>(ctx).first(fv));
+  s.add_context(std::span<const float>(ctx).subspan(fv, fv));
+  const qvg::KVContext kv = qvg::read_context(cache, c);
+  ASSERT_EQ(kv.tokens(), 2 * c.tokens_per_chunk());
+  auto run = [&](int threads, std::vector<qvg::LayerKV>& layers) {
+    qvg::ForwardOptions fo;
+    fo.record_q = true;
+    fo.threads = threads;
+    return m.forward(std::span<const float>(noise).first(cv), 0.75f, 2 * c.chunk_frames, kv, &layers, fo);
+  };
+  auto bytes_equal = [](std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  std::vector<qvg::LayerKV> l1;
+  const std::vector<float> v1 = run(1, l1);
+  for (int threads : {2, 3}) {
+    std::vector<qvg::LayerKV> ln;
+    const std::vector<float> vn = run(threads, ln);
+    EXPECT_TRUE(bytes_equal(v1, vn)) << threads << " threads";
+    ASSERT_EQ(ln.size(), l1.size());
+    for (size_t i = 0; i < l1.size(); ++i)
+      for (auto [a, b] : {std::pair{&l1[i].q, &ln[i].q}, {&l1[i].k_pre, &ln[i].k_pre}, {&l1[i].k, &ln[i].k},
+                          {&l1[i].v, &ln[i].v}})
+        EXPECT_TRUE(bytes_equal(a->data, b->data)) << "layer " << i << ", " << threads << " threads";
+  }
+}
+
 TEST(Model, NoiseIsDeterministic) {
   const auto a = qvg::gaussian_noise(10001, 7), b = qvg::gaussian_noise(10001, 7), c = qvg::gaussian_noise(10001, 8);
   EXPECT_EQ(a, b);

@@ -132,7 +132,7 @@ CLI::App* add_generate_command(CLI::App& app) {
   s->add_flag("--post-rope", g.post_rope, "cache keys after RoPE (default: before RoPE, RoPE on read)");
   s->add_option("--steps", g.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
   s->add_option("--seed", g.seed, "noise seed, default 2026 (same noise for every cache)");
-  s->add_option("--threads", g.threads, "cache encode/decode threads (0 = all cores)");
+  s->add_option("--threads", g.threads, "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it");
   s->add_option("--fps", g.fps, "output frame rate (default: the clip's)");
   s->add_option("--upscale", g.upscale, "nearest-neighbour upscaling of the 64x64 frames in the output, default 4")
       ->check(CLI::Range(1, 16));
@@ -173,6 +173,7 @@ int run_generate_command() {
 
   qvg::SamplerConfig sc;
   sc.steps = g.steps;
+  sc.threads = g.threads;
   qvg::Sampler sampler(model, cache, sc);
   const std::vector<float> ctx_x = qvg::pixels_to_model(ctx.rgb);
   const size_t chunk_values = static_cast<size_t>(mc.chunk_frames * mc.frame_values());
@@ -262,6 +263,7 @@ RunResult run_method(const qvg::Model& model, const std::string& spec, std::span
   qvg::StreamingKVCache cache(qvg::model_cache_config(mc, spec, spec, !g.post_rope, policy), copt);
   qvg::SamplerConfig sc;
   sc.steps = g.steps;
+  sc.threads = g.threads;
   qvg::Sampler sampler(model, cache, sc);
   const size_t cv = static_cast<size_t>(mc.chunk_frames * mc.frame_values());
   for (size_t i = 0; i * cv < ctx_x.size(); ++i) sampler.add_context(ctx_x.subspan(i * cv, cv));
@@ -304,7 +306,7 @@ CLI::App* add_compare_command(CLI::App& app) {
   s->add_flag("--post-rope", g.post_rope, "cache keys after RoPE (default: before RoPE)");
   s->add_option("--steps", g.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
   s->add_option("--seed", g.seed, "noise seed, default 2026");
-  s->add_option("--threads", g.threads, "cache encode/decode threads (0 = all cores)");
+  s->add_option("--threads", g.threads, "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it");
   s->add_option("--side-by-side", gc.side_by_side, "write an MP4 with every method's frames side by side");
   s->add_flag("--json", gc.as_json, "print one JSON row per method");
   return s;

@@ -3,8 +3,9 @@
 // chunks is a StreamingKVCache, so any codec (bf16, rtn, kivi, quarot, qvg,
 // qvg-pro, INT4 variants) can hold it.
 //
-// Everything is fp32 on the CPU (Eigen matmuls, explicit loops elsewhere);
-// the bf16 weights are widened once at load. The runtime matches the PyTorch
+// Everything is fp32 on the CPU (Eigen matmuls, explicit loops elsewhere),
+// threaded over fixed token blocks and heads (bit-identical for any thread
+// count); the bf16 weights are widened once at load. The runtime matches the PyTorch
 // reference's golden outputs (models/golden/golden.safetensors) to ~3e-6
 // (docs/RUNTIME.md, tests/test_model.cpp).
 //
@@ -108,6 +109,10 @@ struct KVContext {
 
 struct ForwardOptions {
   bool record_q = false;  ///< fill LayerKV::q
+  /// Threads of the pass (0 = all cores). The work is cut into fixed blocks of
+  /// 96 tokens (and head x query block in attention) whatever the count, so
+  /// the result is bit-identical for any number of threads.
+  int threads = 1;
 };
 
 /// The reference model with its weights. Immutable after load; forward is
@@ -204,6 +209,7 @@ std::vector<float> gaussian_noise(int64_t n, uint64_t seed);
 struct SamplerConfig {
   int steps = 4;       ///< Euler steps per chunk
   double shift = 1.0;  ///< schedule shift (1 = uniform)
+  int threads = 1;     ///< threads of each network pass (ForwardOptions::threads; 0 = all cores)
 };
 
 /// Timing and cache work of one chunk.

@@ -11,12 +11,17 @@
 
 #include "qvg/half.h"
 #include "qvg/io.h"
+#include "util/parallel.h"
 
 namespace qvg {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MapRow = Eigen::Map<RowMat>;
 using MapRowC = Eigen::Map<const RowMat>;
+
+/// Tokens per unit of work in the forward pass (a multiple of 8 and of 24, the
+/// AVX float kernel's rows, so Eigen takes the same path in every block).
+constexpr int64_t kRowBlock = 96;
 
 // ---- config -------------------------------------------------------------------
 
@@ -155,9 +160,10 @@ std::vector<float> linear(std::span<const float> x, int64_t n, const Linear& l) 
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-/// GELU, tanh form, in place (Eigen's vectorized tanh).
-void gelu_tanh(std::vector<float>& v) {
-  Eigen::Map<Eigen::ArrayXf> x(v.data(), static_cast<Eigen::Index>(v.size()));
+/// GELU, tanh form, in place over n values (Eigen's vectorized tanh; `v`
+/// 32-byte aligned with n a multiple of 8 keeps every value on the vector path).
+void gelu_tanh(float* v, int64_t n) {
+  Eigen::Map<Eigen::ArrayXf> x(v, n);
   const float k = 0.7978845608028654f;  // sqrt(2/pi)
   x = 0.5f * x * (1.0f + (k * (x + 0.044715f * x * x * x)).tanh());
 }
@@ -339,6 +345,7 @@ std::vector<float> Model::forward(std::span<const float> tokens, float t, int64_
             tokens.size(), " values, a chunk needs ", L, " x ", c.patch_dim());
   QVG_CHECK(std::isfinite(t) && t >= 0.0f && t <= 1.0f, "model forward: t must be in [0, 1], got ", t);
   QVG_CHECK(frame_start >= 0, "model forward: negative frame_start ", frame_start);
+  QVG_CHECK(options.threads >= 0, "model forward: threads must be >= 0 (0 = all cores), got ", options.threads);
   const int64_t N0 = context.tokens();
   if (!context.k.empty() || !context.v.empty()) {
     QVG_CHECK(context.k.size() == static_cast<size_t>(c.layers) && context.v.size() == context.k.size(),
@@ -353,6 +360,12 @@ std::vector<float> Model::forward(std::span<const float> tokens, float t, int64_
     }
   }
   if (layers_out) layers_out->assign(static_cast<size_t>(c.layers), LayerKV{});
+  const int threads = resolve_threads(options.threads);
+  // Work is split into fixed blocks of kRowBlock tokens (and, in attention, a
+  // head x query-block grid); every block is computed the same way whichever
+  // thread runs it, so the output bytes do not depend on the thread count.
+  const int64_t blocks = (L + kRowBlock - 1) / kRowBlock;
+  auto rows_of = [&](int64_t b) { return std::pair{b * kRowBlock, std::min(L, (b + 1) * kRowBlock)}; };
 
   // Timestep conditioning: c = t_fc2(SiLU(t_fc1(e))); s = SiLU(c).
   const std::vector<float> e = timestep_embedding(t, c);
@@ -363,57 +376,84 @@ std::vector<float> Model::forward(std::span<const float> tokens, float t, int64_
 
   const std::vector<int32_t> pos = chunk_positions(frame_start);
   const RopeConfig rope_cfg = rope();
-  std::vector<float> h = linear(tokens, L, W.patch_embed);  // [L, d]
-  std::vector<float> y(static_cast<size_t>(L * d)), tmp(static_cast<size_t>(L * d));
-  std::vector<float> mlp(static_cast<size_t>(L * c.mlp_dim));
+  std::vector<float> h(static_cast<size_t>(L * d));  // [L, d], the residual stream
+  parallel_for(blocks, threads, [&](int64_t b) {
+    const auto [r0, r1] = rows_of(b);
+    linear(tokens.data() + r0 * c.patch_dim(), r1 - r0, W.patch_embed, h.data() + r0 * d);
+  });
+  std::vector<float> q(static_cast<size_t>(L * d)), k(q.size()), v(q.size()), o(q.size());
   const float sqrt_d = static_cast<float>(std::sqrt(static_cast<double>(hd)));
+  const int64_t N = N0 + L;
   for (int li = 0; li < c.layers; ++li) {
     const BlockWeights& B = W.blocks[static_cast<size_t>(li)];
     const std::vector<float> m = linear(cond, 1, B.ada);  // [6 d]
     const float *shift_a = m.data(), *scale_a = shift_a + d, *gate_a = scale_a + d;
     const float *shift_m = gate_a + d, *scale_m = shift_m + d, *gate_m = scale_m + d;
 
-    ln_modulate(h.data(), L, d, c.eps, shift_a, scale_a, y.data());
-    std::vector<float> q = linear(y, L, B.q), k = linear(y, L, B.k), v = linear(y, L, B.v);
-    rms_norm(q.data(), L, d, c.eps, B.norm_q);
-    rms_norm(k.data(), L, d, c.eps, B.norm_k);
+    // q, k_pre, v of each row block: LN + modulation, projections, RMSNorm.
+    parallel_for(blocks, threads, [&](int64_t b) {
+      const auto [r0, r1] = rows_of(b);
+      const int64_t n = r1 - r0;
+      RowMat y(n, d);
+      ln_modulate(h.data() + r0 * d, n, d, c.eps, shift_a, scale_a, y.data());
+      linear(y.data(), n, B.q, q.data() + r0 * d);
+      linear(y.data(), n, B.k, k.data() + r0 * d);
+      linear(y.data(), n, B.v, v.data() + r0 * d);
+      rms_norm(q.data() + r0 * d, n, d, c.eps, B.norm_q);
+      rms_norm(k.data() + r0 * d, n, d, c.eps, B.norm_k);
+    });
     HeadTensor qh = split_heads(q, L, H, hd), kpre = split_heads(k, L, H, hd), vh = split_heads(v, L, H, hd);
     apply_rope(qh, pos, rope_cfg);
     HeadTensor kh = kpre;
     apply_rope(kh, pos, rope_cfg);
 
-    // Attention per head over [context tokens, own tokens]; softmax in fp32.
-    const int64_t N = N0 + L;
-    RowMat Kall(N, hd), Vall(N, hd), S(L, N), O(L, hd);
-    std::vector<float> o(static_cast<size_t>(L * d));
-    for (int hh = 0; hh < H; ++hh) {
+    // Keys and values attended per head: [context tokens, own tokens].
+    std::vector<RowMat> Kall(static_cast<size_t>(H)), Vall(static_cast<size_t>(H));
+    parallel_for(H, threads, [&](int64_t hh) {
+      RowMat& K = Kall[static_cast<size_t>(hh)];
+      RowMat& V = Vall[static_cast<size_t>(hh)];
+      K.resize(N, hd);
+      V.resize(N, hd);
       if (N0 > 0) {
-        Kall.topRows(N0) = MapRowC(context.k[static_cast<size_t>(li)].head(hh), N0, hd);
-        Vall.topRows(N0) = MapRowC(context.v[static_cast<size_t>(li)].head(hh), N0, hd);
+        K.topRows(N0) = MapRowC(context.k[static_cast<size_t>(li)].head(static_cast<int>(hh)), N0, hd);
+        V.topRows(N0) = MapRowC(context.v[static_cast<size_t>(li)].head(static_cast<int>(hh)), N0, hd);
       }
-      Kall.bottomRows(L) = MapRowC(kh.head(hh), L, hd);
-      Vall.bottomRows(L) = MapRowC(vh.head(hh), L, hd);
-      S.noalias() = MapRowC(qh.head(hh), L, hd) * Kall.transpose();
-      for (int64_t i = 0; i < L; ++i) {  // softmax of each row (Eigen's vectorized exp)
+      K.bottomRows(L) = MapRowC(kh.head(static_cast<int>(hh)), L, hd);
+      V.bottomRows(L) = MapRowC(vh.head(static_cast<int>(hh)), L, hd);
+    });
+    // Attention over (head, query block): softmax(q K^T / sqrt(D)) V in fp32.
+    parallel_for(H * blocks, threads, [&](int64_t item) {
+      const int hh = static_cast<int>(item / blocks);
+      const auto [r0, r1] = rows_of(item % blocks);
+      const int64_t n = r1 - r0;
+      RowMat S(n, N);
+      S.noalias() = MapRowC(qh.head(hh) + r0 * hd, n, hd) * Kall[static_cast<size_t>(hh)].transpose();
+      for (int64_t i = 0; i < n; ++i) {  // softmax of each row (Eigen's vectorized exp)
         Eigen::Map<Eigen::ArrayXf> row(S.data() + i * N, N);
         row /= sqrt_d;  // q k^T / sqrt(D), divided as the reference does
         row = (row - row.maxCoeff()).exp();
         row /= row.sum();
       }
-      O.noalias() = S * Vall;
-      for (int64_t n = 0; n < L; ++n)
-        std::copy_n(O.data() + n * hd, hd, o.data() + n * d + static_cast<int64_t>(hh) * hd);
-    }
-    linear(o.data(), L, B.o, tmp.data());
-    for (int64_t i = 0; i < L; ++i)
-      for (int j = 0; j < d; ++j) h[static_cast<size_t>(i * d + j)] += tmp[static_cast<size_t>(i * d + j)] * gate_a[j];
-
-    ln_modulate(h.data(), L, d, c.eps, shift_m, scale_m, y.data());
-    linear(y.data(), L, B.fc1, mlp.data());
-    gelu_tanh(mlp);
-    linear(mlp.data(), L, B.fc2, tmp.data());
-    for (int64_t i = 0; i < L; ++i)
-      for (int j = 0; j < d; ++j) h[static_cast<size_t>(i * d + j)] += tmp[static_cast<size_t>(i * d + j)] * gate_m[j];
+      const RowMat O = S * Vall[static_cast<size_t>(hh)];
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(O.data() + i * hd, hd, o.data() + (r0 + i) * d + static_cast<int64_t>(hh) * hd);
+    });
+    // Output projection, MLP and both residual updates, per row block.
+    parallel_for(blocks, threads, [&](int64_t b) {
+      const auto [r0, r1] = rows_of(b);
+      const int64_t n = r1 - r0;
+      RowMat tmp(n, d), y(n, d), mlp(n, c.mlp_dim);
+      float* hb = h.data() + r0 * d;
+      linear(o.data() + r0 * d, n, B.o, tmp.data());
+      for (int64_t i = 0; i < n; ++i)
+        for (int j = 0; j < d; ++j) hb[i * d + j] += tmp(i, j) * gate_a[j];
+      ln_modulate(hb, n, d, c.eps, shift_m, scale_m, y.data());
+      linear(y.data(), n, B.fc1, mlp.data());
+      gelu_tanh(mlp.data(), n * c.mlp_dim);
+      linear(mlp.data(), n, B.fc2, tmp.data());
+      for (int64_t i = 0; i < n; ++i)
+        for (int j = 0; j < d; ++j) hb[i * d + j] += tmp(i, j) * gate_m[j];
+    });
 
     if (layers_out) {
       LayerKV& r = (*layers_out)[static_cast<size_t>(li)];
@@ -424,8 +464,14 @@ std::vector<float> Model::forward(std::span<const float> tokens, float t, int64_
     }
   }
   const std::vector<float> fm = linear(cond, 1, W.final_ada);  // shift, scale
-  ln_modulate(h.data(), L, d, c.eps, fm.data(), fm.data() + d, y.data());
-  return linear(y, L, W.final);
+  std::vector<float> out(static_cast<size_t>(L * c.patch_dim()));
+  parallel_for(blocks, threads, [&](int64_t b) {
+    const auto [r0, r1] = rows_of(b);
+    RowMat y(r1 - r0, d);
+    ln_modulate(h.data() + r0 * d, r1 - r0, d, c.eps, fm.data(), fm.data() + d, y.data());
+    linear(y.data(), r1 - r0, W.final, out.data() + r0 * c.patch_dim());
+  });
+  return out;
 }
 
 }  // namespace qvg

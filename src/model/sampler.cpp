@@ -186,6 +186,7 @@ ChunkReport Sampler::add_context(std::span<const float> frames, std::vector<Laye
   std::vector<LayerKV> kv;
   ForwardOptions fo;
   fo.record_q = layers_out != nullptr;
+  fo.threads = config_.threads;
   model_.forward(tok, 0.0f, rep.frame_start, ctx, &kv, fo);
   rep.forward_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
@@ -210,15 +211,17 @@ std::vector<float> Sampler::generate(std::span<const float> noise, ChunkReport* 
   t0 = std::chrono::steady_clock::now();
   std::vector<float> x(noise.begin(), noise.end());
   if (steps_out) steps_out->clear();
+  ForwardOptions fo;
+  fo.threads = config_.threads;
   for (size_t k = 0; k + 1 < ts_.size(); ++k) {
-    const std::vector<float> v = model_.forward(x, static_cast<float>(ts_[k]), rep.frame_start, ctx);
+    const std::vector<float> v = model_.forward(x, static_cast<float>(ts_[k]), rep.frame_start, ctx, nullptr, fo);
     const float dt = static_cast<float>(ts_[k + 1] - ts_[k]);
     for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] + dt * v[i];
     if (steps_out) steps_out->push_back(x);
   }
   for (float& e : x) e = std::clamp(e, -1.0f, 1.0f);
   std::vector<LayerKV> kv;
-  model_.forward(x, 0.0f, rep.frame_start, ctx, &kv);  // the chunk's clean K/V
+  model_.forward(x, 0.0f, rep.frame_start, ctx, &kv, fo);  // the chunk's clean K/V
   rep.forward_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   rep.appends = append_chunk(cache_, model_, kv, rep.frame_start);
