@@ -1,11 +1,13 @@
 // k-means reference: against a naive implementation, determinism, rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "qvg/common.h"
+#include "qvg/fixed_sum.h"
 #include "qvg/kmeans.h"
 
 namespace qvg {
@@ -133,6 +135,68 @@ TEST(KMeans, IdenticalPointsAndOddSizes) {
     for (float c : r.centroids) EXPECT_EQ(c, 1.5f);
     EXPECT_EQ(r.stats.mse.back(), 0.0);
   }
+}
+
+// The update's fixed-point sums (qvg/fixed_sum.h): exact for any order, and
+// the mean within the stated quantum of the true mean.
+TEST(KMeans, FixedPointSumIsOrderFreeAndAccurate) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  const int64_t n = 30001;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = nd(rng);
+  v[5] = 1e4f;     // an outlier sets the range
+  v[6] = -1e-30f;  // far below the quantum: rounds to 0
+  float absmax = 0;
+  for (float x : v) absmax = std::max(absmax, std::fabs(x));
+  const int e = fixed_sum_exponent(absmax, n);
+  EXPECT_EQ(e, 14 + 15 - 62);  // 1e4 < 2^14, 2^15 >= 30001
+  auto sum_of = [&](const std::vector<float>& a) {
+    int64_t s = 0;
+    for (float x : a) s += to_fixed(x, e);
+    return s;
+  };
+  const int64_t s0 = sum_of(v);
+  std::vector<float> w = v;
+  std::shuffle(w.begin(), w.end(), rng);
+  EXPECT_EQ(sum_of(w), s0);
+  std::reverse(w.begin(), w.end());
+  EXPECT_EQ(sum_of(w), s0);
+  long double exact = 0;
+  for (float x : v) exact += static_cast<long double>(x);
+  const long double mean = exact / n;
+  // each term is off by <= q/2, so the mean by <= q/2; then one float rounding
+  const long double q = std::ldexp(1.0L, e);
+  EXPECT_LE(std::fabs(static_cast<long double>(fixed_mean(s0, e, n)) - mean),
+            q / 2 + std::fabs(mean) * std::ldexp(1.0L, -24));
+  // edge cases: all zero, one point, the largest magnitude itself
+  EXPECT_EQ(fixed_sum_exponent(0.0f, 5), 0);
+  EXPECT_EQ(to_fixed(0.0f, 0), 0);
+  const int e1 = fixed_sum_exponent(absmax, 1);
+  EXPECT_EQ(fixed_mean(to_fixed(1e4f, e1), e1, 1), 1e4f);
+  EXPECT_EQ(fixed_mean(to_fixed(-3.25f, e1), e1, 1), -3.25f);
+}
+
+// Because the sums are exact, permuting the points (with the same start)
+// gives bit-identical centroids.
+TEST(KMeans, CentroidsDoNotDependOnPointOrder) {
+  const int64_t n = 3000, d = 16;
+  const int k = 8;
+  const std::vector<float> x = blobs(n, d, k, 3, 0.5f);
+  KMeansParams p;
+  p.centroids = k;
+  p.max_iter = 6;
+  p.tol = 0;
+  const std::vector<float> init(x.begin(), x.begin() + k * d);
+  const KMeansResult a = kmeans_ref(x.data(), n, d, p, init.data());
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) perm[static_cast<size_t>(i)] = (i * 1237) % n;  // 1237 coprime to 3000
+  std::vector<float> y(x.size());
+  for (int64_t i = 0; i < n; ++i) std::copy_n(x.data() + perm[i] * d, d, y.data() + i * d);
+  const KMeansResult b = kmeans_ref(y.data(), n, d, p, init.data());
+  ASSERT_EQ(a.stats.empty_reassigned, 0);  // the reseed rule's tie order would differ
+  EXPECT_EQ(a.centroids, b.centroids);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(b.ids[i], a.ids[perm[i]]);
 }
 
 TEST(KMeans, RejectsBadArguments) {

@@ -27,8 +27,14 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
                                               const std::vector<uint8_t>& centroids, const std::vector<uint8_t>& ids,
                                               TensorRole role = TensorRole::key);
 
+/// The fused decode kernels (all give the same bits; `rows` is the default
+/// for dim 64 and 128, see docs/BENCHMARKS.md): `rows` = D/8 lanes per
+/// row, 8 values each, whole rows per warp store, several rows per thread;
+/// `vals16` / `vals8` = one thread per 16 / 8 consecutive values.
+enum class DecodeKernel { automatic, rows, vals16, vals8 };
+
 /// Fused GPU decode to BF16 bits ([heads, tokens, dim]).
-std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e);
+std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kernel = DecodeKernel::automatic);
 
 /// Where a codec runs.
 enum class Backend { cpu, cuda };

@@ -42,14 +42,32 @@ QVG_HD uint8_t fp8_e4m3_from_float(float x) {
   return static_cast<uint8_t>(sign | code);
 }
 
-/// E4M3 byte -> float (exact). 0x7F / 0xFF -> NaN.
+/// E4M3 byte -> float (exact). 0x7F / 0xFF -> NaN. Built from the bits
+/// (no ldexp: the GPU decode runs this once per block of values).
 QVG_HD float fp8_e4m3_to_float(uint8_t c) {
-  const float sign = (c & 0x80) ? -1.0f : 1.0f;
-  const int exp_field = (c >> 3) & 0xF;
-  const int m = c & 0x7;
+  const uint32_t sign = static_cast<uint32_t>(c & 0x80) << 24;
+  const uint32_t exp_field = (c >> 3) & 0xFu;
+  const uint32_t m = c & 0x7u;
   if (exp_field == 0xF && m == 0x7) return NAN;
-  if (exp_field == 0) return sign * static_cast<float>(m) * 0.001953125f;
-  return sign * ldexpf(1.0f + static_cast<float>(m) * 0.125f, exp_field - 7);
+  uint32_t bits;
+  if (exp_field == 0) {  // subnormal: m * 2^-9, exact in float
+    const float mag = static_cast<float>(m) * 0.001953125f;
+#if defined(__CUDA_ARCH__)
+    bits = __float_as_uint(mag);
+#else
+    std::memcpy(&bits, &mag, sizeof bits);
+#endif
+  } else {  // (1 + m/8) * 2^(exp_field - 7): float exponent field exp_field + 120
+    bits = ((exp_field + 120u) << 23) | (m << 20);
+  }
+  bits |= sign;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
 }
 
 }  // namespace qvg

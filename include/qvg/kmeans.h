@@ -30,7 +30,8 @@ struct KMeansResult {
 /// Start: `init` (C x d) when given (warm start), else p.init with p.seed.
 /// Each iteration: assign every point to the nearest centroid by
 /// ||c||^2 - 2 x.c (ties -> lowest index), then move every centroid to the
-/// mean of its points (accumulated in double, in token order). Empty cluster
+/// mean of its points (summed exactly in 64-bit fixed point, qvg/fixed_sum.h,
+/// so the order of accumulation does not matter). Empty cluster
 /// rule: an empty cluster takes the point farthest from its own centroid
 /// (largest distance, lowest index on ties) that no other empty cluster took
 /// in the same iteration: the centroid is placed on that point. Stops after

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "qvg/common.h"
+#include "qvg/fixed_sum.h"
 #include "util/rng.h"
 
 namespace qvg {
@@ -161,26 +162,30 @@ KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams
   double mse = kmeans_assign_ref(x, n, d, r.centroids.data(), c, r.ids.data(), dist.data());
   r.stats.mse.push_back(mse);
 
-  std::vector<double> sum(static_cast<size_t>(c * d));
+  // Update sums in exact fixed point (qvg/fixed_sum.h): the same bits for
+  // any order of accumulation, so the GPU's atomics reproduce them.
+  float absmax = 0.0f;
+  for (int64_t i = 0; i < n * d; ++i) absmax = std::max(absmax, std::fabs(x[i]));
+  const int fx = fixed_sum_exponent(absmax, n);
+  std::vector<int64_t> sum(static_cast<size_t>(c * d));
   std::vector<int64_t> count(static_cast<size_t>(c));
   std::vector<char> taken(static_cast<size_t>(n));
   for (int it = 1; it <= p.max_iter; ++it) {
-    // Update: mean of each cluster, accumulated in token order.
-    std::fill(sum.begin(), sum.end(), 0.0);
+    // Update: mean of each cluster.
+    std::fill(sum.begin(), sum.end(), 0);
     std::fill(count.begin(), count.end(), 0);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t j = r.ids[i];
       ++count[j];
       const float* xi = x + i * d;
-      double* sj = sum.data() + j * d;
-      for (int64_t k = 0; k < d; ++k) sj[k] += xi[k];
+      int64_t* sj = sum.data() + j * d;
+      for (int64_t k = 0; k < d; ++k) sj[k] += to_fixed(xi[k], fx);
     }
     std::fill(taken.begin(), taken.end(), 0);
     for (int64_t j = 0; j < c; ++j) {
       float* cj = r.centroids.data() + j * d;
       if (count[j] > 0) {
-        const double inv = 1.0 / static_cast<double>(count[j]);
-        for (int64_t k = 0; k < d; ++k) cj[k] = static_cast<float>(sum[j * d + k] * inv);
+        for (int64_t k = 0; k < d; ++k) cj[k] = fixed_mean(sum[j * d + k], fx, count[j]);
         continue;
       }
       // Empty cluster: re-seed at the farthest point not taken yet.

@@ -150,13 +150,13 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
   return e;
 }
 
-std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e) {
+std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kernel) {
   check_device();
   const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
   DeviceParts parts;
   upload_parts(e, sh, parts, nullptr);
   DeviceBuffer<uint16_t> o(static_cast<size_t>(e.values()));
-  cuda::decode(sh, parts.view(), o.get(), DeviceDType::bf16, nullptr);
+  cuda::decode(sh, parts.view(), o.get(), DeviceDType::bf16, nullptr, kernel);
   std::vector<uint16_t> out(static_cast<size_t>(e.values()));
   o.download(out.data(), out.size());
   QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));

@@ -12,6 +12,9 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "cuda/qvg_kernels.cuh"
+#include "qvg/fixed_sum.h"
+
 namespace qvg::cuda {
 
 constexpr int kAssignTokens = 64;     // tokens per block tile  (BLK_N)
@@ -359,34 +362,64 @@ __global__ void make_sort_keys_kernel(const uint8_t* __restrict__ ids, int heads
   vals[g] = static_cast<int32_t>(g % n_tokens);
 }
 
-/// begin/end of each key's run in the sorted keys (begin = end = 0 when absent;
-/// arrays cleared before the launch).
-__global__ void segment_bounds_kernel(const uint32_t* __restrict__ keys, int64_t count, int c_count,
-                                      int* __restrict__ begin, int* __restrict__ end) {
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= count) return;
-  const uint32_t k = keys[g];
-  const int slot = static_cast<int>(k >> 8) * c_count + static_cast<int>(k & 255u);
-  if (g == 0 || keys[g - 1] != k) begin[slot] = static_cast<int>(g);
-  if (g == count - 1 || keys[g + 1] != k) end[slot] = static_cast<int>(g + 1);
+/// Cluster sums in exact fixed point (qvg/fixed_sum.h): integer addition is
+/// associative, so the atomics below give the same bits as the CPU's loop.
+/// The sorted (key = h * 256 + id, token) pairs are cut into chunks of
+/// kSumChunk; a block of D threads (one per dimension) walks its chunk,
+/// accumulates each run of equal keys in a register and adds the run to the
+/// global sum with one atomic per dimension (runs continue across chunks:
+/// the atomics of the pieces add up). Grid: ceil(H * N / kSumChunk).
+constexpr int kSumChunk = 64;
+
+template <typename T>
+__global__ void centroid_sum_kernel(const T* __restrict__ x, int64_t n_tokens, int d, int c_count,
+                                    const uint32_t* __restrict__ keys, const int32_t* __restrict__ tokens,
+                                    int64_t count, const unsigned int* __restrict__ head_max,
+                                    const int* __restrict__ active, unsigned long long* __restrict__ sums,
+                                    int* __restrict__ counts) {
+  __shared__ uint32_t sk[kSumChunk];
+  __shared__ int32_t st[kSumChunk];
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kSumChunk;
+  const int len = count - i0 < kSumChunk ? static_cast<int>(count - i0) : kSumChunk;
+  for (int i = threadIdx.x; i < len; i += blockDim.x) sk[i] = keys[i0 + i], st[i] = tokens[i0 + i];
+  __syncthreads();
+  const int k = threadIdx.x;
+  if (k >= d) return;
+  int64_t acc = 0;
+  int run = 0;
+  int h = -1, e = 0;
+#pragma unroll 4
+  for (int i = 0; i < len; ++i) {
+    const uint32_t key = sk[i];
+    const int kh = static_cast<int>(key >> 8);
+    if (kh != h) h = kh, e = fixed_sum_exponent(__uint_as_float(head_max[h]), n_tokens);
+    acc += to_fixed(load_as_float(x + (static_cast<int64_t>(h) * n_tokens + st[i]) * d + k), e);
+    ++run;
+    if (i + 1 == len || sk[i + 1] != key) {
+      if (!active || active[h]) {
+        const int64_t slot = static_cast<int64_t>(h) * c_count + static_cast<int>(key & 255u);
+        atomicAdd(sums + slot * d + k, static_cast<unsigned long long>(acc));
+        if (k == 0) atomicAdd(counts + slot, run);
+      }
+      acc = 0;
+      run = 0;
+    }
+  }
 }
 
-/// New centroid = mean of its members, summed in token order in double.
-/// Grid (C, H); block D threads. Empty clusters are left for the next kernel.
-__global__ void centroid_mean_kernel(const float* __restrict__ x, int64_t n_tokens, int d, int c_count,
-                                     const int32_t* __restrict__ sorted_tokens, const int* __restrict__ begin,
-                                     const int* __restrict__ end, const int* __restrict__ active,
+/// New centroid = fixed-point sum / count (empty clusters are left for the
+/// reseed kernel). One thread per (head, cluster, dimension).
+__global__ void centroid_mean_kernel(const unsigned long long* __restrict__ sums, const int* __restrict__ counts,
+                                     int heads, int64_t n_tokens, int d, int c_count,
+                                     const unsigned int* __restrict__ head_max, const int* __restrict__ active,
                                      float* __restrict__ cent) {
-  const int c = blockIdx.x, h = blockIdx.y, k = threadIdx.x;
-  if (active && !active[h]) return;
-  const int slot = h * c_count + c;
-  const int b = begin[slot], e = end[slot];
-  if (e <= b || k >= d) return;
-  const float* xh = x + static_cast<int64_t>(h) * n_tokens * d;
-  double s = 0.0;
-  for (int i = b; i < e; ++i) s += static_cast<double>(xh[static_cast<int64_t>(sorted_tokens[i]) * d + k]);
-  const double inv = 1.0 / static_cast<double>(e - b);
-  cent[static_cast<int64_t>(slot) * d + k] = static_cast<float>(s * inv);
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= static_cast<int64_t>(heads) * c_count * d) return;
+  const int64_t slot = g / d;
+  const int h = static_cast<int>(slot / c_count);
+  if ((active && !active[h]) || counts[slot] == 0) return;
+  const int e = fixed_sum_exponent(__uint_as_float(head_max[h]), n_tokens);
+  cent[g] = fixed_mean(static_cast<int64_t>(sums[g]), e, counts[slot]);
 }
 
 /// Empty-cluster rule (kmeans.h): each empty cluster, in index order, takes
@@ -394,8 +427,7 @@ __global__ void centroid_mean_kernel(const float* __restrict__ x, int64_t n_toke
 /// an earlier empty cluster of this iteration. One block of 1024 per head.
 /// taken: [H][N] bytes, cleared before the launch. reseeded[h] counts them.
 __global__ void reseed_empty_kernel(const float* __restrict__ x, int64_t n_tokens, int d, int c_count,
-                                    const int* __restrict__ begin, const int* __restrict__ end,
-                                    const float* __restrict__ dist, const int* __restrict__ active,
+                                    const int* __restrict__ counts, const float* __restrict__ dist, const int* __restrict__ active,
                                     uint8_t* __restrict__ taken, float* __restrict__ cent,
                                     int* __restrict__ reseeded) {
   const int h = blockIdx.x;
@@ -406,7 +438,7 @@ __global__ void reseed_empty_kernel(const float* __restrict__ x, int64_t n_token
   uint8_t* th = taken + static_cast<int64_t>(h) * n_tokens;
   for (int c = 0; c < c_count; ++c) {
     const int slot = h * c_count + c;
-    if (end[slot] > begin[slot]) continue;  // uniform across the block
+    if (counts[slot] > 0) continue;  // uniform across the block
     float bv = -1.0f;
     int64_t bi = -1;
     for (int64_t i = threadIdx.x; i < n_tokens; i += blockDim.x)

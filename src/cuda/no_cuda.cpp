@@ -16,7 +16,7 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor&, const CodecConf
                                               const std::vector<uint8_t>&, TensorRole) {
   no_cuda();
 }
-std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor&) { no_cuda(); }
+std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor&, DecodeKernel) { no_cuda(); }
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {
   return backend == Backend::cuda ? make_cuda_codec(config) : make_codec(config);
 }

@@ -15,6 +15,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
 unsigned blocks_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
@@ -182,8 +187,9 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
   cent_.resize(static_cast<size_t>(H) * C * D);
   cnorm_.resize(static_cast<size_t>(H) * C);
   dist_.resize(static_cast<size_t>(H * N));
-  begin_.resize(static_cast<size_t>(H) * C);
-  end_.resize(static_cast<size_t>(H) * C);
+  sums_.resize(static_cast<size_t>(H) * C * D);
+  counts_.resize(static_cast<size_t>(H) * C);
+  kmeans_max_.resize(static_cast<size_t>(H));
   active_.resize(static_cast<size_t>(H));
   reseeded_.resize(static_cast<size_t>(H));
   taken_.resize(static_cast<size_t>(H * N));
@@ -233,6 +239,15 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
     cent_.upload(hc.data(), hc.size(), stream);
   }
 
+  // Largest |x| of each head's points: the fixed-point quantum of the update sums.
+  {
+    QvgShape flat = sh;
+    flat.stages = 0;
+    QVG_CUDA_CHECK(cudaMemsetAsync(kmeans_max_.get(), 0, kmeans_max_.bytes(), stream));
+    residual_absmax_kernel<float><<<blocks_for(static_cast<int64_t>(H) * N * (D / kValsPerThread)), kThreads, 0,
+                                    stream>>>(resid_.get(), flat, QvgParts{}, kmeans_max_.get());
+    check_launch();
+  }
   std::vector<int> active_host(static_cast<size_t>(H), 1);
   active_.upload(active_host.data(), active_host.size(), stream);
   QVG_CUDA_CHECK(cudaMemsetAsync(reseeded_.get(), 0, sizeof(int) * H, stream));
@@ -293,16 +308,17 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
     QVG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp_bytes, keys_.get(), keys_sorted_.get(),
                                                    vals_.get(), vals_sorted_.get(), static_cast<int>(H * N), 0,
                                                    end_bit, stream));
-    QVG_CUDA_CHECK(cudaMemsetAsync(begin_.get(), 0, sizeof(int) * H * C, stream));
-    QVG_CUDA_CHECK(cudaMemsetAsync(end_.get(), 0, sizeof(int) * H * C, stream));
-    segment_bounds_kernel<<<blocks_for(H * N), kThreads, 0, stream>>>(keys_sorted_.get(), H * N, C, begin_.get(),
-                                                                      end_.get());
+    QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
+    QVG_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream));
+    centroid_sum_kernel<float><<<blocks_for(H * N, kSumChunk), D, 0, stream>>>(
+        resid_.get(), N, D, C, keys_sorted_.get(), vals_sorted_.get(), H * N, kmeans_max_.get(), active_.get(),
+        sums_.get(), counts_.get());
     check_launch();
-    centroid_mean_kernel<<<dim3(C, H), D, 0, stream>>>(resid_.get(), N, D, C, vals_sorted_.get(), begin_.get(),
-                                                        end_.get(), active_.get(), cent_.get());
+    centroid_mean_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(
+        sums_.get(), counts_.get(), H, N, D, C, kmeans_max_.get(), active_.get(), cent_.get());
     check_launch();
     QVG_CUDA_CHECK(cudaMemsetAsync(taken_.get(), 0, static_cast<size_t>(H * N), stream));
-    reseed_empty_kernel<<<H, 1024, 0, stream>>>(resid_.get(), N, D, C, begin_.get(), end_.get(), dist_.get(),
+    reseed_empty_kernel<<<H, 1024, 0, stream>>>(resid_.get(), N, D, C, counts_.get(), dist_.get(),
                                                 active_.get(), taken_.get(), cent_.get(), reseeded_.get());
     check_launch();
     assign();
@@ -324,34 +340,44 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
   }
 }
 
-void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s, int vals_per_thread) {
-  QVG_CHECK(vals_per_thread == 8 || vals_per_thread == 16, "decode: vals_per_thread must be 8 or 16, got ",
-            vals_per_thread);
-  const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / vals_per_thread);
-  const unsigned grid = blocks_for(threads);
-  auto go = [&](auto bits_tag, auto vals_tag) {
+void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s, DecodeKernel kernel) {
+  const bool rows_ok = (sh.dim == 64 || sh.dim == 128) && sh.tokens < (int64_t{1} << 30);
+  if (kernel == DecodeKernel::automatic) kernel = rows_ok ? DecodeKernel::rows : DecodeKernel::vals16;
+  QVG_CHECK(kernel != DecodeKernel::rows || rows_ok, "decode: the rows kernel needs dim 64 or 128, got ", sh.dim);
+  constexpr int kRows = 4;  // rows per thread of the rows kernel
+  const int64_t rows = static_cast<int64_t>(sh.heads) * sh.tokens;
+  auto launch = [&](auto bits_tag, auto out_tag) {
     constexpr int B = decltype(bits_tag)::value;
-    constexpr int V = decltype(vals_tag)::value;
+    using OutT = typename decltype(out_tag)::type;
+    OutT* o = static_cast<OutT*>(out);
+    if (kernel == DecodeKernel::rows) {
+      const int64_t rows_per_block = int64_t{kRows} * (32 / (sh.dim / 8)) * (kThreads / 32);
+      const dim3 grid(static_cast<unsigned>((sh.tokens + rows_per_block - 1) / rows_per_block),
+                      static_cast<unsigned>(sh.heads));
+      if (sh.dim == 64)
+        decode_rows_kernel<B, kRows, 64, OutT><<<grid, kThreads, 0, s>>>(sh, p, o);
+      else
+        decode_rows_kernel<B, kRows, 128, OutT><<<grid, kThreads, 0, s>>>(sh, p, o);
+      return;
+    }
+    const int vals = kernel == DecodeKernel::vals8 ? 8 : 16;
+    const unsigned grid = blocks_for(rows * (sh.dim / vals));
+    if (vals == 8)
+      decode_kernel<B, 8, OutT><<<grid, kThreads, 0, s>>>(sh, p, o);
+    else
+      decode_kernel<B, 16, OutT><<<grid, kThreads, 0, s>>>(sh, p, o);
+  };
+  auto go = [&](auto bits_tag) {
     switch (dtype) {
-      case DeviceDType::f32:
-        decode_kernel<B, V, float><<<grid, kThreads, 0, s>>>(sh, p, static_cast<float*>(out));
-        break;
-      case DeviceDType::bf16:
-        decode_kernel<B, V, __nv_bfloat16><<<grid, kThreads, 0, s>>>(sh, p, static_cast<__nv_bfloat16*>(out));
-        break;
-      case DeviceDType::f16:
-        decode_kernel<B, V, __half><<<grid, kThreads, 0, s>>>(sh, p, static_cast<__half*>(out));
-        break;
+      case DeviceDType::f32: launch(bits_tag, Tag<float>{}); break;
+      case DeviceDType::bf16: launch(bits_tag, Tag<__nv_bfloat16>{}); break;
+      case DeviceDType::f16: launch(bits_tag, Tag<__half>{}); break;
     }
   };
-  using I2 = std::integral_constant<int, 2>;
-  using I4 = std::integral_constant<int, 4>;
-  using V8 = std::integral_constant<int, 8>;
-  using V16 = std::integral_constant<int, 16>;
   if (sh.bits == 2)
-    vals_per_thread == 8 ? go(I2{}, V8{}) : go(I2{}, V16{});
+    go(std::integral_constant<int, 2>{});
   else
-    vals_per_thread == 8 ? go(I4{}, V8{}) : go(I4{}, V16{});
+    go(std::integral_constant<int, 4>{});
   check_launch();
 }
 

@@ -10,13 +10,12 @@
 #include "cuda/check.h"
 #include "cuda/qvg_layout.h"
 #include "qvg/codec.h"
+#include "qvg/cuda.h"
 
 namespace qvg::cuda {
 
 enum class DeviceDType { f32, bf16, f16 };
 
-/// Values per thread of the decode kernel by default (see docs/BENCHMARKS.md).
-constexpr int kDefaultDecodeVals = 16;
 
 /// Device buffers for the parts of one encoded tensor, sized by allocate().
 struct DeviceParts {
@@ -63,17 +62,18 @@ class Encoder {
   void kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts, cudaStream_t stream,
                     std::vector<KMeansStats>* stats);
   DeviceBuffer<float> resid_, cent_, cnorm_, dist_;
-  DeviceBuffer<uint32_t> keys_, keys_sorted_, head_max_;
+  DeviceBuffer<uint32_t> keys_, keys_sorted_, head_max_, kmeans_max_;
+  DeviceBuffer<unsigned long long> sums_;
   DeviceBuffer<int32_t> vals_, vals_sorted_;
   DeviceBuffer<uint8_t> sort_temp_, taken_;
-  DeviceBuffer<int> begin_, end_, active_, reseeded_;
+  DeviceBuffer<int> counts_, active_, reseeded_;
   DeviceBuffer<double> mse_;
   DeviceBuffer<int64_t> rows_;
 };
 
-/// Fused decode into out ([H][N][D] of dtype on the device). Each thread
-/// owns vals_per_thread (8 or 16) consecutive values; both give the same bits.
+/// Fused decode into out ([H][N][D] of dtype on the device) with the chosen
+/// kernel (qvg/cuda.h DecodeKernel; every kernel gives the same bits).
 void decode(const QvgShape& sh, QvgParts parts, void* out, DeviceDType dtype, cudaStream_t stream,
-            int vals_per_thread = kDefaultDecodeVals);
+            DecodeKernel kernel = DecodeKernel::automatic);
 
 }  // namespace qvg::cuda

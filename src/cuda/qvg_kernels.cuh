@@ -204,7 +204,11 @@ __device__ __forceinline__ void load_codes(const uint8_t* p, float* v) {
     w[1] = u.y;
   }
 #pragma unroll
-  for (int i = 0; i < VALS; ++i) v[i] = static_cast<float>((w[i / kPerWord] >> (BITS * (i % kPerWord))) & kMask);
+  for (int i = 0; i < VALS; ++i) {
+    // float(u) without the quarter-rate I2F: 2^23 + u is exact, minus 2^23.
+    const uint32_t u = (w[i / kPerWord] >> (BITS * (i % kPerWord))) & kMask;
+    v[i] = __fsub_rn(__uint_as_float(0x4B000000u | u), 8388608.0f);
+  }
 }
 
 /// Fused decode: dequantize and add every stage's centroid (last stage
@@ -258,6 +262,85 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out) {
     float4* q = reinterpret_cast<float4*>(o);
 #pragma unroll
     for (int i = 0; i < VALS / 4; ++i) q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+  }
+}
+
+/// Fused decode with whole rows per lane group: a row of D values is owned
+/// by D/8 consecutive lanes, 8 values (one 16-byte bf16 store) each, so one
+/// warp store instruction writes 32/(D/8) whole consecutive rows (512
+/// contiguous bytes for bf16). Each thread decodes R rows, 32/(D/8) rows
+/// apart, with all of its loads issued before the arithmetic; the head is
+/// blockIdx.y and D a template constant, so the index arithmetic is 32-bit
+/// shifts (the kernel is bound by instructions issued, not bytes: see
+/// docs/BENCHMARKS.md). Same values, same order of operations as
+/// decode_kernel: the same bits. D/8 must divide 32 (D = 64, 128).
+/// Grid: (ceil(N / (R * 32/(D/8) * warps per block)), H).
+template <int BITS, int R, int D, typename OutT>
+__global__ void decode_rows_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out) {
+  constexpr int kVals = 8;
+  constexpr int kLanesPerRow = D / kVals;
+  constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  const int lane = threadIdx.x & 31;
+  const int sub = lane / kLanesPerRow;
+  const int col = (lane % kLanesPerRow) * kVals;
+  const int h = blockIdx.y;
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int n0 = warp * (R * kRowsPerPass) + sub;
+  const int64_t rows = static_cast<int64_t>(sh.heads) * sh.tokens;
+  const int64_t head_row = static_cast<int64_t>(h) * sh.tokens;
+  const int nblocks = D / sh.block;
+  const float span = __ldg(p.span_scales + h);
+  const float offset = sh.levels == LevelRule::symmetric ? static_cast<float>(1 << (BITS - 1))
+                                                         : 0.5f * static_cast<float>((1 << BITS) - 1);
+  float v[R][kVals];
+  int n[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    n[r] = min(n0 + r * kRowsPerPass, static_cast<int>(sh.tokens) - 1);  // dead rows repeat the last
+    const int64_t row = head_row + n[r];
+    const int64_t bi = row * nblocks + col / sh.block;
+    const uint16_t sc = sh.scale_format == ScaleFormat::fp8
+                            ? __ldg(p.scales + bi)
+                            : static_cast<uint16_t>(__ldg(p.scales + 2 * bi) | (__ldg(p.scales + 2 * bi + 1) << 8));
+    const float s = decode_block_scale(sc, span, sh.scale_format);
+    load_codes<BITS, kVals>(p.codes + row * (D * BITS / 8) + col * BITS / 8, v[r]);
+#pragma unroll
+    for (int i = 0; i < kVals; ++i) v[r][i] = __fmul_rn(__fsub_rn(v[r][i], offset), s);
+  }
+  for (int st = sh.stages - 1; st >= 0; --st) {
+    const uint8_t* ids = p.ids + static_cast<int64_t>(st) * rows + head_row;
+    const uint16_t* cent = p.centroids + (static_cast<int64_t>(st) * sh.heads + h) * sh.centroids * D + col;
+    uint8_t id[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) id[r] = __ldg(ids + n[r]);
+    float c[R][kVals];
+#pragma unroll
+    for (int r = 0; r < R; ++r) load_bf16_vals<kVals>(cent + id[r] * D, c[r]);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < kVals; ++i) v[r][i] = __fadd_rn(v[r][i], c[r][i]);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (n0 + r * kRowsPerPass >= sh.tokens) continue;
+    OutT* o = out + (head_row + n[r]) * D + col;
+    if constexpr (sizeof(OutT) == 2) {
+      uint32_t w[kVals / 2];
+#pragma unroll
+      for (int i = 0; i < kVals / 2; ++i) {
+        OutT lo, hi;
+        store_from_float(&lo, v[r][2 * i]);
+        store_from_float(&hi, v[r][2 * i + 1]);
+        w[i] = static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&lo)) |
+               (static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&hi)) << 16);
+      }
+      *reinterpret_cast<uint4*>(o) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+      float4* q = reinterpret_cast<float4*>(o);
+      q[0] = make_float4(v[r][0], v[r][1], v[r][2], v[r][3]);
+      q[1] = make_float4(v[r][4], v[r][5], v[r][6], v[r][7]);
+    }
   }
 }
 
