@@ -17,7 +17,9 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -56,6 +58,8 @@ struct CompareArgs {
   std::vector<std::string> methods = {"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"};
   bool as_json = false;
   std::string side_by_side;
+  std::string plot;  ///< PNG of PSNR per generated frame (gnuplot)
+  std::string csv;   ///< PSNR per generated frame, one column per method
 };
 CompareArgs gc;
 
@@ -250,17 +254,21 @@ struct RunResult {
   double bits = 0;
 };
 
-RunResult run_method(const qvg::Model& model, const std::string& spec, std::span<const float> ctx_x,
-                     std::span<const float> noise, int gen_chunks) {
-  const qvg::ModelConfig& mc = model.config();
+qvg::CacheConfig cache_config_for(const qvg::ModelConfig& mc, const std::string& spec) {
   qvg::SpanPolicy policy;
   policy.quant_factor = g.quant_factor;
   policy.keep_recent = g.keep_recent;
   policy.sink = g.sink;
   policy.window_chunks = g.window;
+  return qvg::model_cache_config(mc, spec, spec, !g.post_rope, policy);
+}
+
+RunResult run_method(const qvg::Model& model, const std::string& spec, std::span<const float> ctx_x,
+                     std::span<const float> noise, int gen_chunks) {
+  const qvg::ModelConfig& mc = model.config();
   qvg::CacheOptions copt;
   copt.threads = g.threads;
-  qvg::StreamingKVCache cache(qvg::model_cache_config(mc, spec, spec, !g.post_rope, policy), copt);
+  qvg::StreamingKVCache cache(cache_config_for(mc, spec), copt);
   qvg::SamplerConfig sc;
   sc.steps = g.steps;
   sc.threads = g.threads;
@@ -283,6 +291,88 @@ RunResult run_method(const qvg::Model& model, const std::string& spec, std::span
   r.memory = cache.memory().total;
   r.bits = r.memory.bits_per_value(mc.heads, mc.head_dim);
   return r;
+}
+
+/// The gnuplot to run: $QVG_GNUPLOT when set, else `gnuplot` on PATH.
+std::string gnuplot_program() {
+  const char* env = std::getenv("QVG_GNUPLOT");
+  return env && *env ? env : "gnuplot";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string r = "'";
+  for (char ch : s) r += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return r + "'";
+}
+
+/// Throws qvg::Error unless gnuplot runs (checked before the runs, not after).
+void require_gnuplot() {
+  const std::string cmd = shell_quote(gnuplot_program()) + " --version 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  if (p) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+  }
+  const int status = p ? pclose(p) : -1;
+  QVG_CHECK(status == 0 && out.rfind("gnuplot", 0) == 0, "--plot needs gnuplot, and '", gnuplot_program(),
+            "' does not run (install the Debian package gnuplot-nox, e.g. bash scripts/install_deps.sh, or "
+            "drop --plot; --csv / --json carry the per-frame PSNR to draw it elsewhere)");
+}
+
+/// PSNR against BF16 per generated frame, one line per method (the reference
+/// itself left out), drawn by gnuplot through a pipe into a PNG. Identical
+/// frames (infinite PSNR) are drawn at `cap` dB and the legend says so.
+void write_psnr_plot(const std::string& path, const std::vector<std::string>& methods,
+                     const std::vector<std::vector<double>>& psnr, int first_frame, const std::string& title) {
+  double top = 0;
+  for (size_t m = 1; m < psnr.size(); ++m)
+    for (double x : psnr[m])
+      if (std::isfinite(x)) top = std::max(top, x);
+  const double cap = std::max(100.0, std::ceil(top / 10.0) * 10.0 + 10.0);
+  std::string script;
+  char buf[256];
+  for (size_t m = 1; m < psnr.size(); ++m) {
+    script += "$m" + std::to_string(m) + " << EOD\n";
+    for (size_t f = 0; f < psnr[m].size(); ++f) {
+      const double x = std::isfinite(psnr[m][f]) ? psnr[m][f] : cap;
+      std::snprintf(buf, sizeof buf, "%zu %.4f\n", static_cast<size_t>(first_frame) + f, x);
+      script += buf;
+    }
+    script += "EOD\n";
+  }
+  auto quoted = [](std::string s) {  // a gnuplot double-quoted string
+    std::string r = "\"";
+    for (char ch : s) r += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
+    return r + "\"";
+  };
+  script += "set terminal pngcairo size 1000,560 enhanced font 'sans,11'\n";
+  script += "set output " + quoted(path) + "\n";
+  script += "set title " + quoted(title) + " noenhanced\n";
+  script += "set xlabel 'frame of the video (context frames first)'\nset ylabel 'PSNR against the BF16 cache (dB)'\n";
+  script += "set grid\nset key outside right top noenhanced\n";
+  std::snprintf(buf, sizeof buf, "set yrange [0:%g]\n", cap + 5);
+  script += buf;
+  script += "plot ";
+  for (size_t m = 1; m < psnr.size(); ++m) {
+    const bool has_inf = std::any_of(psnr[m].begin(), psnr[m].end(), [](double x) { return !std::isfinite(x); });
+    std::string label = methods[m];
+    if (has_inf) {
+      std::snprintf(buf, sizeof buf, " (identical frames: inf, drawn at %g dB)", cap);
+      label += buf;
+    }
+    script += (m > 1 ? ", " : "") + std::string("$m") + std::to_string(m) + " using 1:2 with linespoints lw 2 pt 7 ps 0.6 title " +
+              quoted(label);
+  }
+  script += "\n";
+  const std::string cmd = shell_quote(gnuplot_program());
+  FILE* p = popen(cmd.c_str(), "w");
+  QVG_CHECK(p != nullptr, "cannot start gnuplot ('", gnuplot_program(), "')");
+  const bool wrote = std::fwrite(script.data(), 1, script.size(), p) == script.size();
+  const int status = pclose(p);
+  QVG_CHECK(wrote && status == 0, "gnuplot failed to draw ", path, " (exit status ", status, ")");
+  std::error_code ec;
+  QVG_CHECK(std::filesystem::file_size(path, ec) > 0 && !ec, "gnuplot wrote no ", path);
 }
 
 }  // namespace
@@ -308,6 +398,8 @@ CLI::App* add_compare_command(CLI::App& app) {
   s->add_option("--seed", g.seed, "noise seed, default 2026");
   s->add_option("--threads", g.threads, "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it");
   s->add_option("--side-by-side", gc.side_by_side, "write an MP4 with every method's frames side by side");
+  s->add_option("--plot", gc.plot, "write a PNG of PSNR against BF16 per generated frame, one line per method (gnuplot)");
+  s->add_option("--csv", gc.csv, "write PSNR against BF16 per generated frame as CSV (one column per method; inf = identical)");
   s->add_flag("--json", gc.as_json, "print one JSON row per method");
   return s;
 }
@@ -320,10 +412,20 @@ int run_compare_command() {
   std::vector<std::string> methods = gc.methods;
   methods.erase(std::remove(methods.begin(), methods.end(), "bf16"), methods.end());
   methods.insert(methods.begin(), "bf16");  // the reference, run first
+  for (const std::string& m : methods) {  // every spec is checked before minutes of runs
+    try {
+      cache_config_for(mc, m);
+    } catch (const qvg::Error& e) {
+      QVG_CHECK(false, "cache '", m, "': ", e.what());
+    }
+  }
+  QVG_CHECK(gc.plot.empty() || methods.size() > 1, "--plot needs a method besides the bf16 reference");
+  if (!gc.plot.empty()) require_gnuplot();
   double fps = 0;
   const qvg::Video ctx = load_context(mc, &fps);
   const std::vector<float> ctx_x = qvg::pixels_to_model(ctx.rgb);
   const int gen_chunks = (g.frames + mc.chunk_frames - 1) / mc.chunk_frames;
+  const int gen_frames = gen_chunks * mc.chunk_frames;
   const size_t nv = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
   const std::vector<float> noise = qvg::gaussian_noise(static_cast<int64_t>(nv) * gen_chunks, g.seed);
   std::vector<RunResult> runs;
@@ -335,30 +437,38 @@ int run_compare_command() {
     return v.empty() ? 0.0 : s / static_cast<double>(v.size());
   };
   const double ref_ms = 1000 * mean(ref.chunk_seconds);
-  const size_t chunk_bytes = static_cast<size_t>(mc.chunk_frames * mc.frame_values());
+  const size_t frame_bytes = static_cast<size_t>(mc.frame_values());
+  const size_t chunk_bytes = static_cast<size_t>(mc.chunk_frames) * frame_bytes;
+  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
   nlohmann::json rows = nlohmann::json::array();
+  std::vector<std::vector<double>> per_frame_all;
   if (!gc.as_json) {
     std::printf("qvg compare: %s frames %d..%d as context, %d generated frames (%d chunks), noise seed %" PRIu64
                 ", spans of %d chunks, keys %s RoPE; PSNR/SSIM against the BF16-cache video\n\n",
-                g.context.c_str(), g.start, g.start + g.context_frames - 1, gen_chunks * mc.chunk_frames, gen_chunks,
-                g.seed, g.quant_factor, g.post_rope ? "after" : "before");
+                g.context.c_str(), g.start, g.start + g.context_frames - 1, gen_frames, gen_chunks, g.seed,
+                g.quant_factor, g.post_rope ? "after" : "before");
     std::printf("%-12s %6s %7s %10s %8s %7s %9s %8s  %s\n", "method", "bits", "ratio", "kv_bytes", "psnr", "ssim",
                 "ms/chunk", "overhead", "psnr per chunk");
   }
   for (const RunResult& r : runs) {
     const double psnr = qvg::psnr_u8(r.frames, ref.frames);
-    const double ssim = qvg::ssim_rgb(r.frames, ref.frames, gen_chunks * mc.chunk_frames, mc.frame, mc.frame);
-    std::vector<double> per_chunk;
+    const double ssim = qvg::ssim_rgb(r.frames, ref.frames, gen_frames, mc.frame, mc.frame);
+    std::vector<double> per_chunk, per_frame;
     for (int i = 0; i < gen_chunks; ++i)
       per_chunk.push_back(qvg::psnr_u8(std::span<const uint8_t>(r.frames).subspan(i * chunk_bytes, chunk_bytes),
                                        std::span<const uint8_t>(ref.frames).subspan(i * chunk_bytes, chunk_bytes)));
+    for (int i = 0; i < gen_frames; ++i)
+      per_frame.push_back(qvg::psnr_u8(std::span<const uint8_t>(r.frames).subspan(i * frame_bytes, frame_bytes),
+                                       std::span<const uint8_t>(ref.frames).subspan(i * frame_bytes, frame_bytes)));
     const double ms = 1000 * mean(r.chunk_seconds), overhead = 100 * (ms / ref_ms - 1);
-    auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
-    nlohmann::json pc = nlohmann::json::array();
+    nlohmann::json pc = nlohmann::json::array(), pf = nlohmann::json::array();
     for (double x : per_chunk) pc.push_back(num(x));
+    for (double x : per_frame) pf.push_back(num(x));
     rows.push_back({{"method", r.method}, {"bits", r.bits}, {"ratio", r.memory.ratio()},
                     {"kv_bytes", r.memory.kv_bytes()}, {"psnr", num(psnr)}, {"ssim", ssim},
-                    {"psnr_per_chunk", pc}, {"ms_per_chunk", ms}, {"overhead_pct", overhead}});
+                    {"psnr_per_chunk", pc}, {"psnr_per_frame", pf}, {"first_generated_frame", g.context_frames},
+                    {"ms_per_chunk", ms}, {"overhead_pct", overhead}});
+    per_frame_all.push_back(per_frame);
     if (!gc.as_json) {
       std::string pcs;
       for (double x : per_chunk) {
@@ -371,12 +481,47 @@ int run_compare_command() {
     }
   }
   if (gc.as_json) std::cout << rows.dump(2) << std::endl;
+  std::fflush(stdout);
+  if (!gc.csv.empty()) {
+    std::ofstream f(gc.csv);
+    QVG_CHECK(f.good(), "cannot write ", gc.csv);
+    f << "frame,clip_frame";
+    for (const std::string& m : methods) f << "," << m;
+    f << "\n";
+    for (int i = 0; i < gen_frames; ++i) {
+      f << g.context_frames + i << "," << g.start + g.context_frames + i;
+      for (const auto& pf : per_frame_all) {
+        const double x = pf[static_cast<size_t>(i)];
+        if (std::isfinite(x)) {
+          char b[32];
+          std::snprintf(b, sizeof b, ",%.4f", x);
+          f << b;
+        } else {
+          f << ",inf";
+        }
+      }
+      f << "\n";
+    }
+    f.close();
+    QVG_CHECK(f.good(), "cannot write ", gc.csv);
+    if (!gc.as_json) std::printf("wrote %s (PSNR against BF16 per generated frame; inf = identical)\n", gc.csv.c_str());
+  }
+  if (!gc.plot.empty()) {
+    char title[512];
+    std::snprintf(title, sizeof title, "%s, context frames %d..%d, %d generated frames, spans of %d chunks%s",
+                  std::filesystem::path(g.context).filename().string().c_str(), g.start,
+                  g.start + g.context_frames - 1, gen_frames, g.quant_factor,
+                  g.window > 0 ? (", window " + std::to_string(g.window) + " chunks").c_str() : "");
+    write_psnr_plot(gc.plot, methods, per_frame_all, g.context_frames, title);
+    if (!gc.as_json) std::printf("wrote %s (PSNR against BF16 per generated frame, one line per method)\n",
+                                 gc.plot.c_str());
+  }
   if (!gc.side_by_side.empty()) {
     qvg::Video sbs;
     const int F = mc.frame, M = static_cast<int>(runs.size());
     sbs.width = F * M;
     sbs.height = F;
-    sbs.frames = gen_chunks * mc.chunk_frames;
+    sbs.frames = gen_frames;
     sbs.rgb.resize(static_cast<size_t>(sbs.frames) * F * F * M * 3);
     for (int f = 0; f < sbs.frames; ++f)
       for (int m = 0; m < M; ++m)
@@ -387,9 +532,76 @@ int run_compare_command() {
     wo.fps = fps > 0 ? fps : 8.0;
     wo.upscale = 3;
     qvg::write_video(gc.side_by_side, sbs, wo);
-    if (!gc.as_json) std::printf("\nwrote %s (left to right: the methods in table order)\n", gc.side_by_side.c_str());
+    if (!gc.as_json) std::printf("wrote %s (left to right: the methods in table order)\n", gc.side_by_side.c_str());
   }
   return 0;
+}
+
+// ---- demo ---------------------------------------------------------------------------
+
+namespace {
+/// `qvg demo`'s options, with its own defaults (copied into g / gc at run time,
+/// so generate / compare keep theirs).
+struct DemoArgs {
+  std::string context = std::string(QVG_SOURCE_DIR) + "/data/clips/vtest.mp4";
+  std::string model = std::string(QVG_SOURCE_DIR) + "/models/qvg_ref_video_dit.safetensors";
+  int start = 192, frames = 12, context_frames = 6, quant_factor = 2, threads = 0;
+  std::vector<std::string> methods = {"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"};
+  std::string plot, csv, side_by_side;
+  bool as_json = false;
+};
+DemoArgs gdemo;
+}  // namespace
+
+CLI::App* add_demo_command(CLI::App& app) {
+  auto* s = app.add_subcommand(
+      "demo", "the main job: the reference video model continues a held-out clip with its KV cache in BF16 and in "
+              "each INT2 method; table of bits, ratio, PSNR/SSIM vs BF16, time (a few minutes on 2 cores)");
+  s->add_option("--context", gdemo.context, "clip (default data/clips/vtest.mp4; held-out frames start at 192)");
+  s->add_option("--start", gdemo.start, "first context frame, default 192 (held out from training)")
+      ->check(CLI::Range(0, 1000000));
+  s->add_option("--frames", gdemo.frames, "frames to generate, default 12")->check(CLI::Range(1, 100000));
+  s->add_option("--context-frames", gdemo.context_frames, "context frames, a multiple of 3, default 6")
+      ->check(CLI::Range(3, 100000));
+  s->add_option("--quant-factor", gdemo.quant_factor, "chunks per encoded span, default 2")
+      ->check(CLI::Range(1, 1 << 20));
+  s->add_option("--methods", gdemo.methods, "caches (codec specs), default bf16 rtn kivi quarot qvg qvg-pro");
+  s->add_option("--model", gdemo.model, "weights (.safetensors)");
+  s->add_option("--threads", gdemo.threads, "threads (0 = all cores, the default); results do not depend on it");
+  s->add_option("--plot", gdemo.plot, "also write the PSNR-per-frame plot (PNG, gnuplot)");
+  s->add_option("--csv", gdemo.csv, "also write PSNR per generated frame as CSV");
+  s->add_option("--side-by-side", gdemo.side_by_side, "also write the methods' frames side by side (MP4)");
+  s->add_flag("--json", gdemo.as_json, "print one JSON row per method");
+  return s;
+}
+
+int run_demo_command() {
+  g.context = gdemo.context;
+  g.model = gdemo.model;
+  g.start = gdemo.start;
+  g.frames = gdemo.frames;
+  g.context_frames = gdemo.context_frames;
+  g.quant_factor = gdemo.quant_factor;
+  g.threads = gdemo.threads;
+  gc.methods = gdemo.methods;
+  gc.plot = gdemo.plot;
+  gc.csv = gdemo.csv;
+  gc.side_by_side = gdemo.side_by_side;
+  gc.as_json = gdemo.as_json;
+  if (!gc.as_json) {
+    std::printf(
+        "qvg demo: the reference video model (docs/MODEL.md) continues frames %d..%d of %s (held out from its\n"
+        "training) by %d frames, chunk by chunk (3 frames = 768 tokens), with its KV cache held in BF16 and in each\n"
+        "method. Every %d chunks of K/V are encoded as one span (%d tokens per layer and head), so the generated\n"
+        "chunks attend to compressed K/V. psnr / ssim: the generated frames against the BF16-cache run (higher =\n"
+        "closer; inf = identical). bits: stored bits per K/V value, every byte counted; ratio: BF16 bytes / bytes.\n"
+        "Short spans make QVG's 256 BF16 centroids per stage expensive (16 x 256 / %d = %.2f bits per value per\n"
+        "stage; a Self-Forcing span of 37,440 tokens pays 0.11). Progress on stderr.\n\n",
+        g.start, g.start + g.context_frames - 1, std::filesystem::path(g.context).filename().string().c_str(),
+        g.frames, g.quant_factor, g.quant_factor * 768, g.quant_factor * 768, 16.0 * 256 / (g.quant_factor * 768));
+    std::fflush(stdout);
+  }
+  return run_compare_command();
 }
 
 CLI::App* add_dump_kv_command(CLI::App& app) {

@@ -25,5 +25,8 @@ int run_dump_kv_command();
 /// `qvg compare`: BF16 vs each cache on the same continuation (tools/cmd_generate.cpp).
 CLI::App* add_compare_command(CLI::App& app);
 int run_compare_command();
+/// `qvg demo`: compare on a held-out clip with the demo's defaults (tools/cmd_generate.cpp).
+CLI::App* add_demo_command(CLI::App& app);
+int run_demo_command();
 
 }  // namespace qvg_cli

@@ -229,7 +229,7 @@ void print_summary(const std::vector<qvg::EvalRow>& rows) {
 
 int run_demo(DataArgs a, const std::vector<std::string>& methods, bool as_json, bool quiet) {
   if (!as_json) {
-    std::printf("qvg demo: KV-cache compression methods side by side on built-in data\n"
+    std::printf("qvg codec-demo: KV-cache compression methods side by side on built-in data\n"
                 "(one Self-Forcing span: %d latent frames x 1,560 tokens, %d heads, dim 128).\n"
                 "Lower mse / attn_rel is better; bits = stored bits per value with every byte of\n"
                 "metadata counted; ratio = BF16 size / compressed size.\n",
@@ -280,7 +280,8 @@ int main(int argc, char** argv) {
   eval->add_flag("--json", as_json, "print one JSON row per method and tensor");
   eval->add_flag("--quiet", quiet, "no progress output");
 
-  auto* demo = app.add_subcommand("demo", "the method comparison on both built-in data sets");
+  auto* demo = app.add_subcommand("codec-demo",
+                                  "the codecs side by side on both built-in K/V data sets (no model; was `qvg demo`)");
   add_data_options(demo, demo_args, false);
   demo->add_option("--methods", demo_methods, "methods/presets (see `qvg methods`)");
   demo->add_flag("--json", as_json, "print one JSON row per data set, method and tensor");
@@ -291,6 +292,7 @@ int main(int argc, char** argv) {
   auto* generate = qvg_cli::add_generate_command(app);
   auto* dump_kv = qvg_cli::add_dump_kv_command(app);
   auto* compare = qvg_cli::add_compare_command(app);
+  auto* model_demo = qvg_cli::add_demo_command(app);
 
   try {
     app.parse(argc, argv);
@@ -304,6 +306,7 @@ int main(int argc, char** argv) {
     if (*generate) return qvg_cli::run_generate_command();
     if (*dump_kv) return qvg_cli::run_dump_kv_command();
     if (*compare) return qvg_cli::run_compare_command();
+    if (*model_demo) return qvg_cli::run_demo_command();
     return list_methods();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qvg: error: %s\n", e.what());
