@@ -15,11 +15,16 @@ namespace qvg {
 /// false with the reason in *why.
 bool cuda_available(std::string* why = nullptr);
 
-/// A codec that runs on the current CUDA device: qvg and rtn so far (host
-/// tensors in and out; device buffers inside). Encodes are byte-identical to
-/// the CPU reference given the same k-means ids; decodes are bit-identical.
-/// The k-means++ start is computed by the CPU reference (then identical to
-/// the CPU's); random and warm starts run on the device.
+/// A codec that runs on the current CUDA device, for every method (host
+/// tensors in and out; device buffers inside). Decodes are bit-identical to
+/// the CPU reference's float decode.
+/// - qvg, rtn: encode and decode on the device. Encodes are byte-identical
+///   to the CPU reference given the same k-means ids. The k-means++ start is
+///   computed by the CPU reference (then identical to the CPU's); random and
+///   warm starts run on the device.
+/// - kivi, quarot, bf16: encode runs the CPU reference (the same bytes by
+///   definition); decode runs on the device and needs dim a multiple of 16
+///   (quarot: a power of two up to 512), else it throws qvg::Error.
 std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config);
 
 /// qvg_encode_given_centroids_ref on the GPU (same bytes expected).
@@ -33,7 +38,8 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
 /// `vals16` / `vals8` = one thread per 16 / 8 consecutive values.
 enum class DecodeKernel { automatic, rows, vals16, vals8 };
 
-/// Fused GPU decode to BF16 bits ([heads, tokens, dim]).
+/// Fused GPU decode to BF16 bits ([heads, tokens, dim]): the float decode
+/// rounded to nearest even. Every method (kivi, quarot, bf16: see above).
 std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kernel = DecodeKernel::automatic);
 
 /// Where a codec runs.

@@ -1,6 +1,7 @@
 // The Codec front of the CUDA backend: host tensors in and out.
 #include <cuda_runtime.h>
 
+#include "cuda/baseline_cuda.h"
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
 
@@ -129,7 +130,10 @@ bool cuda_available(std::string* why) {
   return true;
 }
 
-std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config) { return std::make_unique<CudaQvgCodec>(config); }
+std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config) {
+  if (is_cuda_baseline_method(config.method)) return make_cuda_baseline_codec(config);  // baseline_cuda.cu
+  return std::make_unique<CudaQvgCodec>(config);
+}
 
 EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecConfig& c,
                                               const std::vector<uint8_t>& centroids, const std::vector<uint8_t>& ids,
@@ -151,6 +155,7 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
 }
 
 std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kernel) {
+  if (is_cuda_baseline_method(e.config.method)) return cuda_baseline_decode_16(e, Half16::bf16);
   check_device();
   const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
   DeviceParts parts;
