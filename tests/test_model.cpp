@@ -288,6 +288,37 @@ TEST(Model, ForwardRejectsBadInput) {
   EXPECT_THROW(qvg::Sampler(m, wrong), qvg::Error);
 }
 
+// The context preprocessing of train/prepare_data.py (ffmpeg CLI:
+// crop=416:234,scale=128:72:flags=area, rgb24; then rows 4..67, columns
+// 32..95): read_video with a centered crop gives the golden file's context_u8
+// (vtest frames 192..197) byte for byte.
+TEST(VideoReader, CropScaleMatchesPrepareData) {
+  const qvg::RawTensor golden = qvg::read_safetensors_tensor(kGolden, "context_u8");
+  ASSERT_EQ(golden.bytes.size(), 6u * 64 * 64 * 3);
+  qvg::VideoReadOptions o;
+  o.max_frames = 198;
+  o.width = 128;
+  o.height = 72;
+  o.crop_width = 416;
+  o.crop_height = 234;
+  const qvg::Video v = qvg::read_video(std::string(QVG_SOURCE_DIR) + "/data/clips/vtest.mp4", o);
+  ASSERT_EQ(v.frames, 198);
+  ASSERT_EQ(v.width, 128);
+  ASSERT_EQ(v.height, 72);
+  int max_diff = 0;
+  for (int f = 0; f < 6; ++f)
+    for (int y = 0; y < 64; ++y)
+      for (int x = 0; x < 64 * 3; ++x) {
+        const int a = v.frame(192 + f)[(static_cast<size_t>(4 + y) * 128 + 32) * 3 + static_cast<size_t>(x)];
+        const int b = golden.bytes[(static_cast<size_t>(f) * 64 + static_cast<size_t>(y)) * 64 * 3 + static_cast<size_t>(x)];
+        max_diff = std::max(max_diff, std::abs(a - b));
+      }
+  std::printf("[context crop] max |C++ - prepare_data.py| = %d\n", max_diff);
+  EXPECT_EQ(max_diff, 0);
+  o.crop_width = 418;  // wider than the 416x240 clip
+  EXPECT_THROW(qvg::read_video(std::string(QVG_SOURCE_DIR) + "/data/clips/vtest.mp4", o), qvg::Error);
+}
+
 // write_video -> read_video round trip (H.264 or MPEG-4 part 2, YUV 4:2:0:
 // lossy, so only close), and errors naming the file.
 TEST(VideoWriter, RoundTrip) {

@@ -74,13 +74,23 @@ std::string kb(size_t bytes) {
   return buf;
 }
 
-/// Frames [start, start + n) of a clip as the model sees them: scaled to
-/// 128 x 72, center crop rows 4..67, columns 32..95 (the evaluation crop of
-/// docs/MODEL.md §10), 8-bit RGB [n, 64, 64, 3].
+/// Frames [start, start + n) of a clip as the model sees them, exactly as
+/// train/prepare_data.py prepares them (ffmpeg's crop=416:234,
+/// scale=128:72:flags=area, rgb24; other clip sizes: the 16:9 center crop of
+/// the full width), then the evaluation's center crop, rows
+/// 4..67, columns 32..95 (docs/MODEL.md §10): 8-bit RGB [n, 64, 64, 3].
 qvg::Video load_context(const qvg::ModelConfig& c, double* fps) {
   const int fw = 128, fh = 72;
   QVG_CHECK(c.frame == 64, "generate: the context crop assumes 64x64 frames, the model has ", c.frame);
-  const qvg::Video v = qvg::read_video(g.context, g.start + g.context_frames, fw, fh);
+  // The 16:9 center crop of the full width: 416x234 of the shipped 416x240 clips.
+  const qvg::Video probe = qvg::read_video(g.context, 1);
+  qvg::VideoReadOptions ro;
+  ro.max_frames = g.start + g.context_frames;
+  ro.width = fw;
+  ro.height = fh;
+  ro.crop_width = probe.width;
+  ro.crop_height = std::min(probe.height, (probe.width * 9 / 16) & ~1);
+  const qvg::Video v = qvg::read_video(g.context, ro);
   QVG_CHECK(v.frames >= g.start + g.context_frames, g.context, ": has ", v.frames, " frames, need ",
             g.start + g.context_frames, " (--start ", g.start, " + --context-frames ", g.context_frames, ")");
   *fps = v.fps;

@@ -26,6 +26,22 @@ struct Video {
 /// True when this build can decode video (QVG_WITH_FFMPEG was on).
 bool video_support();
 
+/// What read_video does with each decoded frame, in this order: a centered
+/// crop, then one swscale pass (area filter, accurate rounding, bit-exact) to
+/// RGB24 of the output size. This is the ffmpeg CLI's
+/// `-vf crop=W:H,scale=w:h:flags=area -pix_fmt rgb24` (train/prepare_data.py):
+/// the crop moves the plane pointers by x = (in_w - W) / 2, y = (in_h - H) / 2,
+/// rounded down to the chroma subsampling (vf_crop's default, exact = 0), and
+/// scaling sees the cropped W x H frame. Measured: every frame of the five
+/// shipped clips byte-identical to the ffmpeg 5.1 CLI's output (docs/RUNTIME.md).
+struct VideoReadOptions {
+  int max_frames = 0;   ///< frames to decode at most; 0 = all
+  int width = 0;        ///< output width; 0 = the (cropped) stream's
+  int height = 0;       ///< output height; 0 = the (cropped) stream's
+  int crop_width = 0;   ///< centered crop width before scaling; 0 = no crop
+  int crop_height = 0;  ///< centered crop height before scaling; 0 = no crop
+};
+
 /// Decodes the first video stream of `path`, in presentation order.
 /// @param max_frames  frames to decode at most; 0 = all
 /// @param width       output width; 0 = the stream's width
@@ -37,5 +53,9 @@ bool video_support();
 /// a file without a video stream or without a decodable frame, bad sizes, or a
 /// build without FFmpeg.
 Video read_video(const std::string& path, int max_frames = 0, int width = 0, int height = 0);
+
+/// The same with a crop and the swscale flags of VideoReadOptions. Also throws
+/// when the crop is larger than a decoded frame.
+Video read_video(const std::string& path, const VideoReadOptions& options);
 
 }  // namespace qvg
