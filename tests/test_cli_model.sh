@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# CLI behaviour of the model commands (generate, compare, demo, dump-kv): short
+# runs (1 context chunk, 1 generated chunk) whose output files are read back
+# through qvg itself, the JSON fields of compare, and bad inputs (each a
+# message naming the problem and exit status 1).
+# Usage: test_cli_model.sh <path to qvg> <source dir> ; prints "N passed, N failed".
+set -u
+qvg=$1
+src=$2
+clip=$src/data/clips/vtest.mp4
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+# Small, fast runs: 3 context frames (1 chunk), 3 generated frames, spans of 1 chunk.
+SHORT="--context $clip --start 192 --context-frames 3 --frames 3 --quant-factor 1"
+
+# expect_status1 <pattern> <args...>: exit status exactly 1 and the message on stderr.
+expect_status1() {
+  local pat=$1
+  shift
+  "$qvg" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -ne 1 ]; then bad "qvg $* exited $rc, expected 1: $(cat "$tmp/err")"; return; fi
+  if ! grep -qi -- "$pat" "$tmp/err"; then bad "qvg $*: stderr lacks '$pat':"; cat "$tmp/err"; return; fi
+  ok
+}
+
+# generate: a playable MP4 of context + generated frames (6), read back by qvg
+# as the context of another run (exactly 6 frames: 9 are refused).
+if "$qvg" generate $SHORT --cache qvg -o "$tmp/gen.mp4" >"$tmp/gen.txt" 2>"$tmp/err"; then
+  [ -s "$tmp/gen.mp4" ] && ok || bad "generate wrote no $tmp/gen.mp4"
+  grep -q "wrote .*gen.mp4: 6 frames" "$tmp/gen.txt" && ok || bad "generate output: $(cat "$tmp/gen.txt")"
+  grep -q "KV memory after 2 chunks" "$tmp/gen.txt" && ok || bad "generate prints no KV memory"
+  grep -q "centroids" "$tmp/gen.txt" && ok || bad "generate prints no KV parts"
+  "$qvg" generate --context "$tmp/gen.mp4" --context-frames 6 --frames 3 --cache bf16 -o "$tmp/gen2.mp4" \
+    >/dev/null 2>"$tmp/err" && ok || bad "the written MP4 does not read back: $(cat "$tmp/err")"
+  expect_status1 "has 6 frames, need 9" generate --context "$tmp/gen.mp4" --context-frames 9 --frames 3 -o "$tmp/x.mp4"
+else
+  bad "generate failed: $(cat "$tmp/err")"
+fi
+
+# compare: JSON rows with the issue's fields; BF16 against itself has no finite
+# PSNR (null); CSV and the gnuplot PNG of PSNR per frame.
+if "$qvg" compare $SHORT --methods rtn --json --csv "$tmp/psnr.csv" --plot "$tmp/psnr.png" \
+     >"$tmp/cmp.json" 2>"$tmp/err"; then
+  for key in method bits ratio kv_bytes psnr ssim ms_per_chunk overhead_pct psnr_per_chunk psnr_per_frame; do
+    n=$(grep -c "\"$key\":" "$tmp/cmp.json")
+    [ "$n" -eq 2 ] && ok || bad "JSON has $n rows with \"$key\", expected 2"
+  done
+  grep -q '"method": "bf16"' "$tmp/cmp.json" && grep -q '"method": "rtn"' "$tmp/cmp.json" && ok || bad "JSON methods"
+  [ "$(grep -c '"psnr": null' "$tmp/cmp.json")" -eq 1 ] && ok || bad "bf16 vs bf16 PSNR is not null"
+  [ "$(grep -c '"psnr": [0-9]' "$tmp/cmp.json")" -eq 1 ] && ok || bad "rtn PSNR is not a number"
+  [ "$(head -1 "$tmp/psnr.csv")" = "frame,clip_frame,bf16,rtn" ] && ok || bad "CSV header: $(head -1 "$tmp/psnr.csv")"
+  [ "$(wc -l <"$tmp/psnr.csv")" -eq 4 ] && ok || bad "CSV rows: $(wc -l <"$tmp/psnr.csv")"
+  grep -q '^3,195,inf,[0-9]' "$tmp/psnr.csv" && ok || bad "CSV first row: $(sed -n 2p "$tmp/psnr.csv")"
+  [ "$(head -c 8 "$tmp/psnr.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] && ok || bad "--plot wrote no PNG"
+else
+  bad "compare failed: $(cat "$tmp/err")"
+fi
+# Without gnuplot, --plot is refused before any run.
+QVG_GNUPLOT=/nonexistent/gnuplot expect_status1 "gnuplot-nox" compare $SHORT --methods rtn --plot "$tmp/p.png"
+expect_status1 "unknown method 'nosuch'" compare $SHORT --methods rtn nosuch
+# The table (not JSON) of compare and demo.
+"$qvg" demo --context-frames 3 --frames 3 --quant-factor 1 --methods rtn >"$tmp/demo.txt" 2>"$tmp/err" &&
+  grep -q "^rtn " "$tmp/demo.txt" && grep -q "^bf16 .* inf " "$tmp/demo.txt" && ok || bad "demo: $(cat "$tmp/err" "$tmp/demo.txt")"
+
+# dump-kv: 6 layers x {q, k_pre, k, v} [768, 2, 128], read back by qvg eval.
+if "$qvg" dump-kv --context "$clip" --start 192 --context-frames 3 -o "$tmp/kv.safetensors" >/dev/null 2>"$tmp/err"; then
+  "$qvg" eval --k "$tmp/kv.safetensors" --k-name layer5.k_pre --v "$tmp/kv.safetensors" --v-name layer5.v \
+    --q "$tmp/kv.safetensors" --q-name layer0.q --layout thd --methods rtn --json --quiet >"$tmp/ev.json" 2>"$tmp/err" &&
+    grep -q '"attn_rel_l2"' "$tmp/ev.json" && ok || bad "dump-kv output does not read back: $(cat "$tmp/err")"
+  expect_status1 "layer6.k" eval --k "$tmp/kv.safetensors" --k-name layer6.k --v "$tmp/kv.safetensors" \
+    --v-name layer0.v --layout thd --methods rtn
+else
+  bad "dump-kv failed: $(cat "$tmp/err")"
+fi
+
+# Bad inputs: a message naming the problem, exit status 1.
+expect_status1 "no such file" generate --context "$tmp/missing.mp4" --frames 3 -o "$tmp/x.mp4"
+expect_status1 "multiple of 3" generate --context "$clip" --context-frames 4 --frames 3 -o "$tmp/x.mp4"
+expect_status1 "has 240 frames, need 1006" generate --context "$clip" --start 1000 --frames 3 -o "$tmp/x.mp4"
+expect_status1 "unknown method 'nosuch'" generate $SHORT --cache nosuch -o "$tmp/x.mp4"
+head -c 1000000 "$src/models/qvg_ref_video_dit.safetensors" >"$tmp/cut.safetensors"
+expect_status1 "cut.safetensors" generate $SHORT --model "$tmp/cut.safetensors" -o "$tmp/x.mp4"
+expect_status1 "multiple of 3" dump-kv --context "$clip" --context-frames 5 -o "$tmp/x.safetensors"
+expect_status1 "no such file" compare --context "$tmp/missing.mp4" --frames 3 --methods rtn
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
