@@ -14,11 +14,11 @@ step "configure + build"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
   >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-cmake --build build-gpu -j16 --target test_cuda test_kmeans test_codecs test_formats test_group_quant bench_cuda \
+cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_kmeans test_codecs test_formats test_group_quant bench_cuda \
   >>"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 rc=0
 step "tests"
-for t in test_formats test_group_quant test_kmeans test_codecs test_cuda; do  # one log file (at most 8 files come back)
+for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines; do  # one log file (at most 8 files come back)
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
@@ -26,6 +26,8 @@ step "compute-sanitizer memcheck"
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
   --gtest_filter='Cuda.QuantizeGiven*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.KMeansMatchesCpu*:Cuda.WarmStart*' \
   >"$OUT/sanitizer.log" 2>&1 || rc=1
+compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_baselines --gtest_brief=1 \
+  >>"$OUT/sanitizer.log" 2>&1 || rc=1
 tail -4 "$OUT/sanitizer.log"
 step "compute-sanitizer racecheck"
 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
@@ -36,5 +38,12 @@ build-gpu/bench/bench_cuda --json "$OUT/bench_cuda.json" --reps "${QVG_BENCH_REP
 step "per-kernel profile (ncu)"
 [ -n "${QVG_SKIP_NCU:-}" ] || ncu --clock-control none --print-summary per-kernel build-gpu/bench/bench_cuda --profile >"$OUT/ncu.log" 2>&1 || rc=1
 grep -E "^  [a-z_].*\(|Duration|^    [A-Za-z].*Duration" "$OUT/ncu.log" | head -60
+if [ -n "${QVG_NCU_DECODE:-}" ]; then  # why the decode is where it is: throughput, occupancy, stalls
+  step "ncu decode detail"
+  ncu --clock-control none -k regex:decode --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section MemoryWorkloadAnalysis build-gpu/bench/bench_cuda --profile \
+    >"$OUT/ncu_decode.log" 2>&1 || rc=1
+  grep -E "decode|Throughput|Duration|Achieved Occupancy|Registers Per|Theoretical Occ|Stall|Warp Cycles Per Issued|Mem Busy|Max Bandwidth|L2 Hit|Issued Ipc|Executed Ipc|One or More|No Eligible" "$OUT/ncu_decode.log" | head -90
+fi
 step "done rc=$rc"
 exit $rc

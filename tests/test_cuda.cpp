@@ -13,6 +13,9 @@
 #include "qvg/half.h"
 #include "qvg/metrics.h"
 #include "qvg/qvg.h"
+#if QVG_WITH_CUDA
+#include "cuda/qvg_cuda.h"
+#endif
 
 namespace qvg {
 namespace {
@@ -113,6 +116,46 @@ TEST(Cuda, DecodeKernelsAgree) {
         }
       }
 }
+
+#if QVG_WITH_CUDA
+// 16-bit inputs are clustered and quantized as they are (no float copy):
+// the same bytes as encoding their exact float values.
+TEST(Cuda, HalfInputsEncodeLikeTheirFloatValues) {
+  REQUIRE_GPU();
+  for (const std::string spec : {"rtn", "qvg:centroids=16,init=random", "qvg-pro:centroids=8,init=random,iters=3"})
+    for (const bool bf16 : {true, false}) {
+      const CodecConfig c = parse_codec_spec(spec);
+      HeadTensor x = blobs(3, 999, 128, 12, 11, 0.5f);
+      std::vector<uint16_t> h(x.data.size());
+      for (size_t i = 0; i < h.size(); ++i) {
+        h[i] = bf16 ? bf16_from_float(x.data[i]) : fp16_from_float(x.data[i]);
+        x.data[i] = bf16 ? bf16_to_float(h[i]) : fp16_to_float(h[i]);
+      }
+      const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
+      cuda::GpuKMeansOptions km;
+      km.params = c.kmeans;
+      cuda::DeviceBuffer<uint16_t> xh;
+      xh.upload(h.data(), h.size());
+      cuda::DeviceBuffer<float> xf;
+      xf.upload(x.data.data(), x.data.size());
+      cuda::Encoder e1, e2;
+      cuda::DeviceParts p1, p2;
+      e1.encode(xh.get(), bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::f16, sh, km, p1, nullptr);
+      e2.encode(xf.get(), cuda::DeviceDType::f32, sh, km, p2, nullptr);
+      auto bytes = [](const auto& buf) {
+        std::vector<uint8_t> v(buf.bytes());
+        if (!v.empty()) QVG_CUDA_CHECK(cudaMemcpy(v.data(), buf.get(), v.size(), cudaMemcpyDeviceToHost));
+        return v;
+      };
+      const std::string what = spec + (bf16 ? " bf16" : " f16");
+      EXPECT_EQ(bytes(p1.codes), bytes(p2.codes)) << what;
+      EXPECT_EQ(bytes(p1.scales), bytes(p2.scales)) << what;
+      EXPECT_EQ(bytes(p1.span_scales), bytes(p2.span_scales)) << what;
+      EXPECT_EQ(bytes(p1.centroids), bytes(p2.centroids)) << what;
+      EXPECT_EQ(bytes(p1.ids), bytes(p2.ids)) << what;
+    }
+}
+#endif
 
 TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
   REQUIRE_GPU();

@@ -32,10 +32,12 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
                                               const std::vector<uint8_t>& centroids, const std::vector<uint8_t>& ids,
                                               TensorRole role = TensorRole::key);
 
-/// The fused decode kernels (all give the same bits; `rows` is the default
-/// for dim 64 and 128, see docs/BENCHMARKS.md): `rows` = D/8 lanes per
-/// row, 8 values each, whole rows per warp store, several rows per thread;
-/// `vals16` / `vals8` = one thread per 16 / 8 consecutive values.
+/// The fused decode kernels of qvg / rtn (all give the same bits; the
+/// default is `vals16`, the fastest or within 5 % at the benchmark shapes,
+/// docs/BENCHMARKS.md): `vals16` / `vals8` = one thread per 16 / 8
+/// consecutive values; `rows` = D/8 lanes per row, 8 values each, whole rows
+/// per warp store, 4 rows per thread (dim 64 and 128 only). Other methods
+/// ignore the choice.
 enum class DecodeKernel { automatic, rows, vals16, vals8 };
 
 /// Fused GPU decode to BF16 bits ([heads, tokens, dim]): the float decode

@@ -9,8 +9,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cuda_fp16.h>
+
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/qvg_kernels.cuh"
 #include "qvg/fixed_sum.h"
@@ -41,8 +44,8 @@ __global__ void centroid_norms_kernel(const float* __restrict__ cent, int heads,
 ///
 /// The loop it replaces:
 ///   for n: best = inf; for c: v = cnorm[c] - 2 * dot(x[n], cent[c]); if v < best: best = v, id = c
-template <int D>
-__global__ void __launch_bounds__(kAssignThreads) assign_kernel(const float* __restrict__ x, int64_t n_tokens,
+template <int D, typename T>
+__global__ void __launch_bounds__(kAssignThreads) assign_kernel(const T* __restrict__ x, int64_t n_tokens,
                                                                const float* __restrict__ cent,
                                                                const float* __restrict__ cnorm, int c_count,
                                                                const int* __restrict__ active,
@@ -55,11 +58,11 @@ __global__ void __launch_bounds__(kAssignThreads) assign_kernel(const float* __r
   const int tid = threadIdx.x;
   const int ty = tid >> 4, tx = tid & 15;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kAssignTokens;
-  const float* xh = x + static_cast<int64_t>(h) * n_tokens * D;
+  const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
   const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
   for (int i = tid; i < kAssignTokens * D; i += kAssignThreads) {
     const int tok = i / D, k = i % D;
-    xs[k * kAssignTokens + tok] = (n0 + tok < n_tokens) ? xh[(n0 + tok) * D + k] : 0.0f;
+    xs[k * kAssignTokens + tok] = (n0 + tok < n_tokens) ? load_as_float(xh + (n0 + tok) * D + k) : 0.0f;
   }
   float best[4];
   int arg[4];
@@ -166,8 +169,19 @@ __device__ __forceinline__ void stage_rows_bf16(const T* __restrict__ src, int64
     uint4 packed = make_uint4(0, 0, 0, 0);
     if (row0 + r < valid) {
       const T* p = src + (row0 + r) * D + c8;
-      if constexpr (sizeof(T) == 2) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
         packed = *reinterpret_cast<const uint4*>(p);
+      } else if constexpr (std::is_same_v<T, __half>) {  // f16 -> float (exact) -> bf16
+        const uint4 u = *reinterpret_cast<const uint4*>(p);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        uint32_t o[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[q]));
+          const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+          o[q] = *reinterpret_cast<const uint32_t*>(&b);
+        }
+        packed = make_uint4(o[0], o[1], o[2], o[3]);
       } else {
         const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
         const __nv_bfloat162 h0 = __floats2bfloat162_rn(a.x, a.y), h1 = __floats2bfloat162_rn(a.z, a.w);
@@ -189,10 +203,10 @@ __device__ __forceinline__ bool before(float v, int i, float w, int j) { return 
 template <int D, typename T>
 __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens,
                                                               const float* __restrict__ cent,
+                                                              const __nv_bfloat16* __restrict__ cent_b,
                                                               const float* __restrict__ cnorm, int c_count,
                                                               const int* __restrict__ active,
                                                               uint8_t* __restrict__ ids) {
-  static_assert(sizeof(T) == 4, "refinement reads the float rows");
   static_assert(D % 16 == 0, "D must be a multiple of 16");
   const int h = blockIdx.y;
   if (active && !active[h]) return;
@@ -203,6 +217,8 @@ __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restri
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTcTokens;
   __shared__ float xnorm[kTcTokens];
   __shared__ float cmax_sq;
+  __shared__ float cn_s[256];  // ||c||^2 of the head's centroids (C <= 256)
+  for (int c = threadIdx.x; c < c_count; c += blockDim.x) cn_s[c] = cnorm[h * c_count + c];
   const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
   stage_rows_bf16<D>(xh, n0, kTcTokens, n_tokens, xs);
   if (threadIdx.x == 0) cmax_sq = 0.0f;
@@ -228,7 +244,7 @@ __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restri
   const int g = lane >> 2, t = lane & 3;
   for (int c0 = 0; c0 < c_count; c0 += kTcCentroids) {
     __syncthreads();
-    stage_rows_bf16<D>(ch, c0, kTcCentroids, c_count, cs);
+    stage_rows_bf16<D>(cent_b + static_cast<int64_t>(h) * c_count * D, c0, kTcCentroids, c_count, cs);
     __syncthreads();
     float acc[2][8][4];
 #pragma unroll
@@ -266,7 +282,7 @@ __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restri
       for (int e = 0; e < 2; ++e) {
         const int c = c0 + j * 8 + 2 * t + e;
         if (c >= c_count) continue;
-        const float cn = cnorm[h * c_count + c];
+        const float cn = cn_s[c];
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -312,12 +328,13 @@ __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restri
                              1e-6f * fabsf(v1);
         if (v2 - v1 <= margin) {  // the same for the 4 lanes: they split the dims
           const unsigned quad = 0xFu << (lane & ~3);
-          const float* xr = xh + n * D;
+          const T* xr = xh + n * D;
           const float* c1 = ch + static_cast<int64_t>(i1) * D;
           const float* c2 = ch + static_cast<int64_t>(i2) * D;
           double d1 = 0.0, d2 = 0.0;
           for (int k = t; k < D; k += 4) {
-            const double a = static_cast<double>(xr[k]) - c1[k], b = static_cast<double>(xr[k]) - c2[k];
+            const double xv = load_as_float(xr + k);
+            const double a = xv - c1[k], b = xv - c2[k];
             d1 += a * a;
             d2 += b * b;
           }
@@ -334,7 +351,8 @@ __global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restri
 }
 
 /// dist[h][n] = ||x - c_id||^2 in double (one warp per token).
-__global__ void exact_dist_kernel(const float* __restrict__ x, int64_t n_tokens, int d, const float* __restrict__ cent,
+template <typename T>
+__global__ void exact_dist_kernel(const T* __restrict__ x, int64_t n_tokens, int d, const float* __restrict__ cent,
                                   int c_count, int heads, const int* __restrict__ active,
                                   const uint8_t* __restrict__ ids, float* __restrict__ dist) {
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -342,11 +360,11 @@ __global__ void exact_dist_kernel(const float* __restrict__ x, int64_t n_tokens,
   if (w >= heads * n_tokens) return;
   const int h = static_cast<int>(w / n_tokens);
   if (active && !active[h]) return;
-  const float* xp = x + w * d;
+  const T* xp = x + w * d;
   const float* cp = cent + (static_cast<int64_t>(h) * c_count + ids[w]) * d;
   double s = 0.0;
   for (int k = lane; k < d; k += 32) {
-    const double e = static_cast<double>(xp[k]) - cp[k];
+    const double e = static_cast<double>(load_as_float(xp + k)) - cp[k];
     s += e * e;
   }
   for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
@@ -426,7 +444,8 @@ __global__ void centroid_mean_kernel(const unsigned long long* __restrict__ sums
 /// the point farthest from its centroid (lowest index on ties) not taken by
 /// an earlier empty cluster of this iteration. One block of 1024 per head.
 /// taken: [H][N] bytes, cleared before the launch. reseeded[h] counts them.
-__global__ void reseed_empty_kernel(const float* __restrict__ x, int64_t n_tokens, int d, int c_count,
+template <typename T>
+__global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, int d, int c_count,
                                     const int* __restrict__ counts, const float* __restrict__ dist, const int* __restrict__ active,
                                     uint8_t* __restrict__ taken, float* __restrict__ cent,
                                     int* __restrict__ reseeded) {
@@ -459,7 +478,7 @@ __global__ void reseed_empty_kernel(const float* __restrict__ x, int64_t n_token
     __syncthreads();
     if (far < 0) continue;
     for (int k = threadIdx.x; k < d; k += blockDim.x)
-      cent[static_cast<int64_t>(slot) * d + k] = x[(static_cast<int64_t>(h) * n_tokens + far) * d + k];
+      cent[static_cast<int64_t>(slot) * d + k] = load_as_float(x + (static_cast<int64_t>(h) * n_tokens + far) * d + k);
     if (threadIdx.x == 0) {
       th[far] = 1;
       ++reseeded[h];
@@ -485,14 +504,15 @@ __global__ void head_mse_kernel(const float* __restrict__ dist, int64_t n_tokens
 }
 
 /// Gather rows of x as initial centroids: cent[h][c] = x[h][rows[h*C + c]].
-__global__ void gather_rows_kernel(const float* __restrict__ x, int64_t n_tokens, int d, int c_count,
+template <typename T>
+__global__ void gather_rows_kernel(const T* __restrict__ x, int64_t n_tokens, int d, int c_count,
                                    const int64_t* __restrict__ rows, int heads, float* __restrict__ cent) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= static_cast<int64_t>(heads) * c_count * d) return;
   const int64_t hc = g / d;
   const int k = static_cast<int>(g % d);
   const int h = static_cast<int>(hc / c_count);
-  cent[g] = x[(static_cast<int64_t>(h) * n_tokens + rows[hc]) * d + k];
+  cent[g] = load_as_float(x + (static_cast<int64_t>(h) * n_tokens + rows[hc]) * d + k);
 }
 
 /// float -> BF16 bits (round to nearest even), for storing centroids.

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <type_traits>
 
 #include "cuda/kmeans_kernels.cuh"
 #include "cuda/qvg_cuda.h"
 #include "cuda/qvg_kernels.cuh"
+#include "qvg/half.h"
 #include "qvg/kmeans.h"
 #include "qvg/qvg.h"
 
@@ -52,56 +54,40 @@ void quantize_any(const void* x, DeviceDType t, const QvgShape& sh, QvgParts p, 
   }
 }
 
-template <typename InT>
-__global__ void to_float_kernel(const InT* __restrict__ in, int64_t n, float* __restrict__ out) {
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g < n) out[g] = load_as_float(in + g);
-}
-
-void to_float(const void* x, DeviceDType t, int64_t n, float* out, cudaStream_t s) {
-  switch (t) {
-    case DeviceDType::f32:
-      QVG_CUDA_CHECK(cudaMemcpyAsync(out, x, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
-      return;
-    case DeviceDType::bf16:
-      to_float_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(x), n, out);
-      break;
-    case DeviceDType::f16:
-      to_float_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __half*>(x), n, out);
-      break;
-  }
-  check_launch();
-}
-
-template <int D>
-void launch_assign(const float* x, int64_t n, const float* cent, const float* cnorm, int c, int heads, const int* active,
+template <int D, typename T>
+void launch_assign(const T* x, int64_t n, const float* cent, const float* cnorm, int c, int heads, const int* active,
                    uint8_t* ids, float* dist, cudaStream_t s) {
   const size_t smem = 2 * D * kAssignTokens * sizeof(float);
   static bool configured = false;  // per template instance; attribute setting is idempotent
   if (!configured) {
-    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>((n + kAssignTokens - 1) / kAssignTokens), static_cast<unsigned>(heads));
-  assign_kernel<D><<<grid, kAssignThreads, smem, s>>>(x, n, cent, cnorm, c, active, ids, dist);
+  assign_kernel<D, T><<<grid, kAssignThreads, smem, s>>>(x, n, cent, cnorm, c, active, ids, dist);
   check_launch();
 }
 
-template <int D>
-void launch_assign_tc(const float* x, int64_t n, const float* cent, const float* cnorm, int c, int heads,
+template <int D, typename T>
+void launch_assign_tc(const T* x, int64_t n, const float* cent, uint16_t* cent_b, const float* cnorm, int c, int heads,
                       const int* active, uint8_t* ids, float* dist, cudaStream_t s) {
+  // The centroids in bf16 once, instead of converting them in every block.
+  to_bf16_kernel<<<blocks_for(static_cast<int64_t>(heads) * c * D), kThreads, 0, s>>>(
+      cent, static_cast<int64_t>(heads) * c * D, cent_b);
+  check_launch();
   const size_t smem = static_cast<size_t>(kTcTokens + kTcCentroids) * (D + kTcPad) * 2;
   static bool configured = false;
   if (!configured) {
-    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_tc_kernel<D, float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_tc_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>((n + kTcTokens - 1) / kTcTokens), static_cast<unsigned>(heads));
-  assign_tc_kernel<D, float><<<grid, kTcThreads, smem, s>>>(x, n, cent, cnorm, c, active, ids);
+  assign_tc_kernel<D, T><<<grid, kTcThreads, smem, s>>>(x, n, cent, reinterpret_cast<const __nv_bfloat16*>(cent_b),
+                                                        cnorm, c, active, ids);
   check_launch();
-  exact_dist_kernel<<<blocks_for(static_cast<int64_t>(heads) * n * 32), kThreads, 0, s>>>(x, n, D, cent, c, heads,
+  exact_dist_kernel<T><<<blocks_for(static_cast<int64_t>(heads) * n * 32), kThreads, 0, s>>>(x, n, D, cent, c, heads,
                                                                                           active, ids, dist);
   check_launch();
 }
@@ -158,19 +144,43 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
     quantize_any(x, dtype, sh, parts.view(), head_max_.get(), stream);
     return;
   }
-  const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
-  resid_.resize(static_cast<size_t>(values));
-  to_float(x, dtype, values, resid_.get(), stream);
   if (stats) stats->assign(static_cast<size_t>(sh.stages) * sh.heads, KMeansStats{});
   QvgParts p = parts.view();
-  for (int s = 0; s < sh.stages; ++s) {
-    kmeans_stage(sh, s, km, p, stream, stats);
+  // Stage 0 clusters the input as it is (bf16 / f16 / f32: no float copy).
+  switch (dtype) {
+    case DeviceDType::f32: kmeans_stage(static_cast<const float*>(x), sh, 0, km, p, stream, stats); break;
+    case DeviceDType::bf16: kmeans_stage(static_cast<const __nv_bfloat16*>(x), sh, 0, km, p, stream, stats); break;
+    case DeviceDType::f16: kmeans_stage(static_cast<const __half*>(x), sh, 0, km, p, stream, stats); break;
+  }
+  QvgShape first = sh;
+  first.stages = 1;
+  if (sh.stages == 1) {  // quantize x - c0, the stage subtracted on the fly
+    quantize_any(x, dtype, first, p, head_max_.get(), stream);
+    return;
+  }
+  // Later stages cluster the float residual x - c0 - c1 - ...
+  const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
+  resid_.resize(static_cast<size_t>(values));
+  const unsigned grid16 = blocks_for(static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread));
+  switch (dtype) {
+    case DeviceDType::f32:
+      residual_of_kernel<<<grid16, kThreads, 0, stream>>>(static_cast<const float*>(x), first, p, resid_.get());
+      break;
+    case DeviceDType::bf16:
+      residual_of_kernel<<<grid16, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), first, p, resid_.get());
+      break;
+    case DeviceDType::f16:
+      residual_of_kernel<<<grid16, kThreads, 0, stream>>>(static_cast<const __half*>(x), first, p, resid_.get());
+      break;
+  }
+  check_launch();
+  for (int s = 1; s < sh.stages; ++s) {
+    kmeans_stage(static_cast<const float*>(resid_.get()), sh, s, km, p, stream, stats);
     QvgShape one = sh;
     one.stages = 1;
     const int64_t off_c = static_cast<int64_t>(s) * sh.heads * sh.centroids * sh.dim;
     const int64_t off_i = static_cast<int64_t>(s) * sh.heads * sh.tokens;
-    subtract_stage_kernel<<<blocks_for(static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread)),
-                            kThreads, 0, stream>>>(resid_.get(), one, p.centroids + off_c, p.ids + off_i);
+    subtract_stage_kernel<<<grid16, kThreads, 0, stream>>>(resid_.get(), one, p.centroids + off_c, p.ids + off_i);
     check_launch();
   }
   // Quantize the final residual (stages already subtracted).
@@ -179,13 +189,15 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
   quantize_any(resid_.get(), DeviceDType::f32, flat, p, head_max_.get(), stream);
 }
 
-void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
+template <typename T>
+void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
                            cudaStream_t stream, std::vector<KMeansStats>* stats) {
   const int H = sh.heads, C = sh.centroids, D = sh.dim;
   const int64_t N = sh.tokens;
   const auto t0 = std::chrono::steady_clock::now();
   cent_.resize(static_cast<size_t>(H) * C * D);
   cnorm_.resize(static_cast<size_t>(H) * C);
+  cent_b_.resize(static_cast<size_t>(H) * C * D);
   dist_.resize(static_cast<size_t>(H * N));
   sums_.resize(static_cast<size_t>(H) * C * D);
   counts_.resize(static_cast<size_t>(H) * C);
@@ -223,13 +235,21 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
       rows.insert(rows.end(), r.begin(), r.end());
     }
     rows_.upload(rows.data(), rows.size(), stream);
-    gather_rows_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(resid_.get(), N, D, C,
-                                                                                            rows_.get(), H, cent_.get());
+    gather_rows_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(data, N, D, C, rows_.get(),
+                                                                                            H, cent_.get());
     check_launch();
   } else {
     std::vector<float> hr(static_cast<size_t>(H * N * D));
-    resid_.download(hr.data(), hr.size(), stream);
-    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if constexpr (sizeof(T) == 4) {
+      QVG_CUDA_CHECK(cudaMemcpyAsync(hr.data(), data, hr.size() * 4, cudaMemcpyDeviceToHost, stream));
+      QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    } else {  // 16-bit input: widen on the host (exact)
+      std::vector<uint16_t> h16(hr.size());
+      QVG_CUDA_CHECK(cudaMemcpyAsync(h16.data(), data, h16.size() * 2, cudaMemcpyDeviceToHost, stream));
+      QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+      for (size_t i = 0; i < hr.size(); ++i)
+        hr[i] = std::is_same_v<T, __half> ? fp16_to_float(h16[i]) : bf16_to_float(h16[i]);
+    }
     std::vector<float> hc(static_cast<size_t>(H) * C * D);
     for (int h = 0; h < H; ++h) {
       const auto c = kmeans_init_ref(hr.data() + static_cast<int64_t>(h) * N * D, N, D, C, KMeansInit::kmeanspp,
@@ -244,8 +264,8 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
     QvgShape flat = sh;
     flat.stages = 0;
     QVG_CUDA_CHECK(cudaMemsetAsync(kmeans_max_.get(), 0, kmeans_max_.bytes(), stream));
-    residual_absmax_kernel<float><<<blocks_for(static_cast<int64_t>(H) * N * (D / kValsPerThread)), kThreads, 0,
-                                    stream>>>(resid_.get(), flat, QvgParts{}, kmeans_max_.get());
+    residual_absmax_kernel<T><<<blocks_for(static_cast<int64_t>(H) * N * (D / kValsPerThread)), kThreads, 0, stream>>>(
+        data, flat, QvgParts{}, kmeans_max_.get());
     check_launch();
   }
   std::vector<int> active_host(static_cast<size_t>(H), 1);
@@ -257,14 +277,14 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
     check_launch();
     if (km.fp32_assign) {
       if (D == 64)
-        launch_assign<64>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+        launch_assign<64>(data, N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
       else
-        launch_assign<128>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+        launch_assign<128>(data, N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
     } else {
       if (D == 64)
-        launch_assign_tc<64>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+        launch_assign_tc<64>(data, N, cent_.get(), cent_b_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
       else
-        launch_assign_tc<128>(resid_.get(), N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(),
+        launch_assign_tc<128>(data, N, cent_.get(), cent_b_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(),
                               stream);
     }
     head_mse_kernel<<<H, 1024, 0, stream>>>(dist_.get(), N, D, mse_.get());
@@ -310,15 +330,15 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
                                                    end_bit, stream));
     QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
     QVG_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream));
-    centroid_sum_kernel<float><<<blocks_for(H * N, kSumChunk), D, 0, stream>>>(
-        resid_.get(), N, D, C, keys_sorted_.get(), vals_sorted_.get(), H * N, kmeans_max_.get(), active_.get(),
+    centroid_sum_kernel<T><<<blocks_for(H * N, kSumChunk), D, 0, stream>>>(
+        data, N, D, C, keys_sorted_.get(), vals_sorted_.get(), H * N, kmeans_max_.get(), active_.get(),
         sums_.get(), counts_.get());
     check_launch();
     centroid_mean_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(
         sums_.get(), counts_.get(), H, N, D, C, kmeans_max_.get(), active_.get(), cent_.get());
     check_launch();
     QVG_CUDA_CHECK(cudaMemsetAsync(taken_.get(), 0, static_cast<size_t>(H * N), stream));
-    reseed_empty_kernel<<<H, 1024, 0, stream>>>(resid_.get(), N, D, C, counts_.get(), dist_.get(),
+    reseed_empty_kernel<T><<<H, 1024, 0, stream>>>(data, N, D, C, counts_.get(), dist_.get(),
                                                 active_.get(), taken_.get(), cent_.get(), reseeded_.get());
     check_launch();
     assign();
@@ -342,7 +362,7 @@ void Encoder::kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions
 
 void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s, DecodeKernel kernel) {
   const bool rows_ok = (sh.dim == 64 || sh.dim == 128) && sh.tokens < (int64_t{1} << 30);
-  if (kernel == DecodeKernel::automatic) kernel = rows_ok ? DecodeKernel::rows : DecodeKernel::vals16;
+  if (kernel == DecodeKernel::automatic) kernel = DecodeKernel::vals16;  // see qvg/cuda.h
   QVG_CHECK(kernel != DecodeKernel::rows || rows_ok, "decode: the rows kernel needs dim 64 or 128, got ", sh.dim);
   constexpr int kRows = 4;  // rows per thread of the rows kernel
   const int64_t rows = static_cast<int64_t>(sh.heads) * sh.tokens;

@@ -59,11 +59,15 @@ class Encoder {
   void quantize_given(const void* x, DeviceDType dtype, const QvgShape& sh, DeviceParts& parts, cudaStream_t stream);
 
  private:
-  void kmeans_stage(const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts, cudaStream_t stream,
-                    std::vector<KMeansStats>* stats);
+  /// k-means of one stage on `data` ([H][N][D]: the input for stage 0, the
+  /// float residual after it).
+  template <typename T>
+  void kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
+                    cudaStream_t stream, std::vector<KMeansStats>* stats);
   DeviceBuffer<float> resid_, cent_, cnorm_, dist_;
   DeviceBuffer<uint32_t> keys_, keys_sorted_, head_max_, kmeans_max_;
   DeviceBuffer<unsigned long long> sums_;
+  DeviceBuffer<uint16_t> cent_b_;  // bf16 copy of cent_ for the tensor-core assignment
   DeviceBuffer<int32_t> vals_, vals_sorted_;
   DeviceBuffer<uint8_t> sort_temp_, taken_;
   DeviceBuffer<int> counts_, active_, reseeded_;

@@ -344,6 +344,25 @@ __global__ void decode_rows_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ o
   }
 }
 
+/// out = x minus its stages (sh.stages of them, usually 1) as float: the
+/// residual the later stages cluster. Grid: one thread per 16 values.
+template <typename InT>
+__global__ void residual_of_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts p, float* __restrict__ out) {
+  const int tpr = sh.dim / kValsPerThread;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= static_cast<int64_t>(sh.heads) * sh.tokens * tpr) return;
+  const int h = static_cast<int>(g / (sh.tokens * tpr));
+  const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
+  const int64_t n = rem / tpr;
+  const int col = static_cast<int>(rem % tpr) * kValsPerThread;
+  const int64_t off = (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col;
+  float v[kValsPerThread];
+  load_residual16(x + off, sh, p, h, n, col, v);
+  float4* o = reinterpret_cast<float4*>(out + off);
+#pragma unroll
+  for (int j = 0; j < kValsPerThread / 4; ++j) o[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+}
+
 /// R -= bf16(centroids)[ids] for one stage, in place (float residual).
 __global__ void subtract_stage_kernel(float* __restrict__ r, QvgShape sh, const uint16_t* __restrict__ centroids,
                                       const uint8_t* __restrict__ ids) {
