@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "qvg/cache.h"
+#include "qvg/cuda.h"
 #include "qvg/rope.h"
 #include "qvg/tensor.h"
 
@@ -206,9 +207,36 @@ std::vector<double> sampler_timesteps(int steps, double shift = 1.0);
 /// (golden runs take their noise from the golden file).
 std::vector<float> gaussian_noise(int64_t n, uint64_t seed);
 
+/// Matmul precision of the CUDA forward (CudaModel). Everything that is not a
+/// matmul (norms, RoPE, softmax, GELU, residuals) is fp32 in every mode.
+enum class CudaMath {
+  fp32,  ///< cuBLAS CUBLAS_COMPUTE_32F, no TF32: matches the CPU / golden to fp32 accuracy
+  tf32,  ///< CUBLAS_COMPUTE_32F_FAST_TF32: tensor cores, 10-bit mantissa inputs
+  bf16,  ///< CUBLAS_COMPUTE_32F_FAST_16BF: tensor cores with inputs down-converted to bf16 *or
+         ///< better*: cuBLAS 13.0 on the H200 picks the same TF32 kernels as tf32 here
+};
+/// "fp32", "tf32", "bf16"; parse_cuda_math throws qvg::Error for anything else.
+const char* cuda_math_name(CudaMath m);
+CudaMath parse_cuda_math(const std::string& name);
+/// "cpu", "cuda"; parse_backend throws qvg::Error for anything else.
+const char* backend_name(Backend b);
+Backend parse_backend(const std::string& name);
+
+/// Options of the CUDA forward (include/qvg/model_cuda.h).
+struct CudaModelOptions {
+  CudaMath math = CudaMath::fp32;  ///< matmul precision; fp32 = the golden's accuracy
+  int device = -1;                 ///< CUDA device ordinal; -1 = the current device
+};
+
 struct SamplerConfig {
   int steps = 4;       ///< Euler steps per chunk
   double shift = 1.0;  ///< schedule shift (1 = uniform)
+  /// Where the network runs. cuda: a CudaModel (weights uploaded once, the
+  /// chunk's context uploaded once per chunk, the clean pass's K/V downloaded
+  /// for the append); the cache stays the host StreamingKVCache. Without a
+  /// CUDA build or device the Sampler's constructor throws qvg::Error.
+  Backend backend = Backend::cpu;
+  CudaModelOptions cuda;  ///< used when backend == cuda
   int threads = 1;     ///< threads of each network pass (ForwardOptions::threads; 0 = all cores)
 };
 
@@ -216,20 +244,28 @@ struct SamplerConfig {
 struct ChunkReport {
   int64_t chunk = 0;          ///< index of the chunk in the video (context chunks included)
   int64_t frame_start = 0;
-  double read_seconds = 0;    ///< reading (decoding) the cache
-  double forward_seconds = 0; ///< network passes (steps + the clean pass)
+  double read_seconds = 0;    ///< reading (decoding) the cache; on cuda also its upload to the device
+  double forward_seconds = 0; ///< network passes (steps + the clean pass); on cuda up to the
+                              ///< clean K/V on the host (every pass synchronizes)
   double append_seconds = 0;  ///< appending (and encoding spans)
   std::vector<AppendReport> appends;  ///< per layer: spans encoded, chunks evicted
 };
 
+class CudaModel;  // qvg/model_cuda.h
+
 /// Chunk-by-chunk generation (MODEL.md §7-8) with the KV cache in a
 /// StreamingKVCache. The cache is read once per chunk (it is read-only during
 /// the chunk's Euler steps) and the chunk's clean K/V are appended after it.
+/// With config.backend == Backend::cuda the network runs on the GPU (the
+/// context read from the cache is uploaded once per chunk).
 class Sampler {
  public:
   /// The cache must have the model's layers, heads and head_dim, and start
   /// empty (frame positions count from the sampler's first chunk).
   Sampler(const Model& model, StreamingKVCache& cache, SamplerConfig config = {});
+  ~Sampler();
+  Sampler(Sampler&&) noexcept;
+  Sampler& operator=(Sampler&&) = delete;
 
   /// Encodes a real chunk as clean context (one t = 0 pass, then append).
   /// @param frames     [chunk_frames, frame, frame, 3], model space
@@ -247,13 +283,21 @@ class Sampler {
   int64_t chunks_done() const { return chunks_; }
   int64_t next_frame() const { return chunks_ * model_.config().chunk_frames; }
   const std::vector<double>& timesteps() const { return ts_; }
+  Backend backend() const { return config_.backend; }
 
  private:
+  /// Reads the cache for a chunk (and uploads it to the device on cuda).
+  KVContext read_chunk_context(ChunkReport& rep);
+  /// One network pass on the configured backend.
+  std::vector<float> forward(std::span<const float> x, float t, int64_t frame_start, const KVContext& ctx,
+                             std::vector<LayerKV>* layers_out, bool record_q = false);
+
   const Model& model_;
   StreamingKVCache& cache_;
   SamplerConfig config_;
   std::vector<double> ts_;
   int64_t chunks_ = 0;
+  std::unique_ptr<CudaModel> gpu_;  ///< set when config_.backend == cuda
 };
 
 }  // namespace qvg

@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "qvg/model.h"
+#include "qvg/model_cuda.h"
 
 namespace qvg {
 
@@ -167,11 +168,61 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
+const char* cuda_math_name(CudaMath m) {
+  switch (m) {
+    case CudaMath::fp32:
+      return "fp32";
+    case CudaMath::tf32:
+      return "tf32";
+    case CudaMath::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+CudaMath parse_cuda_math(const std::string& name) {
+  for (CudaMath m : {CudaMath::fp32, CudaMath::tf32, CudaMath::bf16})
+    if (name == cuda_math_name(m)) return m;
+  QVG_CHECK(false, "unknown CUDA math '", name, "' (known: fp32, tf32, bf16)");
+}
+
+const char* backend_name(Backend b) { return b == Backend::cuda ? "cuda" : "cpu"; }
+
+Backend parse_backend(const std::string& name) {
+  if (name == "cpu") return Backend::cpu;
+  if (name == "cuda") return Backend::cuda;
+  QVG_CHECK(false, "unknown device '", name, "' (known: cpu, cuda)");
+}
+
 Sampler::Sampler(const Model& model, StreamingKVCache& cache, SamplerConfig config)
     : model_(model), cache_(cache), config_(config), ts_(sampler_timesteps(config.steps, config.shift)) {
   check_cache_fits(cache.config(), model.config());
   QVG_CHECK(cache.chunks_appended(0) == 0, "sampler: the cache must start empty (it holds ",
             cache.chunks_appended(0), " chunks)");
+  if (config_.backend == Backend::cuda) gpu_ = std::make_unique<CudaModel>(model, config_.cuda);
+}
+
+Sampler::~Sampler() = default;
+Sampler::Sampler(Sampler&&) noexcept = default;
+
+KVContext Sampler::read_chunk_context(ChunkReport& rep) {
+  const auto t0 = std::chrono::steady_clock::now();
+  KVContext ctx = read_context(cache_, model_.config());
+  if (gpu_) {
+    gpu_->set_context(ctx);  // once per chunk; synchronous
+    ctx = KVContext{};
+  }
+  rep.read_seconds = seconds_since(t0);
+  return ctx;
+}
+
+std::vector<float> Sampler::forward(std::span<const float> x, float t, int64_t frame_start, const KVContext& ctx,
+                                    std::vector<LayerKV>* layers_out, bool record_q) {
+  ForwardOptions fo;
+  fo.record_q = record_q;
+  fo.threads = config_.threads;
+  if (gpu_) return gpu_->forward(x, t, frame_start, layers_out, fo);  // against the uploaded context
+  return model_.forward(x, t, frame_start, ctx, layers_out, fo);
 }
 
 ChunkReport Sampler::add_context(std::span<const float> frames, std::vector<LayerKV>* layers_out) {
@@ -179,15 +230,10 @@ ChunkReport Sampler::add_context(std::span<const float> frames, std::vector<Laye
   rep.chunk = chunks_;
   rep.frame_start = next_frame();
   const std::vector<float> tok = patchify(frames, model_.config());
+  const KVContext ctx = read_chunk_context(rep);
   auto t0 = std::chrono::steady_clock::now();
-  const KVContext ctx = read_context(cache_, model_.config());
-  rep.read_seconds = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
   std::vector<LayerKV> kv;
-  ForwardOptions fo;
-  fo.record_q = layers_out != nullptr;
-  fo.threads = config_.threads;
-  model_.forward(tok, 0.0f, rep.frame_start, ctx, &kv, fo);
+  forward(tok, 0.0f, rep.frame_start, ctx, &kv, layers_out != nullptr);
   rep.forward_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   rep.appends = append_chunk(cache_, model_, kv, rep.frame_start);
@@ -205,23 +251,19 @@ std::vector<float> Sampler::generate(std::span<const float> noise, ChunkReport* 
   ChunkReport rep;
   rep.chunk = chunks_;
   rep.frame_start = next_frame();
+  const KVContext ctx = read_chunk_context(rep);  // read-only during the chunk's steps
   auto t0 = std::chrono::steady_clock::now();
-  const KVContext ctx = read_context(cache_, c);  // read-only during the chunk's steps
-  rep.read_seconds = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
   std::vector<float> x(noise.begin(), noise.end());
   if (steps_out) steps_out->clear();
-  ForwardOptions fo;
-  fo.threads = config_.threads;
   for (size_t k = 0; k + 1 < ts_.size(); ++k) {
-    const std::vector<float> v = model_.forward(x, static_cast<float>(ts_[k]), rep.frame_start, ctx, nullptr, fo);
+    const std::vector<float> v = forward(x, static_cast<float>(ts_[k]), rep.frame_start, ctx, nullptr);
     const float dt = static_cast<float>(ts_[k + 1] - ts_[k]);
     for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] + dt * v[i];
     if (steps_out) steps_out->push_back(x);
   }
   for (float& e : x) e = std::clamp(e, -1.0f, 1.0f);
   std::vector<LayerKV> kv;
-  model_.forward(x, 0.0f, rep.frame_start, ctx, &kv, fo);  // the chunk's clean K/V
+  forward(x, 0.0f, rep.frame_start, ctx, &kv);  // the chunk's clean K/V
   rep.forward_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   rep.appends = append_chunk(cache_, model_, kv, rep.frame_start);
