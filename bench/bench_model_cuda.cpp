@@ -3,7 +3,11 @@
 // whole chunks through the Sampler (cache read / network / append) on both.
 //
 //   bench_model_cuda [--chunks N] [--cache SPEC] [--quant-factor Q] [--math fp32|tf32|bf16]
-//                    [--passes P] [--cpu-threads T] [--no-cpu]
+//                    [--passes P] [--cpu-threads T] [--no-cpu] [--cache-backend cpu|cuda]
+//                    [--baseline SPEC]
+// --baseline: also run the GPU sampler with that cache (e.g. bf16) and print
+// the overhead of --cache over it per generated chunk (one process, same
+// noise, same backends).
 //
 // Pass times are wall times of synchronous calls (tokens up, velocity down);
 // chunk times are the Sampler's ChunkReport (every GPU pass synchronizes).
@@ -35,6 +39,8 @@ struct Args {
   int passes = 20;              // timed GPU passes per context length
   int cpu_threads = 1;          // threads of the CPU network (0 = all cores)
   bool cpu = true;
+  qvg::Backend cache_backend = qvg::Backend::cpu;  // where the cache's codecs run
+  std::string baseline;                          // overhead reference cache, e.g. bf16
 };
 
 Args parse(int argc, char** argv) {
@@ -59,10 +65,14 @@ Args parse(int argc, char** argv) {
       a.cpu_threads = std::stoi(val());
     else if (k == "--no-cpu")
       a.cpu = false;
+    else if (k == "--cache-backend")
+      a.cache_backend = qvg::parse_backend(val());
+    else if (k == "--baseline")
+      a.baseline = val();
     else
       QVG_CHECK(false, "unknown argument '", k,
                 "' (--chunks N --cache SPEC --quant-factor Q --math fp32|tf32|bf16 --passes P --cpu-threads T "
-                "--no-cpu)");
+                "--no-cpu --cache-backend cpu|cuda --baseline SPEC)");
   }
   return a;
 }
@@ -92,11 +102,14 @@ struct RunResult {
   std::vector<float> frames;
 };
 
-RunResult run_sampler(const qvg::Model& m, const Args& a, qvg::Backend b, const std::vector<float>& ctx) {
+RunResult run_sampler(const qvg::Model& m, const Args& a, qvg::Backend b, const std::vector<float>& ctx,
+                      const std::string& spec) {
   const qvg::ModelConfig& c = m.config();
   qvg::SpanPolicy p;
   p.quant_factor = a.quant_factor;
-  qvg::StreamingKVCache cache(qvg::model_cache_config(c, a.cache, a.cache, true, p));
+  qvg::CacheOptions co;
+  co.backend = a.cache_backend;
+  qvg::StreamingKVCache cache(qvg::model_cache_config(c, spec, spec, true, p), co);
   qvg::SamplerConfig sc;
   sc.backend = b;
   sc.cuda.math = a.math;
@@ -195,10 +208,19 @@ int main(int argc, char** argv) try {
   // 2. Whole chunks through the Sampler: golden context (2 chunks), then generated chunks.
   const std::vector<float> ctx = golden_f32(root + "/models/golden/golden.safetensors", "context");
   std::printf("\nSampler, 2 context chunks + %d generated, cache %s (ms per chunk)\n", a.chunks, a.cache.c_str());
-  const RunResult gr = run_sampler(m, a, qvg::Backend::cuda, ctx);
+  std::printf("  cache codecs on the %s\n", qvg::backend_name(a.cache_backend));
+  const RunResult gr = run_sampler(m, a, qvg::Backend::cuda, ctx, a.cache);
   print_run("gpu", gr);
+  if (!a.baseline.empty()) {
+    const RunResult br = run_sampler(m, a, qvg::Backend::cuda, ctx, a.baseline);
+    print_run("base", br);
+    std::printf("  overhead of %s over %s per generated chunk (GPU network, cache codecs on the %s): %.1f ms vs %.1f "
+                "ms = %+.1f %%\n",
+                a.cache.c_str(), a.baseline.c_str(), qvg::backend_name(a.cache_backend), 1e3 * mean_total(gr),
+                1e3 * mean_total(br), 100.0 * (mean_total(gr) / mean_total(br) - 1.0));
+  }
   if (a.cpu) {
-    const RunResult cr = run_sampler(m, a, qvg::Backend::cpu, ctx);
+    const RunResult cr = run_sampler(m, a, qvg::Backend::cpu, ctx, a.cache);
     print_run("cpu", cr);
     const std::vector<uint8_t> gu = qvg::model_to_pixels(gr.frames), cu = qvg::model_to_pixels(cr.frames);
     std::printf("  per generated chunk: cpu %.1f ms, gpu %.1f ms (%.1fx); network alone: cpu %.1f, gpu %.1f ms (%.0fx)\n",

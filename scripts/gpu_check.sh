@@ -14,11 +14,11 @@ step "configure + build"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
   >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_kmeans test_codecs test_formats test_group_quant bench_cuda \
+cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_model_cuda test_kmeans test_codecs test_formats test_group_quant bench_cuda bench_model_cuda \
   >>"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 rc=0
 step "tests"
-for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines; do  # one log file (at most 8 files come back)
+for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines test_model_cuda; do  # one log file (at most 8 files come back)
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
@@ -35,6 +35,12 @@ compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda 
 tail -4 "$OUT/sanitizer.log"
 step "benchmark"
 build-gpu/bench/bench_cuda --json "$OUT/bench_cuda.json" --reps "${QVG_BENCH_REPS:-20}" ${QVG_BENCH_QUICK:+--quick} 2>&1 | tee "$OUT/bench_cuda.log" || rc=1
+if [ -z "${QVG_SKIP_RUNTIME:-}" ]; then  # the model on the GPU: QVG cache overhead over BF16 per chunk
+  step "runtime overhead"
+  for be in cuda cpu; do
+    build-gpu/bench/bench_model_cuda --no-cpu --passes 5 --chunks 8 --cache qvg --baseline bf16 --cache-backend $be
+  done 2>&1 | tee "$OUT/runtime.log" | grep -E "overhead|mean per|cache codecs" || rc=1
+fi
 step "per-kernel profile (ncu)"
 [ -n "${QVG_SKIP_NCU:-}" ] || ncu --clock-control none --print-summary per-kernel build-gpu/bench/bench_cuda --profile >"$OUT/ncu.log" 2>&1 || rc=1
 grep -E "^  [a-z_].*\(|Duration|^    [A-Za-z].*Duration" "$OUT/ncu.log" | head -60

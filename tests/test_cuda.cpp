@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "qvg/cache.h"
 #include "qvg/codec.h"
 #include "qvg/cuda.h"
 #include "qvg/data.h"
@@ -156,6 +157,37 @@ TEST(Cuda, HalfInputsEncodeLikeTheirFloatValues) {
     }
 }
 #endif
+
+// The streaming cache with its codecs on the GPU (CacheOptions::backend)
+// holds and returns the same bytes as with the CPU reference: spans of 2
+// chunks, warm-started k-means, on blobs without near-ties.
+TEST(Cuda, StreamingCacheWithGpuCodecsMatchesCpu) {
+  REQUIRE_GPU();
+  for (const std::string spec : {"rtn", "kivi", "quarot", "qvg:centroids=4", "qvg-pro-int4:centroids=4"}) {
+    CacheConfig cc;
+    cc.layers = 1;
+    cc.heads = 2;
+    cc.dim = 64;
+    cc.chunk_tokens = 96;
+    cc.key = cc.value = parse_codec_spec(spec);
+    cc.policy.quant_factor = 2;
+    CacheOptions gpu;
+    gpu.backend = Backend::cuda;
+    StreamingKVCache a(cc), b(cc, gpu);
+    for (int chunk = 0; chunk < 5; ++chunk) {
+      // the same 4 blobs in every chunk: k-means has no near-ties to break differently
+      const HeadTensor k = blobs(2, 96, 64, 4, 100, 0.05f), v = blobs(2, 96, 64, 4, 200, 0.05f);
+      a.append(0, k, v);
+      b.append(0, k, v);
+    }
+    ASSERT_EQ(a.spans_encoded(0), 2) << spec;
+    ASSERT_EQ(b.spans_encoded(0), 2) << spec;
+    const CacheRead ra = a.read(0), rb = b.read(0);
+    EXPECT_EQ(0, std::memcmp(ra.k.data.data(), rb.k.data.data(), ra.k.data.size() * 4)) << spec << ": keys";
+    EXPECT_EQ(0, std::memcmp(ra.v.data.data(), rb.v.data.data(), ra.v.data.size() * 4)) << spec << ": values";
+    EXPECT_EQ(a.memory().total.kv_bytes(), b.memory().total.kv_bytes()) << spec;
+  }
+}
 
 TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
   REQUIRE_GPU();

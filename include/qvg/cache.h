@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "qvg/codec.h"
+#include "qvg/cuda.h"
 #include "qvg/metrics.h"
 #include "qvg/rope.h"
 #include "qvg/tensor.h"
@@ -99,6 +100,10 @@ void validate(const CacheConfig& c);
 struct CacheOptions {
   int threads = 0;                  ///< encode/decode threads over heads; 0 = all cores
   bool measure_span_error = false;  ///< SpanReport::k_error / v_error (one extra decode per span)
+  /// Where the codecs encode and decode spans (qvg/cuda.h): Backend::cuda runs
+  /// them on the GPU (host tensors in and out, see make_cuda_codec); the
+  /// cache's state stays in host memory either way.
+  Backend backend = Backend::cpu;
 };
 
 /// What encoding one span did.

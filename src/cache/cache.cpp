@@ -116,8 +116,8 @@ void tail_decode(const uint8_t* bytes, size_t n, TailFormat f, float* out) {
 
 StreamingKVCache::Impl::Impl(CacheConfig c, CacheOptions o) : config(std::move(c)), options(o) {
   validate(config);
-  key_codec = make_codec(config.key);
-  value_codec = make_codec(config.value);
+  key_codec = make_codec(config.key, options.backend);
+  value_codec = make_codec(config.value, options.backend);
   layers.resize(static_cast<size_t>(config.layers));
 }
 
@@ -287,7 +287,7 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
     for (const bool key : {true, false}) {
       const HeadTensor x = gather(chunks, key, c.heads, c.dim, c.tail);
       const CodecConfig cc = I.span_config(key ? c.key : c.value, sp.tokens);
-      const auto codec = make_codec(cc);
+      const auto codec = make_codec(cc, I.options.backend);
       std::optional<EncodedTensor>& warm = key ? warm_k : warm_v;
       EncodeOptions eo;
       eo.role = key ? TensorRole::key : TensorRole::value;
