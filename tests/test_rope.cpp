@@ -146,6 +146,32 @@ TEST(Rope, OrthogonalInverseAndZeroIsIdentity) {
     }
 }
 
+// apply_rope tabulates cos/sin over the range of each coordinate when that
+// is smaller than tokens x pairs, and computes them per token otherwise: the
+// two paths give the same bits (a token rotated alone, tabulated, equals the
+// same token inside a batch whose positions are too spread to tabulate).
+TEST(Rope, TabulatedAndPerTokenAnglesAgreeBitForBit) {
+  for (RopeMode mode : {RopeMode::rope_1d, RopeMode::wan_3d}) {
+    const RopeConfig c{mode, 10000.0, RopePairing::interleaved};
+    const int pd = rope_position_dims(mode);
+    const HeadTensor x0 = random_tensor(2, 3, 128, 31);
+    std::vector<int32_t> pos;
+    for (int32_t v : {7, -3, 2000000})
+      for (int d = 0; d < pd; ++d) pos.push_back(v + d);
+    HeadTensor batch = x0;
+    apply_rope(batch, pos, c);  // range 2,000,004 > 3 tokens: per token
+    for (int64_t n = 0; n < 3; ++n) {
+      HeadTensor one(2, 1, 128);
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t k = 0; k < 128; ++k) one.at(h, 0, k) = x0.at(h, n, k);
+      apply_rope(one, std::span<const int32_t>(pos).subspan(static_cast<size_t>(n * pd), static_cast<size_t>(pd)),
+                 c);  // one token: tabulated
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t k = 0; k < 128; ++k) EXPECT_EQ(one.at(h, 0, k), batch.at(h, n, k)) << n << " " << k;
+    }
+  }
+}
+
 TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
   const HeadTensor q0 = random_tensor(1, 1, 128, 21), k0 = random_tensor(1, 1, 128, 22);
   auto dot_at = [&](std::vector<int32_t> pq, std::vector<int32_t> pk) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "qvg/common.h"
 
@@ -94,13 +95,52 @@ void apply_rope(HeadTensor& x, std::span<const int32_t> positions, const RopeCon
   QVG_CHECK(x.data.size() == static_cast<size_t>(x.numel()), "RoPE: tensor data does not match its shape");
   const std::vector<Pair> pairs = rope_pairs(c, x.dim);
   const double sign = inverse ? -1.0 : 1.0;
+  // cos/sin of every (pair, coordinate value) that occurs, computed once: the
+  // coordinates are small integers (frame, row, column), so a table over
+  // their range replaces tokens x pairs transcendental calls. The same
+  // expression as per token, so the same bits.
+  int32_t lo[3] = {0, 0, 0}, hi[3] = {-1, -1, -1};
+  for (int d = 0; d < pd; ++d)
+    for (int64_t n = 0; n < x.tokens; ++n) {
+      const int32_t v = positions[static_cast<size_t>(n * pd + d)];
+      if (n == 0 || v < lo[d]) lo[d] = v;
+      if (n == 0 || v > hi[d]) hi[d] = v;
+    }
+  std::vector<size_t> base(pairs.size());
+  size_t table = 0;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    base[i] = table;
+    const int d = pairs[i].coord;
+    table += x.tokens > 0 ? static_cast<size_t>(static_cast<int64_t>(hi[d]) - lo[d] + 1) : 0;
+  }
+  const bool tabulate = table <= static_cast<size_t>(x.tokens) * pairs.size();
+  std::vector<double> tc, ts;
+  if (tabulate) {
+    tc.resize(table);
+    ts.resize(table);
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const int d = pairs[i].coord;
+      for (int64_t v = lo[d]; v <= hi[d]; ++v) {
+        const double angle = static_cast<double>(static_cast<int32_t>(v)) * pairs[i].freq;
+        tc[base[i] + static_cast<size_t>(v - lo[d])] = std::cos(angle);
+        ts[base[i] + static_cast<size_t>(v - lo[d])] = sign * std::sin(angle);
+      }
+    }
+  }
   std::vector<double> cs(pairs.size()), sn(pairs.size());
   for (int64_t n = 0; n < x.tokens; ++n) {
     const int32_t* p = positions.data() + n * pd;
     for (size_t i = 0; i < pairs.size(); ++i) {
-      const double angle = static_cast<double>(p[pairs[i].coord]) * pairs[i].freq;
-      cs[i] = std::cos(angle);
-      sn[i] = sign * std::sin(angle);
+      const int d = pairs[i].coord;
+      if (tabulate) {
+        const size_t at = base[i] + static_cast<size_t>(static_cast<int64_t>(p[d]) - lo[d]);
+        cs[i] = tc[at];
+        sn[i] = ts[at];
+      } else {
+        const double angle = static_cast<double>(p[d]) * pairs[i].freq;
+        cs[i] = std::cos(angle);
+        sn[i] = sign * std::sin(angle);
+      }
     }
     for (int64_t h = 0; h < x.heads; ++h) {
       float* row = x.head(h) + n * x.dim;
