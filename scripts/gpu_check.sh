@@ -3,6 +3,10 @@
 # CPU tests they stand on), compute-sanitizer memcheck + racecheck, and the
 # benchmark. Logs and JSON go to $OUT. Needs the carried folder .deps
 # (nlohmann-json's headers and CMake files; see docs/BENCHMARKS.md).
+# Environment: QVG_BENCH_REPS (default 20), QVG_BENCH_QUICK (skip the CPU error
+# comparison on random data), QVG_SKIP_BENCH, QVG_SKIP_RUNTIME (the model's
+# QVG-over-BF16 overhead runs), QVG_SKIP_NCU, QVG_NCU_DECODE (ncu detail of
+# the decode kernels).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/qvg-gpu-out}
@@ -24,7 +28,7 @@ done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
 step "compute-sanitizer memcheck"
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
-  --gtest_filter='Cuda.QuantizeGiven*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.KMeansMatchesCpu*:Cuda.WarmStart*' \
+  --gtest_filter='Cuda.QuantizeGiven*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.CacheReadDevice*:Cuda.KMeansMatchesCpu*:Cuda.WarmStart*' \
   >"$OUT/sanitizer.log" 2>&1 || rc=1
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_baselines --gtest_brief=1 \
   >>"$OUT/sanitizer.log" 2>&1 || rc=1
@@ -34,12 +38,12 @@ compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda 
   --gtest_filter='Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.KMeansMatchesCpu*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
 tail -4 "$OUT/sanitizer.log"
 step "benchmark"
-build-gpu/bench/bench_cuda --json "$OUT/bench_cuda.json" --reps "${QVG_BENCH_REPS:-20}" ${QVG_BENCH_QUICK:+--quick} 2>&1 | tee "$OUT/bench_cuda.log" || rc=1
+[ -n "${QVG_SKIP_BENCH:-}" ] || build-gpu/bench/bench_cuda --json "$OUT/bench_cuda.json" --reps "${QVG_BENCH_REPS:-20}" ${QVG_BENCH_QUICK:+--quick} 2>&1 | tee "$OUT/bench_cuda.log" || rc=1
 if [ -z "${QVG_SKIP_RUNTIME:-}" ]; then  # the model on the GPU: QVG cache overhead over BF16 per chunk
   step "runtime overhead"
-  for be in cuda cpu; do
-    build-gpu/bench/bench_model_cuda --no-cpu --passes 5 --chunks 8 --cache qvg --baseline bf16 --cache-backend $be
-  done 2>&1 | tee "$OUT/runtime.log" | grep -E "overhead|mean per|cache codecs" || rc=1
+  for opts in "--cache-backend cuda" "--cache-backend cuda --host-read" "--cache-backend cpu"; do
+    build-gpu/bench/bench_model_cuda --no-cpu --passes 5 --chunks 14 --cache qvg --baseline bf16 $opts
+  done 2>&1 | tee "$OUT/runtime.log" | grep -E "overhead|mean per|cache codecs|steady" || rc=1
 fi
 step "per-kernel profile (ncu)"
 [ -n "${QVG_SKIP_NCU:-}" ] || ncu --clock-control none --print-summary per-kernel build-gpu/bench/bench_cuda --profile >"$OUT/ncu.log" 2>&1 || rc=1

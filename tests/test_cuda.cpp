@@ -14,6 +14,7 @@
 #include "qvg/half.h"
 #include "qvg/metrics.h"
 #include "qvg/qvg.h"
+#include "qvg/rope.h"
 #if QVG_WITH_CUDA
 #include "cuda/qvg_cuda.h"
 #endif
@@ -188,6 +189,75 @@ TEST(Cuda, StreamingCacheWithGpuCodecsMatchesCpu) {
     EXPECT_EQ(a.memory().total.kv_bytes(), b.memory().total.kv_bytes()) << spec;
   }
 }
+
+#if QVG_WITH_CUDA
+// StreamingKVCache::read_device writes the bytes read() returns: QVG / RTN
+// spans decoded on the device (also spans whose first chunks were evicted),
+// BF16 spans widened there, KIVI spans decoded on the host, BF16 and F32
+// full-precision chunks, 3-D RoPE on read, into a destination with spare
+// rows left untouched; reading twice (from the device copies) gives the same.
+TEST(Cuda, CacheReadDeviceMatchesRead) {
+  REQUIRE_GPU();
+  for (const std::string spec : {"qvg:centroids=8", "rtn", "qvg-pro-int4:centroids=4", "kivi", "bf16"})
+    for (const TailFormat tail : {TailFormat::bf16, TailFormat::f32})
+      for (const bool rope : {true, false}) {
+        CacheConfig cc;
+        cc.layers = 2;
+        cc.heads = 2;
+        cc.dim = 64;
+        cc.chunk_tokens = 48;  // 3 frames of a 4 x 4 grid
+        cc.key = cc.value = parse_codec_spec(spec);
+        cc.policy.quant_factor = 2;
+        cc.policy.window_chunks = 3;  // evicts chunks, leaving a span partly live
+        cc.tail = tail;
+        cc.rope = rope ? RopeConfig{RopeMode::wan_3d, 10000.0, RopePairing::interleaved} : RopeConfig{RopeMode::none};
+        StreamingKVCache cache(cc);
+        for (int chunk = 0; chunk < 6; ++chunk)
+          for (int layer = 0; layer < 2; ++layer) {
+            const HeadTensor k = blobs(2, 48, 64, 6, 10 * chunk + layer, 0.5f);
+            const HeadTensor v = blobs(2, 48, 64, 6, 10 * chunk + layer + 5, 0.5f);
+            cache.append(layer, k, v, wan_grid_positions(3 * chunk, 3, 4, 4));
+          }
+        const std::string what = spec + (tail == TailFormat::bf16 ? " bf16 tail" : " f32 tail") +
+                                 (rope ? " rope" : " no rope");
+        for (int layer = 0; layer < 2; ++layer) {
+          const CacheRead ref = cache.read(layer);
+          const int64_t n = ref.k.tokens, stride = n + 3;
+          const size_t total = static_cast<size_t>(2 * stride * 64);
+          std::vector<float> sentinel(total, -7.25f);
+          cuda::DeviceBuffer<float> dk, dv;
+          dk.upload(sentinel.data(), total);
+          dv.upload(sentinel.data(), total);
+          ASSERT_EQ(cache.read_device(layer, dk.get(), dv.get(), stride), n) << what;
+          ASSERT_EQ(cache.read_device(layer, dk.get(), dv.get(), stride), n) << what;  // again, from the mirrors
+          std::vector<float> hk(total), hv(total);
+          dk.download(hk.data(), total);
+          dv.download(hv.data(), total);
+          QVG_CUDA_CHECK(cudaDeviceSynchronize());
+          size_t bad = 0, touched = 0;
+          for (int h = 0; h < 2; ++h)
+            for (int64_t t = 0; t < stride; ++t)
+              for (int d = 0; d < 64; ++d) {
+                const size_t at = static_cast<size_t>((h * stride + t) * 64 + d);
+                if (t < n) {
+                  bad += std::memcmp(&hk[at], ref.k.head(h) + t * 64 + d, 4) != 0;
+                  bad += std::memcmp(&hv[at], ref.v.head(h) + t * 64 + d, 4) != 0;
+                } else {
+                  touched += hk[at] != -7.25f || hv[at] != -7.25f;
+                }
+              }
+          EXPECT_EQ(bad, 0u) << what << " layer " << layer;
+          EXPECT_EQ(touched, 0u) << what << " layer " << layer;
+        }
+        // the spans it copied (qvg / rtn / bf16; kivi spans are decoded on the host, and here every live
+        // chunk is in a span)
+        if (spec != "kivi") EXPECT_GT(cache.device_bytes(), 0) << what;
+        cuda::DeviceBuffer<float> tiny(16);
+        EXPECT_THROW(cache.read_device(0, tiny.get(), tiny.get(), 1), Error) << what;  // too few rows
+        EXPECT_THROW(cache.read_device(5, tiny.get(), tiny.get(), 1000), Error) << what;  // no such layer
+      }
+}
+#endif
 
 TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
   REQUIRE_GPU();

@@ -285,6 +285,36 @@ TEST(CudaModel, CompressedCacheCpuVsGpu) {
   EXPECT_LE(d.rel_l2, 0.5 * codec.rel_l2 + 1e-4);
 }
 
+// The context read on the device (spans decoded straight into the model's
+// K/V buffers) gives the same frames, bit for bit, as the host read + upload,
+// with the same GPU codecs, for QVG spans closing mid-run and for BF16.
+TEST(CudaModel, DeviceContextReadMatchesHostRead) {
+  REQUIRE_GPU();
+  const std::vector<float> ctx = golden_f32("context");
+  const std::vector<float> noise = golden_f32("noise");
+  for (const std::string spec : {"qvg", "bf16"}) {
+    auto run = [&](bool device_read) {
+      qvg::SpanPolicy p;
+      p.quant_factor = 2;
+      qvg::CacheOptions co;
+      co.backend = qvg::Backend::cuda;
+      qvg::StreamingKVCache cache(qvg::model_cache_config(model().config(), spec, spec, true, p), co);
+      qvg::SamplerConfig sc = gpu_config();
+      sc.device_context_read = device_read;  // false: host read + upload, the reference path
+      qvg::Sampler s(model(), cache, sc);
+      s.add_context(std::span<const float>(ctx).subspan(0, chunk_values()));
+      s.add_context(std::span<const float>(ctx).subspan(chunk_values(), chunk_values()));
+      std::vector<float> f = s.generate(std::span<const float>(noise).first(token_values()));
+      const std::vector<float> f1 = s.generate(std::span<const float>(noise).subspan(token_values(), token_values()));
+      f.insert(f.end(), f1.begin(), f1.end());
+      return f;
+    };
+    const std::vector<float> host = run(false), device = run(true);
+    ASSERT_EQ(host.size(), device.size());
+    EXPECT_EQ(0, std::memcmp(host.data(), device.data(), host.size() * sizeof(float))) << spec;
+  }
+}
+
 // Two GPU runs (separate CudaModels) give the same bits: K/V, steps, frames.
 TEST(CudaModel, Deterministic) {
   REQUIRE_GPU();

@@ -200,6 +200,22 @@ class StreamingKVCache {
   /// that has no chunk.
   CacheRead read(int layer) const;
 
+  /// read(layer) into device memory (builds with CUDA): the live K and V of
+  /// the layer as float [heads][row_stride][dim] rows 0 .. n-1 of each head
+  /// (row_stride >= n lets a caller decode straight into a larger buffer,
+  /// e.g. a model's [context + chunk] K/V), the same bits read() returns.
+  /// qvg and rtn spans are mirrored in device memory on first use and decoded
+  /// there; other codecs' spans are decoded on the host and copied; the
+  /// full-precision chunks and positions are copied; RoPE-on-read runs on the
+  /// device with the host's angle table (qvg::rope_plan). `stream` is a
+  /// cudaStream_t (null = default stream); returns n once the stream has
+  /// finished the work. Throws qvg::Error as read() does, when row_stride < n,
+  /// and without CUDA or a device.
+  int64_t read_device(int layer, float* k_out, float* v_out, int64_t row_stride, void* stream = nullptr) const;
+
+  /// Device bytes held by the span mirrors of read_device (0 before it).
+  int64_t device_bytes() const;
+
   int64_t chunks_appended(int layer) const;  ///< chunks ever appended to the layer
   int64_t tokens_appended(int layer) const;  ///< tokens ever appended to the layer
   int64_t live_tokens(int layer) const;      ///< tokens read(layer) returns

@@ -184,6 +184,9 @@ CacheConfig model_cache_config(const ModelConfig& c, const std::string& key_spec
                                const std::string& value_spec, bool pre_rope = true,
                                const SpanPolicy& policy = {});
 
+/// qvg::Error unless the cache has the model's layers, heads and head_dim.
+void check_cache_fits(const CacheConfig& cache, const ModelConfig& model);
+
 /// All layers' live K/V (post-RoPE keys) of a cache; empty when nothing has
 /// been appended yet. Throws qvg::Error when the cache's layers, heads or dim
 /// differ from the model's.
@@ -232,12 +235,18 @@ struct SamplerConfig {
   int steps = 4;       ///< Euler steps per chunk
   double shift = 1.0;  ///< schedule shift (1 = uniform)
   /// Where the network runs. cuda: a CudaModel (weights uploaded once, the
-  /// chunk's context uploaded once per chunk, the clean pass's K/V downloaded
-  /// for the append); the cache stays the host StreamingKVCache. Without a
+  /// chunk's context uploaded -- or read on the device, see
+  /// device_context_read -- once per chunk, the clean pass's K/V downloaded
+  /// for the append); the cache stays the StreamingKVCache. Without a
   /// CUDA build or device the Sampler's constructor throws qvg::Error.
   Backend backend = Backend::cpu;
   CudaModelOptions cuda;  ///< used when backend == cuda
   int threads = 1;     ///< threads of each network pass (ForwardOptions::threads; 0 = all cores)
+  /// With backend cuda and a cache whose codecs run on the GPU
+  /// (CacheOptions::backend == cuda): read the context on the device
+  /// (StreamingKVCache::read_device straight into the network's K/V buffers)
+  /// instead of reading it on the host and uploading it. Same values.
+  bool device_context_read = true;
 };
 
 /// Timing and cache work of one chunk.

@@ -50,6 +50,12 @@ class CudaModel {
   /// empty context (N = 0) is allowed. Validated as Model::forward validates
   /// it; returns after the copy has finished.
   void set_context(const KVContext& context);
+  /// The context straight from a streaming cache on the device
+  /// (StreamingKVCache::read_device of every layer into this object's K/V
+  /// buffers): no host copy of the context; the same values as
+  /// set_context(read_context(cache, config)). The cache must fit the model
+  /// (qvg::Error otherwise).
+  void set_context(const StreamingKVCache& cache);
   /// N of the current context (0 before the first set_context).
   int64_t context_tokens() const;
 

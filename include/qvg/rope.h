@@ -74,6 +74,29 @@ void validate(const RopeConfig& c, int64_t dim);
 void apply_rope(HeadTensor& x, std::span<const int32_t> positions, const RopeConfig& c,
                 bool inverse = false);
 
+/// The rotation apply_rope performs, as data, so that another implementation
+/// (the GPU read of the streaming cache) rotates with the same bits: pair i
+/// turns channels (a[i], b[i]) of token n by the angle whose cos / sin
+/// (float64, sin already negated for an inverse) sit at
+///   base[i] + n                                   when per_token,
+///   base[i] + positions[n * pd + coord[i]] - lo[coord[i]]   otherwise
+/// (cos/sin tabulated over each coordinate's range when that is smaller than
+/// tokens x pairs). Rotation: a' = float(a cos - b sin), b' = float(a sin + b
+/// cos), every product and sum rounded to float64.
+struct RopePlan {
+  std::vector<int32_t> a, b, coord;
+  std::vector<int64_t> base;
+  std::vector<double> cos, sin;
+  int32_t lo[3] = {0, 0, 0};
+  bool per_token = false;
+  int position_dims = 0;
+};
+
+/// The plan of apply_rope(x, positions, c, inverse) for `tokens` tokens of
+/// head dim `dim`. Throws as apply_rope does.
+RopePlan rope_plan(std::span<const int32_t> positions, int64_t tokens, int64_t dim, const RopeConfig& c,
+                   bool inverse = false);
+
 /// Wan positions (t, y, x) of `frames` latent frames of a height x width grid
 /// starting at frame first_frame, in the built-in data's token order (frame,
 /// then row, then column): size frames * height * width * 3.

@@ -182,12 +182,12 @@ const CacheConfig& StreamingKVCache::config() const { return impl_->config; }
 const CacheOptions& StreamingKVCache::options() const { return impl_->options; }
 void StreamingKVCache::set_options(const CacheOptions& options) { impl_->options = options; }
 
-namespace {
-
 void check_layer(const StreamingKVCache::Impl& I, int layer, const char* what) {
   QVG_CHECK(layer >= 0 && layer < I.config.layers, what, ": layer ", layer, " is out of range (the cache has ",
             I.config.layers, " layers)");
 }
+
+namespace {
 
 void check_chunk(const CacheConfig& c, int layer, const HeadTensor& x, const char* what) {
   QVG_CHECK(x.heads == c.heads && x.dim == c.dim && x.tokens > 0, "append (layer ", layer, "): the ", what,
@@ -329,6 +329,7 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
       off += ch.tokens;
       std::vector<uint8_t>().swap(ch.k);
       std::vector<uint8_t>().swap(ch.v);
+      ch.device.reset();
     }
     L.spans.push_back(std::move(new_spans[gi]));
   }

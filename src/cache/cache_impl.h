@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct CacheChunk {
   /// FP32 (4 bytes) per value (CacheConfig::tail). Empty inside a span.
   std::vector<uint8_t> k, v;
   std::vector<int32_t> positions;  ///< tokens * rope_position_dims (empty without RoPE)
+  /// Device copy of k and v (read_device, CUDA builds): made on first use,
+  /// dropped when the chunk joins a span. Opaque here.
+  mutable std::shared_ptr<void> device;
 };
 
 /// One encoded span: consecutive chunks first_chunk .. first_chunk + chunks - 1.
@@ -33,6 +37,9 @@ struct CacheSpan {
   int64_t first_token = 0;
   int64_t tokens = 0;
   EncodedTensor k, v;
+  /// Device copy of k and v (StreamingKVCache::read_device, CUDA builds):
+  /// created on first use, freed with the span. Opaque here.
+  mutable std::shared_ptr<void> device;
 };
 
 struct CacheLayer {
@@ -51,6 +58,7 @@ struct StreamingKVCache::Impl {
   CacheOptions options;
   std::unique_ptr<Codec> key_codec, value_codec;
   std::vector<CacheLayer> layers;
+  mutable std::mutex device_mutex;  ///< guards the creation of span mirrors
 
   Impl(CacheConfig c, CacheOptions o);
   size_t tail_value_bytes() const { return config.tail == TailFormat::bf16 ? 2 : 4; }
@@ -69,5 +77,6 @@ void tail_decode(const uint8_t* bytes, size_t n, TailFormat f, float* out);
 /// Checks the invariants of a layer's state against the config (used by load;
 /// throws qvg::Error naming the layer and the problem).
 void check_layer_state(const StreamingKVCache::Impl& impl, int layer);
+void check_layer(const StreamingKVCache::Impl& impl, int layer, const char* what);
 
 }  // namespace qvg

@@ -86,69 +86,76 @@ std::vector<Pair> rope_pairs(const RopeConfig& c, int64_t dim) {
 
 }  // namespace
 
-void apply_rope(HeadTensor& x, std::span<const int32_t> positions, const RopeConfig& c, bool inverse) {
-  if (c.mode == RopeMode::none) return;
-  validate(c, x.dim);
+RopePlan rope_plan(std::span<const int32_t> positions, int64_t tokens, int64_t dim, const RopeConfig& c,
+                   bool inverse) {
+  RopePlan plan;
+  if (c.mode == RopeMode::none) return plan;
+  validate(c, dim);
   const int pd = rope_position_dims(c.mode);
-  QVG_CHECK(positions.size() == static_cast<size_t>(x.tokens * pd), "RoPE (", rope_mode_name(c.mode),
-            "): positions hold ", positions.size(), " values, ", x.tokens, " tokens need ", x.tokens * pd);
-  QVG_CHECK(x.data.size() == static_cast<size_t>(x.numel()), "RoPE: tensor data does not match its shape");
-  const std::vector<Pair> pairs = rope_pairs(c, x.dim);
+  plan.position_dims = pd;
+  QVG_CHECK(positions.size() == static_cast<size_t>(tokens * pd), "RoPE (", rope_mode_name(c.mode),
+            "): positions hold ", positions.size(), " values, ", tokens, " tokens need ", tokens * pd);
+  const std::vector<Pair> pairs = rope_pairs(c, dim);
   const double sign = inverse ? -1.0 : 1.0;
   // cos/sin of every (pair, coordinate value) that occurs, computed once: the
   // coordinates are small integers (frame, row, column), so a table over
   // their range replaces tokens x pairs transcendental calls. The same
-  // expression as per token, so the same bits.
-  int32_t lo[3] = {0, 0, 0}, hi[3] = {-1, -1, -1};
+  // expression either way, so the same bits.
+  int32_t hi[3] = {-1, -1, -1};
   for (int d = 0; d < pd; ++d)
-    for (int64_t n = 0; n < x.tokens; ++n) {
+    for (int64_t n = 0; n < tokens; ++n) {
       const int32_t v = positions[static_cast<size_t>(n * pd + d)];
-      if (n == 0 || v < lo[d]) lo[d] = v;
+      if (n == 0 || v < plan.lo[d]) plan.lo[d] = v;
       if (n == 0 || v > hi[d]) hi[d] = v;
     }
-  std::vector<size_t> base(pairs.size());
   size_t table = 0;
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    base[i] = table;
-    const int d = pairs[i].coord;
-    table += x.tokens > 0 ? static_cast<size_t>(static_cast<int64_t>(hi[d]) - lo[d] + 1) : 0;
-  }
-  const bool tabulate = table <= static_cast<size_t>(x.tokens) * pairs.size();
-  std::vector<double> tc, ts;
-  if (tabulate) {
-    tc.resize(table);
-    ts.resize(table);
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      const int d = pairs[i].coord;
-      for (int64_t v = lo[d]; v <= hi[d]; ++v) {
-        const double angle = static_cast<double>(static_cast<int32_t>(v)) * pairs[i].freq;
-        tc[base[i] + static_cast<size_t>(v - lo[d])] = std::cos(angle);
-        ts[base[i] + static_cast<size_t>(v - lo[d])] = sign * std::sin(angle);
-      }
+  for (const Pair& pr : pairs)
+    table += tokens > 0 ? static_cast<size_t>(static_cast<int64_t>(hi[pr.coord]) - plan.lo[pr.coord] + 1) : 0;
+  plan.per_token = table > static_cast<size_t>(tokens) * pairs.size();
+  size_t at = 0;
+  for (const Pair& pr : pairs) {
+    plan.a.push_back(pr.a);
+    plan.b.push_back(pr.b);
+    plan.coord.push_back(pr.coord);
+    plan.base.push_back(static_cast<int64_t>(at));
+    auto add = [&](int32_t v) {
+      const double angle = static_cast<double>(v) * pr.freq;
+      plan.cos.push_back(std::cos(angle));
+      plan.sin.push_back(sign * std::sin(angle));
+    };
+    if (plan.per_token) {
+      for (int64_t n = 0; n < tokens; ++n) add(positions[static_cast<size_t>(n * pd + pr.coord)]);
+      at += static_cast<size_t>(tokens);
+    } else if (tokens > 0) {
+      for (int64_t v = plan.lo[pr.coord]; v <= hi[pr.coord]; ++v) add(static_cast<int32_t>(v));
+      at += static_cast<size_t>(static_cast<int64_t>(hi[pr.coord]) - plan.lo[pr.coord] + 1);
     }
   }
-  std::vector<double> cs(pairs.size()), sn(pairs.size());
+  return plan;
+}
+
+void apply_rope(HeadTensor& x, std::span<const int32_t> positions, const RopeConfig& c, bool inverse) {
+  if (c.mode == RopeMode::none) return;
+  QVG_CHECK(x.data.size() == static_cast<size_t>(x.numel()), "RoPE: tensor data does not match its shape");
+  const RopePlan plan = rope_plan(positions, x.tokens, x.dim, c, inverse);
+  const int pd = plan.position_dims;
+  const size_t np = plan.a.size();
+  std::vector<double> cs(np), sn(np);
   for (int64_t n = 0; n < x.tokens; ++n) {
     const int32_t* p = positions.data() + n * pd;
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      const int d = pairs[i].coord;
-      if (tabulate) {
-        const size_t at = base[i] + static_cast<size_t>(static_cast<int64_t>(p[d]) - lo[d]);
-        cs[i] = tc[at];
-        sn[i] = ts[at];
-      } else {
-        const double angle = static_cast<double>(p[d]) * pairs[i].freq;
-        cs[i] = std::cos(angle);
-        sn[i] = sign * std::sin(angle);
-      }
+    for (size_t i = 0; i < np; ++i) {
+      const int64_t at = plan.base[i] + (plan.per_token ? n : static_cast<int64_t>(p[plan.coord[i]]) -
+                                                                 plan.lo[plan.coord[i]]);
+      cs[i] = plan.cos[static_cast<size_t>(at)];
+      sn[i] = plan.sin[static_cast<size_t>(at)];
     }
     for (int64_t h = 0; h < x.heads; ++h) {
       float* row = x.head(h) + n * x.dim;
-      for (size_t i = 0; i < pairs.size(); ++i) {
-        const double a = row[pairs[i].a], b = row[pairs[i].b];
+      for (size_t i = 0; i < np; ++i) {
+        const double a = row[plan.a[i]], b = row[plan.b[i]];
         // (a + ib) * (cos + i sin)
-        row[pairs[i].a] = static_cast<float>(a * cs[i] - b * sn[i]);
-        row[pairs[i].b] = static_cast<float>(a * sn[i] + b * cs[i]);
+        row[plan.a[i]] = static_cast<float>(a * cs[i] - b * sn[i]);
+        row[plan.b[i]] = static_cast<float>(a * sn[i] + b * cs[i]);
       }
     }
   }

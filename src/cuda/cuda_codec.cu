@@ -1,6 +1,8 @@
 // The Codec front of the CUDA backend: host tensors in and out.
 #include <cuda_runtime.h>
 
+#include <mutex>
+
 #include "cuda/baseline_cuda.h"
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
@@ -14,25 +16,13 @@ using cuda::DeviceDType;
 using cuda::DeviceParts;
 
 template <typename T>
-void upload_bytes(DeviceBuffer<T>& dst, const std::vector<uint8_t>& src, cudaStream_t s) {
-  QVG_CHECK(src.size() == dst.bytes(), "part size mismatch: ", src.size(), " bytes vs ", dst.bytes(), " on the device");
-  if (!src.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.data(), src.size(), cudaMemcpyHostToDevice, s));
-}
-
-template <typename T>
 void download_bytes(const DeviceBuffer<T>& src, std::vector<uint8_t>& dst, cudaStream_t s) {
   dst.resize(src.bytes());
   if (!dst.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.get(), dst.size(), cudaMemcpyDeviceToHost, s));
 }
 
-void upload_parts(const EncodedTensor& e, const cuda::QvgShape& sh, DeviceParts& d, cudaStream_t s) {
-  d.allocate(sh);
-  upload_bytes(d.codes, e.codes, s);
-  upload_bytes(d.scales, e.scales, s);
-  upload_bytes(d.span_scales, e.span_scales, s);
-  upload_bytes(d.centroids, e.centroids, s);
-  upload_bytes(d.ids, e.ids, s);
-}
+using cuda::upload_bytes;
+using cuda::upload_parts;
 
 void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s) {
   download_bytes(d.codes, e.codes, s);
@@ -83,14 +73,15 @@ class CudaQvgCodec final : public Codec {
       upload_bytes(warm, w.centroids, nullptr);
       km.warm_bf16 = warm.get();
     }
-    DeviceBuffer<float> xd;
-    xd.upload(x.data.data(), x.data.size());
-    DeviceParts parts;
-    cuda::Encoder enc;
+    // Scratch (input copy, parts, k-means buffers) kept across calls: device
+    // allocations are slow next to a small span's encode.
+    std::lock_guard<std::mutex> lock(mutex_);
+    xd_.resize(x.data.size());
+    xd_.upload(x.data.data(), x.data.size());
     std::vector<KMeansStats> stats;
-    enc.encode(xd.get(), DeviceDType::f32, sh, km, parts, nullptr, report ? &stats : nullptr);
+    encoder_.encode(xd_.get(), DeviceDType::f32, sh, km, parts_, nullptr, report ? &stats : nullptr);
     EncodedTensor e = header_of(config_, x, opt.role);
-    download_parts(parts, e, nullptr);
+    download_parts(parts_, e, nullptr);
     if (report) {
       report->kmeans = std::move(stats);
       report->kmeans_seconds = 0;
@@ -114,6 +105,10 @@ class CudaQvgCodec final : public Codec {
 
  private:
   CodecConfig config_;
+  mutable std::mutex mutex_;  // guards the scratch below (encode is const and may be called from threads)
+  mutable cuda::Encoder encoder_;
+  mutable DeviceBuffer<float> xd_;
+  mutable DeviceParts parts_;
 };
 
 }  // namespace

@@ -1,4 +1,5 @@
 // The CUDA backend's entry points in builds without CUDA: they say so.
+#include "qvg/cache.h"
 #include "qvg/cuda.h"
 
 namespace qvg {
@@ -17,6 +18,8 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor&, const CodecConf
   no_cuda();
 }
 std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor&, DecodeKernel) { no_cuda(); }
+int64_t StreamingKVCache::read_device(int, float*, float*, int64_t, void*) const { no_cuda(); }
+int64_t StreamingKVCache::device_bytes() const { return 0; }
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {
   return backend == Backend::cuda ? make_cuda_codec(config) : make_codec(config);
 }

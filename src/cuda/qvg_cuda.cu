@@ -103,7 +103,16 @@ void DeviceParts::allocate(const QvgShape& sh) {
   ids.resize(static_cast<size_t>(static_cast<int64_t>(sh.stages) * rows));
 }
 
-QvgParts DeviceParts::view() {
+void upload_parts(const EncodedTensor& e, const QvgShape& sh, DeviceParts& d, cudaStream_t s) {
+  d.allocate(sh);
+  upload_bytes(d.codes, e.codes, s);
+  upload_bytes(d.scales, e.scales, s);
+  upload_bytes(d.span_scales, e.span_scales, s);
+  upload_bytes(d.centroids, e.centroids, s);
+  upload_bytes(d.ids, e.ids, s);
+}
+
+QvgParts DeviceParts::view() const {
   return QvgParts{codes.get(), scales.get(), span_scales.get(), centroids.get(), ids.get()};
 }
 
@@ -361,11 +370,22 @@ void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
 }
 
 void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s, DecodeKernel kernel) {
+  decode_range(sh, p, DecodeRange{0, sh.tokens, sh.tokens, 0}, out, dtype, s, kernel);
+}
+
+void decode_range(const QvgShape& sh, QvgParts p, const DecodeRange& range, void* out, DeviceDType dtype,
+                  cudaStream_t s, DecodeKernel kernel) {
+  QVG_CHECK(range.begin >= 0 && range.count >= 0 && range.begin + range.count <= sh.tokens && range.out_offset >= 0 &&
+                range.out_offset + range.count <= range.out_tokens,
+            "decode: tokens [", range.begin, ", +", range.count, ") of ", sh.tokens, " to rows ", range.out_offset,
+            ".. of ", range.out_tokens, " do not fit");
+  if (range.count == 0) return;
+  const bool whole = range.begin == 0 && range.count == sh.tokens && range.out_tokens == sh.tokens;
+  QVG_CHECK(kernel != DecodeKernel::rows || whole, "decode: the rows kernel decodes whole tensors only");
   const bool rows_ok = (sh.dim == 64 || sh.dim == 128) && sh.tokens < (int64_t{1} << 30);
   if (kernel == DecodeKernel::automatic) kernel = DecodeKernel::vals16;  // see qvg/cuda.h
   QVG_CHECK(kernel != DecodeKernel::rows || rows_ok, "decode: the rows kernel needs dim 64 or 128, got ", sh.dim);
   constexpr int kRows = 4;  // rows per thread of the rows kernel
-  const int64_t rows = static_cast<int64_t>(sh.heads) * sh.tokens;
   auto launch = [&](auto bits_tag, auto out_tag) {
     constexpr int B = decltype(bits_tag)::value;
     using OutT = typename decltype(out_tag)::type;
@@ -381,11 +401,11 @@ void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaSt
       return;
     }
     const int vals = kernel == DecodeKernel::vals8 ? 8 : 16;
-    const unsigned grid = blocks_for(rows * (sh.dim / vals));
+    const unsigned grid = blocks_for(static_cast<int64_t>(sh.heads) * range.count * (sh.dim / vals));
     if (vals == 8)
-      decode_kernel<B, 8, OutT><<<grid, kThreads, 0, s>>>(sh, p, o);
+      decode_kernel<B, 8, OutT><<<grid, kThreads, 0, s>>>(sh, p, o, range);
     else
-      decode_kernel<B, 16, OutT><<<grid, kThreads, 0, s>>>(sh, p, o);
+      decode_kernel<B, 16, OutT><<<grid, kThreads, 0, s>>>(sh, p, o, range);
   };
   auto go = [&](auto bits_tag) {
     switch (dtype) {
@@ -398,6 +418,19 @@ void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaSt
     go(std::integral_constant<int, 2>{});
   else
     go(std::integral_constant<int, 4>{});
+  check_launch();
+}
+
+void widen_bf16_range(const uint16_t* src, int heads, int64_t tokens, int dim, const DecodeRange& range, float* out,
+                      cudaStream_t s) {
+  QVG_CHECK(dim % 8 == 0, "widen_bf16_range: dim must be a multiple of 8, got ", dim);
+  QVG_CHECK(range.begin >= 0 && range.count >= 0 && range.begin + range.count <= tokens && range.out_offset >= 0 &&
+                range.out_offset + range.count <= range.out_tokens,
+            "widen_bf16_range: tokens [", range.begin, ", +", range.count, ") of ", tokens, " to rows ",
+            range.out_offset, ".. of ", range.out_tokens, " do not fit");
+  const int64_t threads = static_cast<int64_t>(heads) * range.count * (dim / 8);
+  if (threads == 0) return;
+  widen_bf16_kernel<<<blocks_for(threads), kThreads, 0, s>>>(src, heads, tokens, dim, range, out);
   check_launch();
 }
 

@@ -23,8 +23,20 @@ struct DeviceParts {
   DeviceBuffer<float> span_scales;
   DeviceBuffer<uint16_t> centroids;
   void allocate(const QvgShape& sh);
-  QvgParts view();
+  QvgParts view() const;
 };
+
+/// Host bytes -> a device buffer of exactly that many bytes (qvg::Error on
+/// a size mismatch). Stream-ordered.
+template <typename T>
+void upload_bytes(DeviceBuffer<T>& dst, const std::vector<uint8_t>& src, cudaStream_t s) {
+  QVG_CHECK(src.size() == dst.bytes(), "part size mismatch: ", src.size(), " bytes vs ", dst.bytes(), " on the device");
+  if (!src.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.data(), src.size(), cudaMemcpyHostToDevice, s));
+}
+
+/// The parts of an encoded qvg / rtn tensor (host) into device buffers
+/// allocated for sh. Stream-ordered.
+void upload_parts(const EncodedTensor& e, const QvgShape& sh, DeviceParts& d, cudaStream_t s);
 
 /// The shape struct of a config and tensor dims; validates (qvg::Error).
 QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim);
@@ -79,5 +91,16 @@ class Encoder {
 /// kernel (qvg/cuda.h DecodeKernel; every kernel gives the same bits).
 void decode(const QvgShape& sh, QvgParts parts, void* out, DeviceDType dtype, cudaStream_t stream,
             DecodeKernel kernel = DecodeKernel::automatic);
+
+/// Decode of a token range of every head into a larger destination (see
+/// DecodeRange), e.g. one span straight into a layer's K/V buffer.
+/// qvg::Error when the range does not fit.
+void decode_range(const QvgShape& sh, QvgParts parts, const DecodeRange& range, void* out, DeviceDType dtype,
+                  cudaStream_t stream, DecodeKernel kernel = DecodeKernel::automatic);
+
+/// BF16 bits [heads][tokens][dim] on the device -> float rows of a larger
+/// destination (see DecodeRange). Exact. Stream-ordered.
+void widen_bf16_range(const uint16_t* src, int heads, int64_t tokens, int dim, const DecodeRange& range, float* out,
+                      cudaStream_t stream);
 
 }  // namespace qvg::cuda

@@ -213,17 +213,19 @@ __device__ __forceinline__ void load_codes(const uint8_t* p, float* v) {
 
 /// Fused decode: dequantize and add every stage's centroid (last stage
 /// first), one store per value. Each thread owns VALS (8 or 16) consecutive
-/// values of a row. Grid: H*N*(D/VALS) threads.
+/// values of a row. Tokens and destination rows per `range`.
+/// Grid: H*range.count*(D/VALS) threads.
 template <int BITS, int VALS, typename OutT>
-__global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out) {
+__global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, DecodeRange range) {
   const int tpr = sh.dim / VALS;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= static_cast<int64_t>(sh.heads) * sh.tokens * tpr) return;
-  const int h = static_cast<int>(g / (sh.tokens * tpr));
-  const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
-  const int64_t n = rem / tpr;
+  if (g >= static_cast<int64_t>(sh.heads) * range.count * tpr) return;
+  const int h = static_cast<int>(g / (range.count * tpr));
+  const int64_t rem = g - static_cast<int64_t>(h) * range.count * tpr;
+  const int64_t n = range.begin + rem / tpr;
   const int col = static_cast<int>(rem % tpr) * VALS;
   const int64_t row = static_cast<int64_t>(h) * sh.tokens + n;
+  const int64_t out_row = static_cast<int64_t>(h) * range.out_tokens + range.out_offset + (n - range.begin);
   const int64_t bi = row * (sh.dim / sh.block) + col / sh.block;
   const uint16_t sc = sh.scale_format == ScaleFormat::fp8
                           ? __ldg(p.scales + bi)
@@ -244,7 +246,7 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out) {
 #pragma unroll
     for (int i = 0; i < VALS; ++i) v[i] = __fadd_rn(v[i], c[i]);
   }
-  OutT* o = out + row * sh.dim + col;
+  OutT* o = out + out_row * sh.dim + col;
   if constexpr (sizeof(OutT) == 2) {
     uint32_t w[VALS / 2];
 #pragma unroll
@@ -361,6 +363,25 @@ __global__ void residual_of_kernel(const InT* __restrict__ x, QvgShape sh, QvgPa
   float4* o = reinterpret_cast<float4*>(out + off);
 #pragma unroll
   for (int j = 0; j < kValsPerThread / 4; ++j) o[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+}
+
+/// BF16 rows -> float: tokens [range.begin, +range.count) of every head of
+/// src ([H][tokens][D] BF16 bits) to rows range.out_offset.. of out
+/// ([H][range.out_tokens][D]). One thread per 8 values (D % 8 == 0).
+__global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int heads, int64_t tokens, int dim,
+                                  DecodeRange range, float* __restrict__ out) {
+  const int tpr = dim / 8;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= static_cast<int64_t>(heads) * range.count * tpr) return;
+  const int h = static_cast<int>(g / (range.count * tpr));
+  const int64_t rem = g - static_cast<int64_t>(h) * range.count * tpr;
+  const int64_t n = rem / tpr;
+  const int col = static_cast<int>(rem % tpr) * 8;
+  float v[8];
+  load_bf16_vals<8>(src + (static_cast<int64_t>(h) * tokens + range.begin + n) * dim + col, v);
+  float4* o = reinterpret_cast<float4*>(out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset + n) * dim + col);
+  o[0] = make_float4(v[0], v[1], v[2], v[3]);
+  o[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
 /// R -= bf16(centroids)[ids] for one stage, in place (float residual).

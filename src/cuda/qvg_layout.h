@@ -32,4 +32,15 @@ struct QvgParts {
   uint8_t* ids = nullptr;          ///< [S][H][N]
 };
 
+/// Which tokens a decode writes, and where: source tokens [begin, begin +
+/// count) of every head go to rows out_offset.. of a destination holding
+/// out_tokens tokens per head ([H][out_tokens][D]). The whole tensor:
+/// {0, N, N, 0}.
+struct DecodeRange {
+  int64_t begin = 0;
+  int64_t count = 0;
+  int64_t out_tokens = 0;
+  int64_t out_offset = 0;
+};
+
 }  // namespace qvg::cuda

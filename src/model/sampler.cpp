@@ -88,13 +88,11 @@ CacheConfig model_cache_config(const ModelConfig& c, const std::string& key_spec
   return cc;
 }
 
-namespace {
 void check_cache_fits(const CacheConfig& cc, const ModelConfig& c) {
   QVG_CHECK(cc.layers == c.layers && cc.heads == c.heads && cc.dim == c.head_dim, "model cache: the cache is ",
             cc.layers, " layers x ", cc.heads, " heads x ", cc.dim, ", the model needs ", c.layers, " x ", c.heads,
             " x ", c.head_dim);
 }
-}  // namespace
 
 KVContext read_context(const StreamingKVCache& cache, const ModelConfig& c) {
   check_cache_fits(cache.config(), c);
@@ -207,10 +205,15 @@ Sampler::Sampler(Sampler&&) noexcept = default;
 
 KVContext Sampler::read_chunk_context(ChunkReport& rep) {
   const auto t0 = std::chrono::steady_clock::now();
-  KVContext ctx = read_context(cache_, model_.config());
-  if (gpu_) {
-    gpu_->set_context(ctx);  // once per chunk; synchronous
-    ctx = KVContext{};
+  KVContext ctx;
+  if (gpu_ && config_.device_context_read && cache_.options().backend == Backend::cuda) {
+    gpu_->set_context(cache_);  // spans decoded on the device into the model's K/V buffers
+  } else {
+    ctx = read_context(cache_, model_.config());
+    if (gpu_) {
+      gpu_->set_context(ctx);  // once per chunk; synchronous
+      ctx = KVContext{};
+    }
   }
   rep.read_seconds = seconds_since(t0);
   return ctx;

@@ -97,6 +97,18 @@ struct CudaModel::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
+  /// Sizes kall / vall / scores for a context of N0 tokens (rows 0..N0-1 of
+  /// each [layer][head] block of N = N0 + L rows).
+  void size_context(int64_t N0) {
+    const ModelConfig& c = model->config();
+    const int64_t L = c.tokens_per_chunk(), N = N0 + L, H = c.heads, hd = c.head_dim;
+    const size_t kv = static_cast<size_t>(c.layers * H * N * hd);
+    kall.resize(kv);
+    vall.resize(kv);
+    scores.resize(static_cast<size_t>(H * L * N));
+    n0 = N0;
+  }
+
   void use_device() const {
     if (options.device >= 0) QVG_CUDA_CHECK(cudaSetDevice(options.device));
   }
@@ -256,12 +268,8 @@ void CudaModel::set_context(const KVContext& context) {
   m.check_context(context);
   m.use_device();
   const ModelConfig& c = m.model->config();
-  const int64_t N0 = context.tokens(), L = c.tokens_per_chunk(), N = N0 + L, H = c.heads, hd = c.head_dim;
-  const size_t kv = static_cast<size_t>(c.layers * H * N * hd);
-  m.kall.resize(kv);
-  m.vall.resize(kv);
-  m.scores.resize(static_cast<size_t>(H * L * N));
-  m.n0 = N0;
+  const int64_t N0 = context.tokens(), N = N0 + c.tokens_per_chunk(), H = c.heads, hd = c.head_dim;
+  m.size_context(N0);
   if (N0 > 0) {
     for (int li = 0; li < c.layers; ++li)
       for (int64_t hh = 0; hh < H; ++hh) {
@@ -272,6 +280,25 @@ void CudaModel::set_context(const KVContext& context) {
                                        cudaMemcpyHostToDevice, m.stream));
       }
   }
+  QVG_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+}
+
+void CudaModel::set_context(const StreamingKVCache& cache) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.model->config();
+  check_cache_fits(cache.config(), c);
+  m.use_device();
+  const int64_t N0 = cache.chunks_appended(0) == 0 ? 0 : cache.live_tokens(0);
+  for (int li = 1; li < c.layers; ++li)
+    QVG_CHECK((cache.chunks_appended(li) == 0 ? 0 : cache.live_tokens(li)) == N0, "CUDA model: cache layer ", li,
+              " holds a different number of tokens than layer 0 (", N0, ")");
+  const int64_t N = N0 + c.tokens_per_chunk(), H = c.heads, hd = c.head_dim;
+  m.size_context(N0);
+  if (N0 > 0)
+    for (int li = 0; li < c.layers; ++li) {
+      const size_t at = static_cast<size_t>(li * H * N * hd);
+      cache.read_device(li, m.kall.get() + at, m.vall.get() + at, N, m.stream);
+    }
   QVG_CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 

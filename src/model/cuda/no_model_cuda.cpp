@@ -18,6 +18,7 @@ CudaModel& CudaModel::operator=(CudaModel&&) noexcept = default;
 const Model& CudaModel::model() const { no_cuda(); }
 const CudaModelOptions& CudaModel::options() const { no_cuda(); }
 void CudaModel::set_context(const KVContext&) { no_cuda(); }
+void CudaModel::set_context(const StreamingKVCache&) { no_cuda(); }
 int64_t CudaModel::context_tokens() const { no_cuda(); }
 std::vector<float> CudaModel::forward(std::span<const float>, float, int64_t, std::vector<LayerKV>*,
                                       const ForwardOptions&) {
