@@ -83,6 +83,14 @@ expect_status1 "no such file" generate --context "$tmp/missing.mp4" --frames 3 -
 expect_status1 "multiple of 3" generate --context "$clip" --context-frames 4 --frames 3 -o "$tmp/x.mp4"
 expect_status1 "has 240 frames, need 1006" generate --context "$clip" --start 1000 --frames 3 -o "$tmp/x.mp4"
 expect_status1 "unknown method 'nosuch'" generate $SHORT --cache nosuch -o "$tmp/x.mp4"
+# --device cuda: without a CUDA build or a device, a message naming CUDA and status 1;
+# with one (e.g. a GPU machine with FFmpeg), the same run succeeds.
+if "$qvg" generate $SHORT --cache qvg --device cuda -o "$tmp/gpu.mp4" >"$tmp/out" 2>"$tmp/err"; then
+  [ -s "$tmp/gpu.mp4" ] && ok || bad "generate --device cuda wrote no file"
+else
+  rc=$?
+  if [ $rc -eq 1 ] && grep -qi "cuda" "$tmp/err"; then ok; else bad "generate --device cuda: exit $rc: $(cat "$tmp/err")"; fi
+fi
 head -c 1000000 "$src/models/qvg_ref_video_dit.safetensors" >"$tmp/cut.safetensors"
 expect_status1 "cut.safetensors" generate $SHORT --model "$tmp/cut.safetensors" -o "$tmp/x.mp4"
 expect_status1 "multiple of 3" dump-kv --context "$clip" --context-frames 5 -o "$tmp/x.safetensors"

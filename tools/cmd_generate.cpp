@@ -50,6 +50,7 @@ struct GenerateArgs {
   uint64_t seed = 2026;
   double fps = 0;
   std::string encoder;
+  std::string device = "cpu", gpu_math = "fp32";
 };
 
 GenerateArgs g;
@@ -72,6 +73,31 @@ std::string kb(size_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f KB", static_cast<double>(bytes) / 1024.0);
   return buf;
+}
+
+/// Where the network and the cache's codecs run (--device, --gpu-math): on
+/// cuda both run on the GPU and the context is read on the device.
+qvg::SamplerConfig sampler_config() {
+  qvg::SamplerConfig sc;
+  sc.steps = g.steps;
+  sc.threads = g.threads;
+  sc.backend = qvg::parse_backend(g.device);
+  sc.cuda.math = qvg::parse_cuda_math(g.gpu_math);
+  return sc;
+}
+
+qvg::CacheOptions cache_options() {
+  qvg::CacheOptions copt;
+  copt.threads = g.threads;
+  copt.backend = qvg::parse_backend(g.device);
+  return copt;
+}
+
+void add_device_options(CLI::App* s) {
+  s->add_option("--device", g.device, "where the network and the cache's codecs run: cpu (default) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  s->add_option("--gpu-math", g.gpu_math, "GPU matmuls: fp32 (default, no TF32), tf32 or bf16")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
 }
 
 /// Frames [start, start + n) of a clip as the model sees them, exactly as
@@ -147,6 +173,7 @@ CLI::App* add_generate_command(CLI::App& app) {
   s->add_option("--steps", g.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
   s->add_option("--seed", g.seed, "noise seed, default 2026 (same noise for every cache)");
   s->add_option("--threads", g.threads, "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it");
+  add_device_options(s);
   s->add_option("--fps", g.fps, "output frame rate (default: the clip's)");
   s->add_option("--upscale", g.upscale, "nearest-neighbour upscaling of the 64x64 frames in the output, default 4")
       ->check(CLI::Range(1, 16));
@@ -168,9 +195,7 @@ int run_generate_command() {
   policy.sink = g.sink;
   policy.window_chunks = g.window;
   const std::string kspec = g.key.empty() ? g.cache : g.key, vspec = g.value.empty() ? g.cache : g.value;
-  qvg::CacheOptions copt;
-  copt.threads = g.threads;
-  qvg::StreamingKVCache cache(qvg::model_cache_config(mc, kspec, vspec, !g.post_rope, policy), copt);
+  qvg::StreamingKVCache cache(qvg::model_cache_config(mc, kspec, vspec, !g.post_rope, policy), cache_options());
   double clip_fps = 0;
   const qvg::Video ctx = load_context(mc, &clip_fps);
   const int gen_chunks = (g.frames + mc.chunk_frames - 1) / mc.chunk_frames;
@@ -180,15 +205,12 @@ int run_generate_command() {
               g.context.c_str(), g.start, g.start + g.context_frames - 1, ctx_chunks, gen_chunks * mc.chunk_frames,
               gen_chunks, mc.chunk_frames, mc.tokens_per_chunk(), g.steps);
   std::printf("cache: K %s, V %s, keys %s RoPE, span = %d chunks, keep_recent %d, sink %d, window %" PRId64
-              ", noise seed %" PRIu64 "\n",
+              ", noise seed %" PRIu64 ", device %s\n",
               kspec.c_str(), vspec.c_str(), g.post_rope ? "after" : "before", g.quant_factor, g.keep_recent, g.sink,
-              g.window, g.seed);
+              g.window, g.seed, g.device.c_str());
   std::fflush(stdout);
 
-  qvg::SamplerConfig sc;
-  sc.steps = g.steps;
-  sc.threads = g.threads;
-  qvg::Sampler sampler(model, cache, sc);
+  qvg::Sampler sampler(model, cache, sampler_config());
   const std::vector<float> ctx_x = qvg::pixels_to_model(ctx.rgb);
   const size_t chunk_values = static_cast<size_t>(mc.chunk_frames * mc.frame_values());
   auto line = [&](const char* what, const qvg::ChunkReport& r, int idx, int total) {
@@ -276,13 +298,8 @@ qvg::CacheConfig cache_config_for(const qvg::ModelConfig& mc, const std::string&
 RunResult run_method(const qvg::Model& model, const std::string& spec, std::span<const float> ctx_x,
                      std::span<const float> noise, int gen_chunks) {
   const qvg::ModelConfig& mc = model.config();
-  qvg::CacheOptions copt;
-  copt.threads = g.threads;
-  qvg::StreamingKVCache cache(cache_config_for(mc, spec), copt);
-  qvg::SamplerConfig sc;
-  sc.steps = g.steps;
-  sc.threads = g.threads;
-  qvg::Sampler sampler(model, cache, sc);
+  qvg::StreamingKVCache cache(cache_config_for(mc, spec), cache_options());
+  qvg::Sampler sampler(model, cache, sampler_config());
   const size_t cv = static_cast<size_t>(mc.chunk_frames * mc.frame_values());
   for (size_t i = 0; i * cv < ctx_x.size(); ++i) sampler.add_context(ctx_x.subspan(i * cv, cv));
   const size_t nv = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
@@ -407,6 +424,7 @@ CLI::App* add_compare_command(CLI::App& app) {
   s->add_option("--steps", g.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
   s->add_option("--seed", g.seed, "noise seed, default 2026");
   s->add_option("--threads", g.threads, "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it");
+  add_device_options(s);
   s->add_option("--side-by-side", gc.side_by_side, "write an MP4 with every method's frames side by side");
   s->add_option("--plot", gc.plot, "write a PNG of PSNR against BF16 per generated frame, one line per method (gnuplot)");
   s->add_option("--csv", gc.csv, "write PSNR against BF16 per generated frame as CSV (one column per method; inf = identical)");
@@ -582,6 +600,7 @@ CLI::App* add_demo_command(CLI::App& app) {
   s->add_option("--csv", gdemo.csv, "also write PSNR per generated frame as CSV");
   s->add_option("--side-by-side", gdemo.side_by_side, "also write the methods' frames side by side (MP4)");
   s->add_flag("--json", gdemo.as_json, "print one JSON row per method");
+  add_device_options(s);  // writes g.device / g.gpu_math directly
   return s;
 }
 
