@@ -476,32 +476,39 @@ int run_compare_command() {
                 g.context.c_str(), g.start, g.start + g.context_frames - 1, gen_frames, gen_chunks, g.seed,
                 g.quant_factor, g.post_rope ? "after" : "before");
     std::printf("%-12s %6s %7s %10s %8s %7s %9s %8s  %s\n", "method", "bits", "ratio", "kv_bytes", "psnr", "ssim",
-                "ms/chunk", "overhead", "psnr per chunk");
+                "ms/chunk", "overhead", "psnr / ssim per chunk");
   }
   for (const RunResult& r : runs) {
     const double psnr = qvg::psnr_u8(r.frames, ref.frames);
     const double ssim = qvg::ssim_rgb(r.frames, ref.frames, gen_frames, mc.frame, mc.frame);
-    std::vector<double> per_chunk, per_frame;
-    for (int i = 0; i < gen_chunks; ++i)
-      per_chunk.push_back(qvg::psnr_u8(std::span<const uint8_t>(r.frames).subspan(i * chunk_bytes, chunk_bytes),
-                                       std::span<const uint8_t>(ref.frames).subspan(i * chunk_bytes, chunk_bytes)));
+    std::vector<double> per_chunk, ssim_chunk, per_frame;
+    for (int i = 0; i < gen_chunks; ++i) {
+      const auto a = std::span<const uint8_t>(r.frames).subspan(i * chunk_bytes, chunk_bytes);
+      const auto b = std::span<const uint8_t>(ref.frames).subspan(i * chunk_bytes, chunk_bytes);
+      per_chunk.push_back(qvg::psnr_u8(a, b));
+      ssim_chunk.push_back(qvg::ssim_rgb(a, b, mc.chunk_frames, mc.frame, mc.frame));
+    }
     for (int i = 0; i < gen_frames; ++i)
       per_frame.push_back(qvg::psnr_u8(std::span<const uint8_t>(r.frames).subspan(i * frame_bytes, frame_bytes),
                                        std::span<const uint8_t>(ref.frames).subspan(i * frame_bytes, frame_bytes)));
     const double ms = 1000 * mean(r.chunk_seconds), overhead = 100 * (ms / ref_ms - 1);
-    nlohmann::json pc = nlohmann::json::array(), pf = nlohmann::json::array();
+    nlohmann::json pc = nlohmann::json::array(), pf = nlohmann::json::array(), sc = nlohmann::json::array();
     for (double x : per_chunk) pc.push_back(num(x));
+    for (double x : ssim_chunk) sc.push_back(x);
     for (double x : per_frame) pf.push_back(num(x));
     rows.push_back({{"method", r.method}, {"bits", r.bits}, {"ratio", r.memory.ratio()},
                     {"kv_bytes", r.memory.kv_bytes()}, {"psnr", num(psnr)}, {"ssim", ssim},
-                    {"psnr_per_chunk", pc}, {"psnr_per_frame", pf}, {"first_generated_frame", g.context_frames},
+                    {"psnr_per_chunk", pc}, {"ssim_per_chunk", sc}, {"psnr_per_frame", pf}, {"first_generated_frame", g.context_frames},
                     {"ms_per_chunk", ms}, {"overhead_pct", overhead}});
     per_frame_all.push_back(per_frame);
     if (!gc.as_json) {
       std::string pcs;
-      for (double x : per_chunk) {
-        char b[16];
-        std::snprintf(b, sizeof b, std::isfinite(x) ? "%.2f " : "inf ", x);
+      for (size_t i = 0; i < per_chunk.size(); ++i) {
+        char b[40];
+        if (std::isfinite(per_chunk[i]))
+          std::snprintf(b, sizeof b, "%.2f/%.4f ", per_chunk[i], ssim_chunk[i]);
+        else
+          std::snprintf(b, sizeof b, "inf/%.4f ", ssim_chunk[i]);
         pcs += b;
       }
       std::printf("%-12s %6.3f %6.2fx %10zu %8.2f %7.4f %9.0f %7.1f%%  %s\n", r.method.c_str(), r.bits,
