@@ -213,8 +213,11 @@ int main(int argc, char** argv) try {
       for (int i = 0; i < 2; ++i) m.forward(tok, 0.5f, 3 * chunks, ctx, &kv, cpu_opt);
       cpu = (now_s() - t0) / 2;
     }
-    std::printf("  %-15lld %10.3f %10.3f %11.3f %10.1f %9.0fx\n", static_cast<long long>(n), 1e3 * step, 1e3 * gpu,
-                1e3 * up, 1e3 * cpu, cpu / gpu);
+    std::printf("  %-15lld %10.3f %10.3f %11.3f", static_cast<long long>(n), 1e3 * step, 1e3 * gpu, 1e3 * up);
+    if (std::isnan(cpu))
+      std::printf(" %10s %10s\n", "-", "-");  // not measured (--no-cpu, or too long a context for the CPU)
+    else
+      std::printf(" %10.1f %9.0fx\n", 1e3 * cpu, cpu / gpu);
   }
   std::printf("  device memory held: %.1f MiB\n", static_cast<double>(g.device_bytes()) / (1 << 20));
 
