@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -432,7 +433,11 @@ CLI::App* add_compare_command(CLI::App& app) {
   return s;
 }
 
-int run_compare_command() {
+namespace {
+
+/// compare; `before_runs` (if set) is called once every argument, the model
+/// and the clip have been checked, right before the runs (the demo's header).
+int compare(const std::function<void()>& before_runs) {
   const qvg::Model model = qvg::Model::load(g.model);
   const qvg::ModelConfig& mc = model.config();
   QVG_CHECK(g.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
@@ -456,6 +461,7 @@ int run_compare_command() {
   const int gen_frames = gen_chunks * mc.chunk_frames;
   const size_t nv = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
   const std::vector<float> noise = qvg::gaussian_noise(static_cast<int64_t>(nv) * gen_chunks, g.seed);
+  if (before_runs) before_runs();
   std::vector<RunResult> runs;
   for (const std::string& m : methods) runs.push_back(run_method(model, m, ctx_x, noise, gen_chunks));
   const RunResult& ref = runs.front();
@@ -572,6 +578,10 @@ int run_compare_command() {
   return 0;
 }
 
+}  // namespace
+
+int run_compare_command() { return compare({}); }
+
 // ---- demo ---------------------------------------------------------------------------
 
 namespace {
@@ -624,7 +634,8 @@ int run_demo_command() {
   gc.csv = gdemo.csv;
   gc.side_by_side = gdemo.side_by_side;
   gc.as_json = gdemo.as_json;
-  if (!gc.as_json) {
+  auto header = [] {
+    if (gc.as_json) return;
     std::printf(
         "qvg demo: the reference video model (docs/MODEL.md) continues frames %d..%d of %s (held out from its\n"
         "training) by %d frames, chunk by chunk (3 frames = 768 tokens), with its KV cache held in BF16 and in each\n"
@@ -636,8 +647,8 @@ int run_demo_command() {
         g.start, g.start + g.context_frames - 1, std::filesystem::path(g.context).filename().string().c_str(),
         g.frames, g.quant_factor, g.quant_factor * 768, g.quant_factor * 768, 16.0 * 256 / (g.quant_factor * 768));
     std::fflush(stdout);
-  }
-  return run_compare_command();
+  };
+  return compare(header);  // the header only once the arguments have passed
 }
 
 CLI::App* add_dump_kv_command(CLI::App& app) {
