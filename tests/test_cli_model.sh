@@ -46,7 +46,7 @@ fi
 # PSNR (null); CSV and the gnuplot PNG of PSNR per frame.
 if "$qvg" compare $SHORT --methods rtn --json --csv "$tmp/psnr.csv" --plot "$tmp/psnr.png" \
      >"$tmp/cmp.json" 2>"$tmp/err"; then
-  for key in method bits ratio kv_bytes psnr ssim ms_per_chunk overhead_pct psnr_per_chunk ssim_per_chunk psnr_per_frame; do
+  for key in method bits ratio kv_bytes psnr ssim ms_per_chunk overhead_pct psnr_per_chunk ssim_per_chunk psnr_per_frame ssim_per_frame; do
     n=$(grep -c "\"$key\":" "$tmp/cmp.json")
     [ "$n" -eq 2 ] && ok || bad "JSON has $n rows with \"$key\", expected 2"
   done

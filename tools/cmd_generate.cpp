@@ -487,24 +487,29 @@ int compare(const std::function<void()>& before_runs) {
   for (const RunResult& r : runs) {
     const double psnr = qvg::psnr_u8(r.frames, ref.frames);
     const double ssim = qvg::ssim_rgb(r.frames, ref.frames, gen_frames, mc.frame, mc.frame);
-    std::vector<double> per_chunk, ssim_chunk, per_frame;
+    std::vector<double> per_chunk, ssim_chunk, per_frame, ssim_frame;
     for (int i = 0; i < gen_chunks; ++i) {
       const auto a = std::span<const uint8_t>(r.frames).subspan(i * chunk_bytes, chunk_bytes);
       const auto b = std::span<const uint8_t>(ref.frames).subspan(i * chunk_bytes, chunk_bytes);
       per_chunk.push_back(qvg::psnr_u8(a, b));
       ssim_chunk.push_back(qvg::ssim_rgb(a, b, mc.chunk_frames, mc.frame, mc.frame));
     }
-    for (int i = 0; i < gen_frames; ++i)
-      per_frame.push_back(qvg::psnr_u8(std::span<const uint8_t>(r.frames).subspan(i * frame_bytes, frame_bytes),
-                                       std::span<const uint8_t>(ref.frames).subspan(i * frame_bytes, frame_bytes)));
+    for (int i = 0; i < gen_frames; ++i) {
+      const auto a = std::span<const uint8_t>(r.frames).subspan(i * frame_bytes, frame_bytes);
+      const auto b = std::span<const uint8_t>(ref.frames).subspan(i * frame_bytes, frame_bytes);
+      per_frame.push_back(qvg::psnr_u8(a, b));
+      ssim_frame.push_back(qvg::ssim_rgb(a, b, 1, mc.frame, mc.frame));
+    }
     const double ms = 1000 * mean(r.chunk_seconds), overhead = 100 * (ms / ref_ms - 1);
     nlohmann::json pc = nlohmann::json::array(), pf = nlohmann::json::array(), sc = nlohmann::json::array();
     for (double x : per_chunk) pc.push_back(num(x));
     for (double x : ssim_chunk) sc.push_back(x);
+    nlohmann::json sf = nlohmann::json::array();
+    for (double x : ssim_frame) sf.push_back(x);
     for (double x : per_frame) pf.push_back(num(x));
     rows.push_back({{"method", r.method}, {"bits", r.bits}, {"ratio", r.memory.ratio()},
                     {"kv_bytes", r.memory.kv_bytes()}, {"psnr", num(psnr)}, {"ssim", ssim},
-                    {"psnr_per_chunk", pc}, {"ssim_per_chunk", sc}, {"psnr_per_frame", pf}, {"first_generated_frame", g.context_frames},
+                    {"psnr_per_chunk", pc}, {"ssim_per_chunk", sc}, {"psnr_per_frame", pf}, {"ssim_per_frame", sf}, {"first_generated_frame", g.context_frames},
                     {"ms_per_chunk", ms}, {"overhead_pct", overhead}});
     per_frame_all.push_back(per_frame);
     if (!gc.as_json) {
