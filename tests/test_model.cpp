@@ -23,79 +23,14 @@ using golden::Diff;
 using golden::diff;
 using golden::golden_f32;
 using golden::kGolden;
+using golden::first_tokens_thd;
+using golden::GoldenResult;
 using golden::kModel;
+using golden::model;
 
-/// Tokens [0, n) of a HeadTensor [heads, L, dim] in the golden layout [n, heads, dim].
-std::vector<float> first_tokens_thd(const qvg::HeadTensor& x, int64_t n) {
-  std::vector<float> out;
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t h = 0; h < x.heads; ++h)
-      for (int64_t d = 0; d < x.dim; ++d) out.push_back(x.at(h, t, d));
-  return out;
-}
-
-const qvg::Model& model() {
-  static const qvg::Model m = qvg::Model::load(kModel);
-  return m;
-}
-
-/// The golden case with a cache: returns max relative (max-norm) error of the
-/// per-layer Q/K/V, of the Euler steps and of the generated frames.
-struct GoldenResult {
-  double qkv_max_rel = 0, qkv_max_abs = 0, steps_max_abs = 0, steps_max_rel = 0, frames_max_abs = 0,
-         frames_rel_l2 = 0;
-  int u8_max_diff = 0;
-  int64_t u8_differ = 0;
-};
-
+/// The golden case on the CPU runtime.
 GoldenResult run_golden(qvg::StreamingKVCache& cache, bool check_layers, bool both_chunks = true) {
-  const qvg::Model& m = model();
-  const qvg::ModelConfig& c = m.config();
-  GoldenResult r;
-  const std::vector<float> ctx = golden_f32("context");
-  const int64_t fv = c.chunk_frames * c.frame_values();
-  qvg::Sampler s(m, cache);
-  s.add_context(std::span<const float>(ctx).subspan(0, static_cast<size_t>(fv)));
-  std::vector<qvg::LayerKV> rec;
-  s.add_context(std::span<const float>(ctx).subspan(static_cast<size_t>(fv), static_cast<size_t>(fv)), &rec);
-  if (check_layers) {
-    for (int li = 0; li < c.layers; ++li) {
-      const std::string p = "layer" + std::to_string(li) + ".ctx1.";
-      const auto& l = rec[static_cast<size_t>(li)];
-      for (auto [name, x] : {std::pair{"q", &l.q}, {"k_pre", &l.k_pre}, {"k", &l.k}, {"v", &l.v}}) {
-        const Diff d = diff(first_tokens_thd(*x, 128), golden_f32(p + name));
-        r.qkv_max_rel = std::max(r.qkv_max_rel, d.max_rel);
-        r.qkv_max_abs = std::max(r.qkv_max_abs, d.max_abs);
-        EXPECT_LE(d.max_rel, 1e-3) << p << name;
-      }
-    }
-  }
-  const std::vector<float> noise = golden_f32("noise");
-  const size_t cv = static_cast<size_t>(c.tokens_per_chunk()) * c.patch_dim();
-  std::vector<std::vector<float>> steps;
-  std::vector<float> gen = s.generate(std::span<const float>(noise).subspan(0, cv), nullptr, &steps);
-  const std::vector<float> gsteps = golden_f32("chunk0_steps");
-  for (size_t k = 0; k < steps.size(); ++k) {
-    const Diff d = diff(steps[k], std::span<const float>(gsteps).subspan(k * cv, cv));
-    r.steps_max_abs = std::max(r.steps_max_abs, d.max_abs);
-    r.steps_max_rel = std::max(r.steps_max_rel, d.max_rel);
-  }
-  if (!both_chunks) return r;
-  const std::vector<float> gen1 = s.generate(std::span<const float>(noise).subspan(cv, cv));
-  gen.insert(gen.end(), gen1.begin(), gen1.end());
-  const std::vector<float> ggen = golden_f32("generated");
-  const Diff d = diff(gen, ggen);
-  r.frames_max_abs = d.max_abs;
-  r.frames_rel_l2 = d.rel_l2;
-  const qvg::RawTensor gu8 = qvg::read_safetensors_tensor(kGolden, "generated_u8");
-  const std::vector<uint8_t> u8 = qvg::model_to_pixels(gen);
-  EXPECT_EQ(u8.size(), gu8.bytes.size());
-  for (size_t i = 0; i < std::min(u8.size(), gu8.bytes.size()); ++i) {
-    const int e = std::abs(int{u8[i]} - int{gu8.bytes[i]});
-    r.u8_max_diff = std::max(r.u8_max_diff, e);
-    r.u8_differ += e != 0;
-  }
-  return r;
+  return golden::run_golden(cache, qvg::SamplerConfig{}, check_layers, both_chunks);
 }
 
 TEST(Model, LoadsShippedWeights) {
@@ -139,20 +74,8 @@ TEST(Model, MatchesGoldenExactCache) {
   for (bool pre_rope : {true, false}) {
     qvg::StreamingKVCache cache(qvg::model_cache_config(model().config(), "none", "none", pre_rope));
     const GoldenResult r = run_golden(cache, true, pre_rope);
-    std::printf("[golden exact cache, %s keys] Q/K/V max|err|/max|ref| %.3g (max abs %.3g); Euler steps of chunk 0 "
-                "max abs %.3g (rel %.3g)",
-                pre_rope ? "pre-RoPE" : "post-RoPE", r.qkv_max_rel, r.qkv_max_abs, r.steps_max_abs, r.steps_max_rel);
-    if (pre_rope)
-      std::printf("; 6 generated frames max abs %.3g, rel L2 %.3g; uint8: %lld of %d differ, max %d", r.frames_max_abs,
-                  r.frames_rel_l2, static_cast<long long>(r.u8_differ), 6 * 64 * 64 * 3, r.u8_max_diff);
-    std::printf("\n");
-    EXPECT_LE(r.qkv_max_rel, 1e-3);
-    EXPECT_LE(r.qkv_max_abs, 1e-4);
-    EXPECT_LE(r.steps_max_rel, 1e-3);
-    EXPECT_LE(r.steps_max_abs, 1e-4);
+    golden::expect_golden_exact(r, "golden exact cache", pre_rope, pre_rope);
     if (!pre_rope) continue;
-    EXPECT_LE(r.frames_max_abs, 1e-4);
-    EXPECT_LE(r.u8_max_diff, 1);
     EXPECT_EQ(cache.chunks_appended(0), 4);
     EXPECT_EQ(cache.live_tokens(5), 4 * 768);
   }
