@@ -184,6 +184,11 @@ CacheConfig model_cache_config(const ModelConfig& c, const std::string& key_spec
                                const std::string& value_spec, bool pre_rope = true,
                                const SpanPolicy& policy = {});
 
+/// The sinusoidal embedding of t (MODEL.md §4): [cos(a_0..), sin(a_0..)],
+/// a_i = (t * t_scale) * exp(-ln(10000) i / (freq_dim / 2)), in fp32 as the
+/// reference computes it. Both runtimes (CPU and CUDA) use this one.
+std::vector<float> timestep_embedding(float t, const ModelConfig& c);
+
 /// qvg::Error unless the cache has the model's layers, heads and head_dim.
 void check_cache_fits(const CacheConfig& cache, const ModelConfig& model);
 

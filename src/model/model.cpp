@@ -209,7 +209,9 @@ HeadTensor split_heads(const std::vector<float>& x, int64_t L, int heads, int hd
   return t;
 }
 
-/// Sinusoidal embedding of t (MODEL.md §4): [cos(a_0..), sin(a_0..)].
+
+}  // namespace
+
 std::vector<float> timestep_embedding(float t, const ModelConfig& c) {
   const int half = c.freq_dim / 2;
   std::vector<float> e(static_cast<size_t>(c.freq_dim));
@@ -222,8 +224,6 @@ std::vector<float> timestep_embedding(float t, const ModelConfig& c) {
   }
   return e;
 }
-
-}  // namespace
 
 Model::Model(ModelConfig config, ModelWeights weights) : config_(config), weights_(std::move(weights)) {
   validate(config_);

@@ -47,19 +47,6 @@ struct DevBlock {
   DeviceBuffer<float> norm_q, norm_k;
 };
 
-/// Sinusoidal embedding of t (MODEL.md §4), as Model::forward computes it.
-std::vector<float> timestep_embedding(float t, const ModelConfig& c) {
-  const int half = c.freq_dim / 2;
-  std::vector<float> e(static_cast<size_t>(c.freq_dim));
-  const float ts = t * static_cast<float>(c.t_scale);
-  for (int i = 0; i < half; ++i) {
-    const float w = static_cast<float>(std::exp(-std::log(10000.0) * i / half));
-    const float a = ts * w;
-    e[static_cast<size_t>(i)] = std::cos(a);
-    e[static_cast<size_t>(half + i)] = std::sin(a);
-  }
-  return e;
-}
 
 cublasComputeType_t compute_type(CudaMath m) {
   switch (m) {
