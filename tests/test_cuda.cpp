@@ -3,6 +3,8 @@
 // decodes, GPU k-means equal to the CPU's on inputs without near-ties.
 #include <gtest/gtest.h>
 
+#include "gpu_util.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -21,12 +23,6 @@
 
 namespace qvg {
 namespace {
-
-#define REQUIRE_GPU()                                                 \
-  do {                                                                \
-    std::string why;                                                  \
-    if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why; \
-  } while (0)
 
 // Well separated blobs (no near-ties in the assignment) with noise.
 HeadTensor blobs(int64_t h, int64_t n, int64_t d, int k, unsigned seed, float spread = 0.05f) {

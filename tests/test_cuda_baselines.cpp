@@ -5,6 +5,8 @@
 // CPU decoder refuses (or the GPU kernels cannot take) throws qvg::Error.
 #include <gtest/gtest.h>
 
+#include "gpu_util.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -17,12 +19,6 @@
 
 namespace qvg {
 namespace {
-
-#define REQUIRE_GPU()                                                 \
-  do {                                                                \
-    std::string why;                                                  \
-    if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why; \
-  } while (0)
 
 EncodeOptions role_opt(TensorRole r) {
   EncodeOptions o;

@@ -4,6 +4,8 @@
 // the no-device test runs everywhere.
 #include <gtest/gtest.h>
 
+#include "gpu_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -26,12 +28,6 @@ using golden::first_tokens_thd;
 using golden::GoldenResult;
 using golden::kModel;
 using golden::model;
-
-#define REQUIRE_GPU()                                                 \
-  do {                                                                \
-    std::string why_;                                                 \
-    if (!qvg::cuda_available(&why_)) GTEST_SKIP() << "no GPU here: " << why_; \
-  } while (0)
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;

@@ -13,12 +13,7 @@ class Bf16Codec final : public Codec {
 
   EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport*) const override {
     check_encode_input(config_, x);
-    EncodedTensor e;
-    e.config = config_;
-    e.role = opt.role;
-    e.heads = x.heads;
-    e.tokens = x.tokens;
-    e.dim = x.dim;
+    EncodedTensor e = encoded_header(config_, x, opt.role);
     e.full_precision.resize(static_cast<size_t>(x.numel()) * 2);
     for (size_t i = 0; i < x.data.size(); ++i) put_u16(e.full_precision, i, bf16_from_float(x.data[i]));
     return e;

@@ -22,6 +22,17 @@ void check_encode_input(const CodecConfig& c, const HeadTensor& x);
 /// shape needs (expected: compute it only after validate(e.config, e.dim)).
 void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected);
 
+/// An EncodedTensor carrying c, role and x's shape, its parts still empty.
+inline EncodedTensor encoded_header(const CodecConfig& c, const HeadTensor& x, TensorRole role) {
+  EncodedTensor e;
+  e.config = c;
+  e.role = role;
+  e.heads = x.heads;
+  e.tokens = x.tokens;
+  e.dim = x.dim;
+  return e;
+}
+
 /// Little-endian FP32 / FP16 / BF16 buffer helpers.
 void put_f32(std::vector<uint8_t>& buf, size_t index, float v);
 float get_f32(const std::vector<uint8_t>& buf, size_t index);

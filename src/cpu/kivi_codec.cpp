@@ -51,12 +51,7 @@ class KiviCodec final : public Codec {
     QVG_CHECK(opt.role == TensorRole::key || opt.role == TensorRole::value, config_.name,
               ": unknown tensor role ", static_cast<int>(opt.role));
     if (report) *report = EncodeReport{};
-    EncodedTensor e;
-    e.config = config_;
-    e.role = opt.role;
-    e.heads = x.heads;
-    e.tokens = x.tokens;
-    e.dim = x.dim;
+    EncodedTensor e = encoded_header(config_, x, opt.role);
     const PartBytes b = kivi_expected_bytes(config_, e.role, x.heads, x.tokens, x.dim);
     e.codes.resize(b.codes);
     e.scales.resize(b.scales);

@@ -34,12 +34,7 @@ class QuarotCodec final : public Codec {
   EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
     check_encode_input(config_, x);
     if (report) *report = EncodeReport{};
-    EncodedTensor e;
-    e.config = config_;
-    e.role = opt.role;
-    e.heads = x.heads;
-    e.tokens = x.tokens;
-    e.dim = x.dim;
+    EncodedTensor e = encoded_header(config_, x, opt.role);
     const PartBytes b = quarot_expected_bytes(config_, x.heads, x.tokens, x.dim);
     e.codes.resize(b.codes);
     e.scales.resize(b.scales);

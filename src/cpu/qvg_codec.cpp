@@ -33,12 +33,7 @@ PartBytes expected_bytes(const CodecConfig& c, int64_t h, int64_t n, int64_t d) 
 }
 
 EncodedTensor empty_encoding(const CodecConfig& c, const HeadTensor& x, TensorRole role) {
-  EncodedTensor e;
-  e.config = c;
-  e.role = role;
-  e.heads = x.heads;
-  e.tokens = x.tokens;
-  e.dim = x.dim;
+  EncodedTensor e = encoded_header(c, x, role);
   const PartBytes b = expected_bytes(c, x.heads, x.tokens, x.dim);
   e.codes.resize(b.codes);
   e.scales.resize(b.scales);

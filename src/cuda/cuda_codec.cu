@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "cuda/baseline_cuda.h"
+#include "cpu/codecs.h"
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
 
@@ -31,16 +32,6 @@ void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s) {
   download_bytes(d.centroids, e.centroids, s);
   download_bytes(d.ids, e.ids, s);
   QVG_CUDA_CHECK(cudaStreamSynchronize(s));
-}
-
-EncodedTensor header_of(const CodecConfig& c, const HeadTensor& x, TensorRole role) {
-  EncodedTensor e;
-  e.config = c;
-  e.role = role;
-  e.heads = x.heads;
-  e.tokens = x.tokens;
-  e.dim = x.dim;
-  return e;
 }
 
 void check_device() {
@@ -80,7 +71,7 @@ class CudaQvgCodec final : public Codec {
     xd_.upload(x.data.data(), x.data.size());
     std::vector<KMeansStats> stats;
     encoder_.encode(xd_.get(), DeviceDType::f32, sh, km, parts_, nullptr, report ? &stats : nullptr);
-    EncodedTensor e = header_of(config_, x, opt.role);
+    EncodedTensor e = encoded_header(config_, x, opt.role);
     download_parts(parts_, e, nullptr);
     if (report) {
       report->kmeans = std::move(stats);
@@ -144,7 +135,7 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
   xd.upload(x.data.data(), x.data.size());
   cuda::Encoder enc;
   enc.quantize_given(xd.get(), DeviceDType::f32, sh, parts, nullptr);
-  EncodedTensor e = header_of(c, x, role);
+  EncodedTensor e = encoded_header(c, x, role);
   download_parts(parts, e, nullptr);
   return e;
 }
