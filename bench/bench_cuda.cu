@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "cuda/qvg_cuda.h"
+#include "bench_data.h"
+#include "cuda_timer.h"
 #include "qvg/codec.h"
 #include "qvg/data.h"
 #include "qvg/half.h"
@@ -26,53 +28,9 @@ using namespace qvg::cuda;
 
 namespace {
 
-struct Timer {
-  cudaEvent_t a, b;
-  Timer() {
-    QVG_CUDA_CHECK(cudaEventCreate(&a));
-    QVG_CUDA_CHECK(cudaEventCreate(&b));
-  }
-  ~Timer() {
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
-  template <typename F>
-  double median_ms(int reps, F&& f) {
-    f();  // warm-up
-    QVG_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-      QVG_CUDA_CHECK(cudaEventRecord(a));
-      f();
-      QVG_CUDA_CHECK(cudaEventRecord(b));
-      QVG_CUDA_CHECK(cudaEventSynchronize(b));
-      float ms = 0;
-      QVG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-      t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  }
-};
-
-std::vector<uint16_t> to_bf16(const HeadTensor& x) {
-  std::vector<uint16_t> b(x.data.size());
-  for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_from_float(x.data[i]);
-  return b;
-}
-
-HeadTensor random_normal(int h, int64_t n, int d, uint64_t seed) {
-  HeadTensor x(h, n, d);
-  uint64_t s = seed;
-  for (auto& v : x.data) {  // Box-Muller on a 64-bit LCG: fast, seeded
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u1 = ((s >> 11) + 1) * 0x1.0p-53;
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u2 = (s >> 11) * 0x1.0p-53;
-    v = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-  }
-  return x;
-}
+using bench::random_normal;
+using bench::Timer;
+using bench::to_bf16;
 
 }  // namespace
 

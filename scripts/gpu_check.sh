@@ -4,7 +4,7 @@
 # benchmark. Logs and JSON go to $OUT. Needs the carried folder .deps
 # (nlohmann-json's headers and CMake files; see docs/BENCHMARKS.md).
 # Environment: QVG_BENCH_REPS (default 20), QVG_BENCH_QUICK (skip the CPU error
-# comparison on random data), QVG_SKIP_BENCH, QVG_SKIP_RUNTIME (the model's
+# comparison on random data), QVG_SKIP_BENCH, QVG_SKIP_PROBE (bench_decode_probe), QVG_SKIP_RUNTIME (the model's
 # QVG-over-BF16 overhead runs), QVG_SKIP_NCU, QVG_NCU_DECODE (ncu detail of
 # the decode kernels).
 set -uo pipefail
@@ -18,7 +18,7 @@ step "configure + build"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
   >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_model_cuda test_kmeans test_codecs test_formats test_group_quant bench_cuda bench_model_cuda \
+cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_model_cuda test_kmeans test_codecs test_formats test_group_quant bench_cuda bench_decode_probe bench_model_cuda \
   >>"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 rc=0
 step "tests"
@@ -37,6 +37,8 @@ step "compute-sanitizer racecheck"
 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
   --gtest_filter='Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.KMeansMatchesCpu*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
 tail -4 "$OUT/sanitizer.log"
+step "decode probe"
+[ -n "${QVG_SKIP_PROBE:-}" ] || build-gpu/bench/bench_decode_probe --reps "${QVG_BENCH_REPS:-20}" --json "$OUT/decode_probe.json" 2>&1 | tee "$OUT/decode_probe.log" || rc=1
 step "benchmark"
 [ -n "${QVG_SKIP_BENCH:-}" ] || build-gpu/bench/bench_cuda --json "$OUT/bench_cuda.json" --reps "${QVG_BENCH_REPS:-20}" ${QVG_BENCH_QUICK:+--quick} 2>&1 | tee "$OUT/bench_cuda.log" || rc=1
 if [ -z "${QVG_SKIP_RUNTIME:-}" ]; then  # the model on the GPU: QVG cache overhead over BF16 per chunk
@@ -46,7 +48,7 @@ if [ -z "${QVG_SKIP_RUNTIME:-}" ]; then  # the model on the GPU: QVG cache overh
   done 2>&1 | tee "$OUT/runtime.log" | grep -E "overhead|mean per|cache codecs|steady" || rc=1
 fi
 step "per-kernel profile (ncu)"
-[ -n "${QVG_SKIP_NCU:-}" ] || ncu --clock-control none --print-summary per-kernel build-gpu/bench/bench_cuda --profile >"$OUT/ncu.log" 2>&1 || rc=1
+[ -n "${QVG_SKIP_NCU:-}" ] || ncu --clock-control none --cache-control none --print-summary per-kernel build-gpu/bench/bench_cuda --profile >"$OUT/ncu.log" 2>&1 || rc=1
 grep -E "^  [a-z_].*\(|Duration|^    [A-Za-z].*Duration" "$OUT/ncu.log" | head -60
 if [ -n "${QVG_NCU_DECODE:-}" ]; then  # why the decode is where it is: throughput, occupancy, stalls
   step "ncu decode detail"

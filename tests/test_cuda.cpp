@@ -106,7 +106,7 @@ TEST(Cuda, DecodeKernelsAgree) {
         const EncodedTensor e = make_codec(parse_codec_spec(spec))->encode(x);
         HeadTensor cpu;
         make_codec(e.config)->decode(e, cpu);
-        for (DecodeKernel k : {DecodeKernel::rows, DecodeKernel::vals16, DecodeKernel::vals8}) {
+        for (DecodeKernel k : {DecodeKernel::tile, DecodeKernel::rows, DecodeKernel::vals16, DecodeKernel::vals8}) {
           const std::vector<uint16_t> b = cuda_decode_bf16(e, k);
           size_t mismatches = 0;
           for (size_t i = 0; i < b.size(); ++i) mismatches += b[i] != bf16_from_float(cpu.data[i]);

@@ -38,7 +38,7 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
 /// consecutive values; `rows` = D/8 lanes per row, 8 values each, whole rows
 /// per warp store, 4 rows per thread (dim 64 and 128 only). Other methods
 /// ignore the choice.
-enum class DecodeKernel { automatic, rows, vals16, vals8 };
+enum class DecodeKernel { automatic, tile, rows, vals16, vals8 };
 
 /// Fused GPU decode to BF16 bits ([heads, tokens, dim]): the float decode
 /// rounded to nearest even. Every method (kivi, quarot, bf16: see above).

@@ -25,7 +25,7 @@ constexpr int kAssignCentroids = 64;  // centroids per smem tile (BLK_C)
 constexpr int kAssignThreads = 256;   // 16 x 16 threads, each 4 tokens x 4 centroids
 
 /// ||c||^2 of every centroid: cnorm[h*C + c]. One warp per centroid.
-__global__ void centroid_norms_kernel(const float* __restrict__ cent, int heads, int c, int d,
+static __global__ void centroid_norms_kernel(const float* __restrict__ cent, int heads, int c, int d,
                                       float* __restrict__ cnorm) {
   const int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -372,7 +372,7 @@ __global__ void exact_dist_kernel(const T* __restrict__ x, int64_t n_tokens, int
 }
 
 /// Sort keys: key = h * 256 + id, value = token index n, for the stable radix sort.
-__global__ void make_sort_keys_kernel(const uint8_t* __restrict__ ids, int heads, int64_t n_tokens,
+static __global__ void make_sort_keys_kernel(const uint8_t* __restrict__ ids, int heads, int64_t n_tokens,
                                       uint32_t* __restrict__ keys, int32_t* __restrict__ vals) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= heads * n_tokens) return;
@@ -427,7 +427,7 @@ __global__ void centroid_sum_kernel(const T* __restrict__ x, int64_t n_tokens, i
 
 /// New centroid = fixed-point sum / count (empty clusters are left for the
 /// reseed kernel). One thread per (head, cluster, dimension).
-__global__ void centroid_mean_kernel(const unsigned long long* __restrict__ sums, const int* __restrict__ counts,
+static __global__ void centroid_mean_kernel(const unsigned long long* __restrict__ sums, const int* __restrict__ counts,
                                      int heads, int64_t n_tokens, int d, int c_count,
                                      const unsigned int* __restrict__ head_max, const int* __restrict__ active,
                                      float* __restrict__ cent) {
@@ -489,7 +489,7 @@ __global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, i
 
 /// Mean squared distance per head, fixed-order reduction (same bits every run).
 /// One block of 1024 per head.
-__global__ void head_mse_kernel(const float* __restrict__ dist, int64_t n_tokens, int d, double* __restrict__ mse) {
+static __global__ void head_mse_kernel(const float* __restrict__ dist, int64_t n_tokens, int d, double* __restrict__ mse) {
   __shared__ double s[1024];
   const int h = blockIdx.x;
   double acc = 0.0;
@@ -516,7 +516,7 @@ __global__ void gather_rows_kernel(const T* __restrict__ x, int64_t n_tokens, in
 }
 
 /// float -> BF16 bits (round to nearest even), for storing centroids.
-__global__ void to_bf16_kernel(const float* __restrict__ in, int64_t n, uint16_t* __restrict__ out) {
+static __global__ void to_bf16_kernel(const float* __restrict__ in, int64_t n, uint16_t* __restrict__ out) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g < n) {
     const __nv_bfloat16 b = __float2bfloat16_rn(in[g]);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <type_traits>
 
+#include "cuda/decode_tile.cuh"
 #include "cuda/kmeans_kernels.cuh"
 #include "cuda/qvg_cuda.h"
 #include "cuda/qvg_kernels.cuh"
@@ -90,6 +91,35 @@ void launch_assign_tc(const T* x, int64_t n, const float* cent, uint16_t* cent_b
   exact_dist_kernel<T><<<blocks_for(static_cast<int64_t>(heads) * n * 32), kThreads, 0, s>>>(x, n, D, cent, c, heads,
                                                                                           active, ids, dist);
   check_launch();
+}
+
+template <int BITS, int D, int S, typename OutT>
+void launch_decode_tile_ds(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s) {
+  constexpr int kPerBlock = kTileThreads * kTileUnits;
+  const int64_t units = range.count * (D / 16);
+  const dim3 grid(static_cast<unsigned>((units + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(sh.heads));
+  int block_shift = 0;
+  while ((1 << block_shift) < sh.block) ++block_shift;
+  decode_tile_kernel<BITS, D, S, kTileUnits, OutT><<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift);
+}
+
+template <int BITS, int D, typename OutT>
+void launch_decode_tile_d(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s) {
+  switch (sh.stages) {
+    case 0: return launch_decode_tile_ds<BITS, D, 0>(sh, p, range, out, s);
+    case 1: return launch_decode_tile_ds<BITS, D, 1>(sh, p, range, out, s);
+    case 2: return launch_decode_tile_ds<BITS, D, 2>(sh, p, range, out, s);
+    case 3: return launch_decode_tile_ds<BITS, D, 3>(sh, p, range, out, s);
+    default: return launch_decode_tile_ds<BITS, D, 4>(sh, p, range, out, s);  // <= kTileMaxStages (checked)
+  }
+}
+
+template <int BITS, typename OutT>
+void launch_decode_tile(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s) {
+  if (sh.dim == 64)
+    launch_decode_tile_d<BITS, 64>(sh, p, range, out, s);
+  else
+    launch_decode_tile_d<BITS, 128>(sh, p, range, out, s);
 }
 
 }  // namespace
@@ -382,14 +412,22 @@ void decode_range(const QvgShape& sh, QvgParts p, const DecodeRange& range, void
   if (range.count == 0) return;
   const bool whole = range.begin == 0 && range.count == sh.tokens && range.out_tokens == sh.tokens;
   QVG_CHECK(kernel != DecodeKernel::rows || whole, "decode: the rows kernel decodes whole tensors only");
-  const bool rows_ok = (sh.dim == 64 || sh.dim == 128) && sh.tokens < (int64_t{1} << 30);
-  if (kernel == DecodeKernel::automatic) kernel = DecodeKernel::vals16;  // see qvg/cuda.h
+  const bool d_ok = sh.dim == 64 || sh.dim == 128;
+  const bool rows_ok = d_ok && sh.tokens < (int64_t{1} << 30);
+  const bool tile_ok = d_ok && sh.stages <= kTileMaxStages && range.count * sh.dim < (int64_t{1} << 30);
+  if (kernel == DecodeKernel::automatic) kernel = tile_ok ? DecodeKernel::tile : DecodeKernel::vals16;
   QVG_CHECK(kernel != DecodeKernel::rows || rows_ok, "decode: the rows kernel needs dim 64 or 128, got ", sh.dim);
+  QVG_CHECK(kernel != DecodeKernel::tile || tile_ok, "decode: the tile kernel needs dim 64 or 128 and at most ",
+            kTileMaxStages, " stages, got dim ", sh.dim, " and ", sh.stages, " stages");
   constexpr int kRows = 4;  // rows per thread of the rows kernel
   auto launch = [&](auto bits_tag, auto out_tag) {
     constexpr int B = decltype(bits_tag)::value;
     using OutT = typename decltype(out_tag)::type;
     OutT* o = static_cast<OutT*>(out);
+    if (kernel == DecodeKernel::tile) {
+      launch_decode_tile<B, OutT>(sh, p, range, o, s);
+      return;
+    }
     if (kernel == DecodeKernel::rows) {
       const int64_t rows_per_block = int64_t{kRows} * (32 / (sh.dim / 8)) * (kThreads / 32);
       const dim3 grid(static_cast<unsigned>((sh.tokens + rows_per_block - 1) / rows_per_block),

@@ -1,4 +1,5 @@
-// QVG / RTN kernels: fused decode and group quantization (with the smoothing
+// QVG / RTN kernels (non-template kernels are static: several files include
+// this header): fused decode and group quantization (with the smoothing
 // stages subtracted on the fly). Byte layouts: docs/FORMAT.md "QVG and RTN".
 // Per-value rules come from include/qvg/group_quant.h, shared with the CPU
 // reference; float arithmetic uses explicit round-to-nearest intrinsics
@@ -187,13 +188,13 @@ __global__ void quantize_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts
   if (n == 0 && t == 0) p.span_scales[h] = span;
 }
 
-/// VALS packed codes of BITS bits (VALS * BITS / 8 bytes, aligned to that size) -> float codes.
+/// Packed codes of VALS values (VALS * BITS / 8 bytes: 2, 4 or 8, aligned to
+/// that size) as words: w[0] holds the first 32 / BITS codes, w[1] the rest.
 template <int BITS, int VALS>
-__device__ __forceinline__ void load_codes(const uint8_t* p, float* v) {
-  constexpr int kBytes = VALS * BITS / 8;  // 2, 4 or 8
-  constexpr uint32_t kMask = (1u << BITS) - 1u;
-  constexpr int kPerWord = 32 / BITS;
-  uint32_t w[2] = {0u, 0u};
+__device__ __forceinline__ void load_code_words(const uint8_t* p, uint32_t* w) {
+  constexpr int kBytes = VALS * BITS / 8;
+  w[0] = 0u;
+  w[1] = 0u;
   if constexpr (kBytes == 2) {
     w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
   } else if constexpr (kBytes == 4) {
@@ -203,11 +204,68 @@ __device__ __forceinline__ void load_codes(const uint8_t* p, float* v) {
     w[0] = u.x;
     w[1] = u.y;
   }
+}
+
+/// Code words -> float codes, without the quarter-rate I2F: 2^23 + u is
+/// exact, minus 2^23.
+template <int BITS, int VALS>
+__device__ __forceinline__ void unpack_codes(const uint32_t* w, float* v) {
+  constexpr uint32_t kMask = (1u << BITS) - 1u;
+  constexpr int kPerWord = 32 / BITS;
 #pragma unroll
   for (int i = 0; i < VALS; ++i) {
-    // float(u) without the quarter-rate I2F: 2^23 + u is exact, minus 2^23.
     const uint32_t u = (w[i / kPerWord] >> (BITS * (i % kPerWord))) & kMask;
     v[i] = __fsub_rn(__uint_as_float(0x4B000000u | u), 8388608.0f);
+  }
+}
+
+/// VALS packed codes of BITS bits -> float codes.
+template <int BITS, int VALS>
+__device__ __forceinline__ void load_codes(const uint8_t* p, float* v) {
+  uint32_t w[2];
+  load_code_words<BITS, VALS>(p, w);
+  unpack_codes<BITS, VALS>(w, v);
+}
+
+/// Codes -> dequantized values: symmetric float(u - 2^(b-1)) * s (u - 2^(b-1)
+/// is an exact small integer); midrise (float(u) - (2^b-1)/2) * s. The
+/// per-value rule of qvg/group_quant.h dequantize_value, same bits.
+template <int BITS, int VALS>
+__device__ __forceinline__ void dequantize_codes(float* v, float s, LevelRule levels) {
+  const float offset = levels == LevelRule::symmetric ? static_cast<float>(1 << (BITS - 1))
+                                                      : 0.5f * static_cast<float>((1 << BITS) - 1);
+#pragma unroll
+  for (int i = 0; i < VALS; ++i) v[i] = __fmul_rn(__fsub_rn(v[i], offset), s);
+}
+
+/// The stored block scale of block bi (FP8 byte or FP16 bits, little-endian).
+__device__ __forceinline__ uint16_t load_block_scale(const uint8_t* scales, int64_t bi, ScaleFormat f) {
+  return f == ScaleFormat::fp8 ? __ldg(scales + bi)
+                               : static_cast<uint16_t>(__ldg(scales + 2 * bi) | (__ldg(scales + 2 * bi + 1) << 8));
+}
+
+/// VALS floats (VALS a multiple of 4) -> OutT at o (16-byte aligned), rounded
+/// to nearest, with 16-byte stores.
+template <typename OutT, int VALS>
+__device__ __forceinline__ void store_vals(OutT* o, const float* v) {
+  if constexpr (sizeof(OutT) == 2) {
+    static_assert(VALS % 8 == 0, "16-bit stores go 8 values at a time");
+    uint32_t w[VALS / 2];
+#pragma unroll
+    for (int i = 0; i < VALS / 2; ++i) {
+      OutT lo, hi;
+      store_from_float(&lo, v[2 * i]);
+      store_from_float(&hi, v[2 * i + 1]);
+      w[i] = static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&lo)) |
+             (static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&hi)) << 16);
+    }
+    uint4* q = reinterpret_cast<uint4*>(o);
+#pragma unroll
+    for (int j = 0; j < VALS / 8; ++j) q[j] = make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
+  } else {
+    float4* q = reinterpret_cast<float4*>(o);
+#pragma unroll
+    for (int i = 0; i < VALS / 4; ++i) q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
   }
 }
 
@@ -227,18 +285,11 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, D
   const int64_t row = static_cast<int64_t>(h) * sh.tokens + n;
   const int64_t out_row = static_cast<int64_t>(h) * range.out_tokens + range.out_offset + (n - range.begin);
   const int64_t bi = row * (sh.dim / sh.block) + col / sh.block;
-  const uint16_t sc = sh.scale_format == ScaleFormat::fp8
-                          ? __ldg(p.scales + bi)
-                          : static_cast<uint16_t>(__ldg(p.scales + 2 * bi) | (__ldg(p.scales + 2 * bi + 1) << 8));
-  const float s = decode_block_scale(sc, __ldg(p.span_scales + h), sh.scale_format);
+  const float s = decode_block_scale(load_block_scale(p.scales, bi, sh.scale_format), __ldg(p.span_scales + h),
+                                     sh.scale_format);
   float v[VALS];
   load_codes<BITS, VALS>(p.codes + row * (sh.dim * BITS / 8) + col * BITS / 8, v);
-  // symmetric: float(u - 2^(b-1)) * s (u - 2^(b-1) is an exact small integer)
-  // midrise:   (float(u) - (2^b-1)/2) * s
-  const float offset = sh.levels == LevelRule::symmetric ? static_cast<float>(1 << (BITS - 1))
-                                                         : 0.5f * static_cast<float>((1 << BITS) - 1);
-#pragma unroll
-  for (int i = 0; i < VALS; ++i) v[i] = __fmul_rn(__fsub_rn(v[i], offset), s);
+  dequantize_codes<BITS, VALS>(v, s, sh.levels);
   for (int st = sh.stages - 1; st >= 0; --st) {
     const uint8_t id = __ldg(p.ids + (static_cast<int64_t>(st) * sh.heads + h) * sh.tokens + n);
     float c[VALS];
@@ -246,25 +297,7 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, D
 #pragma unroll
     for (int i = 0; i < VALS; ++i) v[i] = __fadd_rn(v[i], c[i]);
   }
-  OutT* o = out + out_row * sh.dim + col;
-  if constexpr (sizeof(OutT) == 2) {
-    uint32_t w[VALS / 2];
-#pragma unroll
-    for (int i = 0; i < VALS / 2; ++i) {
-      OutT lo, hi;
-      store_from_float(&lo, v[2 * i]);
-      store_from_float(&hi, v[2 * i + 1]);
-      w[i] = static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&lo)) |
-             (static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&hi)) << 16);
-    }
-    uint4* q = reinterpret_cast<uint4*>(o);
-#pragma unroll
-    for (int j = 0; j < VALS / 8; ++j) q[j] = make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
-  } else {
-    float4* q = reinterpret_cast<float4*>(o);
-#pragma unroll
-    for (int i = 0; i < VALS / 4; ++i) q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-  }
+  store_vals<OutT, VALS>(out + out_row * sh.dim + col, v);
 }
 
 /// Fused decode with whole rows per lane group: a row of D values is owned
@@ -292,8 +325,6 @@ __global__ void decode_rows_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ o
   const int64_t head_row = static_cast<int64_t>(h) * sh.tokens;
   const int nblocks = D / sh.block;
   const float span = __ldg(p.span_scales + h);
-  const float offset = sh.levels == LevelRule::symmetric ? static_cast<float>(1 << (BITS - 1))
-                                                         : 0.5f * static_cast<float>((1 << BITS) - 1);
   float v[R][kVals];
   int n[R];
 #pragma unroll
@@ -301,13 +332,9 @@ __global__ void decode_rows_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ o
     n[r] = min(n0 + r * kRowsPerPass, static_cast<int>(sh.tokens) - 1);  // dead rows repeat the last
     const int64_t row = head_row + n[r];
     const int64_t bi = row * nblocks + col / sh.block;
-    const uint16_t sc = sh.scale_format == ScaleFormat::fp8
-                            ? __ldg(p.scales + bi)
-                            : static_cast<uint16_t>(__ldg(p.scales + 2 * bi) | (__ldg(p.scales + 2 * bi + 1) << 8));
-    const float s = decode_block_scale(sc, span, sh.scale_format);
+    const float s = decode_block_scale(load_block_scale(p.scales, bi, sh.scale_format), span, sh.scale_format);
     load_codes<BITS, kVals>(p.codes + row * (D * BITS / 8) + col * BITS / 8, v[r]);
-#pragma unroll
-    for (int i = 0; i < kVals; ++i) v[r][i] = __fmul_rn(__fsub_rn(v[r][i], offset), s);
+    dequantize_codes<BITS, kVals>(v[r], s, sh.levels);
   }
   for (int st = sh.stages - 1; st >= 0; --st) {
     const uint8_t* ids = p.ids + static_cast<int64_t>(st) * rows + head_row;
@@ -326,23 +353,7 @@ __global__ void decode_rows_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ o
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (n0 + r * kRowsPerPass >= sh.tokens) continue;
-    OutT* o = out + (head_row + n[r]) * D + col;
-    if constexpr (sizeof(OutT) == 2) {
-      uint32_t w[kVals / 2];
-#pragma unroll
-      for (int i = 0; i < kVals / 2; ++i) {
-        OutT lo, hi;
-        store_from_float(&lo, v[r][2 * i]);
-        store_from_float(&hi, v[r][2 * i + 1]);
-        w[i] = static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&lo)) |
-               (static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&hi)) << 16);
-      }
-      *reinterpret_cast<uint4*>(o) = make_uint4(w[0], w[1], w[2], w[3]);
-    } else {
-      float4* q = reinterpret_cast<float4*>(o);
-      q[0] = make_float4(v[r][0], v[r][1], v[r][2], v[r][3]);
-      q[1] = make_float4(v[r][4], v[r][5], v[r][6], v[r][7]);
-    }
+    store_vals<OutT, kVals>(out + (head_row + n[r]) * D + col, v[r]);
   }
 }
 
@@ -368,7 +379,7 @@ __global__ void residual_of_kernel(const InT* __restrict__ x, QvgShape sh, QvgPa
 /// BF16 rows -> float: tokens [range.begin, +range.count) of every head of
 /// src ([H][tokens][D] BF16 bits) to rows range.out_offset.. of out
 /// ([H][range.out_tokens][D]). One thread per 8 values (D % 8 == 0).
-__global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int heads, int64_t tokens, int dim,
+static __global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int heads, int64_t tokens, int dim,
                                   DecodeRange range, float* __restrict__ out) {
   const int tpr = dim / 8;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -385,7 +396,7 @@ __global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int heads, i
 }
 
 /// R -= bf16(centroids)[ids] for one stage, in place (float residual).
-__global__ void subtract_stage_kernel(float* __restrict__ r, QvgShape sh, const uint16_t* __restrict__ centroids,
+static __global__ void subtract_stage_kernel(float* __restrict__ r, QvgShape sh, const uint16_t* __restrict__ centroids,
                                       const uint8_t* __restrict__ ids) {
   const int tpr = sh.dim / kValsPerThread;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

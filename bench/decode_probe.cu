@@ -1,0 +1,209 @@
+// Decode-kernel probe: every decode kernel and variant at the LongCat shape
+// [1, 32, 29640, 128] (bf16 out), next to what the device does with the same
+// bytes and no arithmetic, in one process:
+//   - copy: cudaMemcpy of 2 GiB (bytes read + written), the benchmark's yardstick;
+//   - memset of the decode's output size (write-only rate at this size);
+//   - write-only kernel: the tile kernel's geometry, stores only;
+//   - read + write kernel: the tile kernel's code loads and stores, no decode.
+// Checks that each variant writes the same bits as decode_kernel.
+//   bench_decode_probe [--reps N] [--json FILE]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench_data.h"
+#include "cuda/decode_tile.cuh"
+#include "cuda/qvg_cuda.h"
+#include "cuda_timer.h"
+#include "qvg/codec.h"
+
+using namespace qvg;
+using namespace qvg::cuda;
+
+namespace {
+
+constexpr int kD = 128;
+
+/// The tile kernel's stores with nothing to decode (U units of 16 values).
+template <int U>
+__global__ void __launch_bounds__(kTileThreads) write_only_kernel(uint16_t* __restrict__ out, int64_t per_head) {
+  const uint32_t units = static_cast<uint32_t>(per_head / 16);
+  const uint32_t first = blockIdx.x * (kTileThreads * U) + threadIdx.x;
+  uint16_t* o = out + static_cast<int64_t>(blockIdx.y) * per_head;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint32_t i = first + u * kTileThreads;
+    if (i >= units) break;
+    uint4* q = reinterpret_cast<uint4*>(o + i * 16);
+    q[0] = make_uint4(i, i, i, i);
+    q[1] = make_uint4(i, i, i, i);
+  }
+}
+
+/// The tile kernel's code loads (INT2: 4 bytes per unit) and stores, with a
+/// plain bit expansion instead of the decode.
+template <int U>
+__global__ void __launch_bounds__(kTileThreads) read_write_kernel(const uint32_t* __restrict__ codes,
+                                                                  uint16_t* __restrict__ out, int64_t per_head) {
+  const uint32_t units = static_cast<uint32_t>(per_head / 16);
+  const uint32_t first = blockIdx.x * (kTileThreads * U) + threadIdx.x;
+  const uint32_t* c = codes + static_cast<int64_t>(blockIdx.y) * units;
+  uint16_t* o = out + static_cast<int64_t>(blockIdx.y) * per_head;
+  uint32_t w[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) w[u] = __ldg(c + min(first + u * kTileThreads, units - 1));
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint32_t i = first + u * kTileThreads;
+    if (i >= units) break;
+    uint32_t x[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = ((w[u] >> (4 * k)) & 3u) | (((w[u] >> (4 * k + 2)) & 3u) << 16);
+    uint4* q = reinterpret_cast<uint4*>(o + i * 16);
+    q[0] = make_uint4(x[0], x[1], x[2], x[3]);
+    q[1] = make_uint4(x[4], x[5], x[6], x[7]);
+  }
+}
+
+template <int U>
+dim3 tile_grid(const QvgShape& sh) {
+  const int64_t units = sh.tokens * (kD / 16);
+  return dim3(static_cast<unsigned>((units + kTileThreads * U - 1) / (kTileThreads * U)),
+              static_cast<unsigned>(sh.heads));
+}
+
+template <int S, int U>
+void launch_tile(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
+  int shift = 0;
+  while ((1 << shift) < sh.block) ++shift;
+  decode_tile_kernel<2, kD, S, U, __nv_bfloat16>
+      <<<tile_grid<U>(sh), kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, shift);
+  QVG_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int U>
+void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
+  switch (sh.stages) {
+    case 0: return launch_tile<0, U>(sh, p, out);
+    case 1: return launch_tile<1, U>(sh, p, out);
+    case 4: return launch_tile<4, U>(sh, p, out);
+    default: throw Error("decode probe: stages 0, 1 or 4");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 20;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bench_decode_probe [--reps N] [--json FILE]\n");
+      return 2;
+    }
+  }
+  try {
+    bench::Timer timer;
+    const size_t copy_bytes = size_t(2) << 30;
+    double copy_gbs = 0;
+    {
+      DeviceBuffer<uint8_t> c0(copy_bytes), c1(copy_bytes);
+      QVG_CUDA_CHECK(cudaMemset(c0.get(), 1, copy_bytes));
+      const double ms = timer.median_ms(reps, [&] {
+        QVG_CUDA_CHECK(cudaMemcpyAsync(c1.get(), c0.get(), copy_bytes, cudaMemcpyDeviceToDevice));
+      });
+      copy_gbs = 2.0 * copy_bytes / (ms * 1e6);
+    }
+    const HeadTensor x = bench::random_normal(32, 29640, kD, 42);
+    const std::vector<uint16_t> xb = bench::to_bf16(x);
+    DeviceBuffer<uint16_t> xd, out(xb.size()), ref(xb.size());
+    xd.upload(xb.data(), xb.size());
+    const double out_bytes = static_cast<double>(out.bytes());
+    std::printf("copy %.0f GB/s; LongCat [1,32,29640,128] bf16 out, %.1f MB written\n\n", copy_gbs, out_bytes / 1e6);
+    std::printf("%-12s %-28s %9s %9s %8s\n", "method", "kernel", "ms", "GB/s", "%copy");
+    std::string json = "[\n";
+    auto row = [&](const std::string& method, const std::string& kernel, double ms, double bytes) {
+      const double gbs = bytes / (ms * 1e6);
+      std::printf("%-12s %-28s %9.4f %9.0f %7.1f%%\n", method.c_str(), kernel.c_str(), ms, gbs, 100.0 * gbs / copy_gbs);
+      std::fflush(stdout);
+      char buf[320];
+      std::snprintf(buf, sizeof buf,
+                    "  {\"method\": \"%s\", \"kernel\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, \"gbs\": %.1f, "
+                    "\"copy_gbs\": %.1f},\n",
+                    method.c_str(), kernel.c_str(), ms, bytes, gbs, copy_gbs);
+      json += buf;
+    };
+    // Reference points with the decode's output size.
+    row("-", "memset (write only)", timer.median_ms(reps, [&] {
+          QVG_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes()));
+        }), out_bytes);
+    row("-", "memcpy of the output size", timer.median_ms(reps, [&] {
+          QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice));
+        }), 2 * out_bytes);
+    const int64_t per_head = x.tokens * kD;
+    const dim3 g2((static_cast<unsigned>(per_head / 16) + 511) / 512, 32);
+    row("-", "write-only kernel U=2", timer.median_ms(reps, [&] {
+          write_only_kernel<2><<<g2, kTileThreads>>>(out.get(), per_head);
+        }), out_bytes);
+    DeviceBuffer<uint32_t> codes(static_cast<size_t>(32 * per_head / 16));
+    QVG_CUDA_CHECK(cudaMemset(codes.get(), 0x5A, codes.bytes()));
+    row("-", "read+write kernel U=2", timer.median_ms(reps, [&] {
+          read_write_kernel<2><<<g2, kTileThreads>>>(codes.get(), out.get(), per_head);
+        }), out_bytes + codes.bytes());
+    int failures = 0;
+    for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
+      const CodecConfig c = parse_codec_spec(spec);
+      const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
+      GpuKMeansOptions km;
+      km.params = c.kmeans;
+      km.check_convergence = false;
+      Encoder enc;
+      DeviceParts parts;
+      enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
+      const double bytes = out_bytes + double(parts.codes.bytes() + parts.scales.bytes() + parts.span_scales.bytes() +
+                                              parts.centroids.bytes() + parts.ids.bytes());
+      const QvgParts p = parts.view();
+      const std::string m = spec.substr(0, spec.find(':'));
+      auto* o = reinterpret_cast<__nv_bfloat16*>(out.get());
+      decode(sh, p, ref.get(), DeviceDType::bf16, nullptr, DecodeKernel::vals16);
+      std::vector<uint16_t> want(xb.size()), got(xb.size());
+      ref.download(want.data(), want.size());
+      auto check = [&](const char* name) {
+        out.download(got.data(), got.size());
+        QVG_CUDA_CHECK(cudaDeviceSynchronize());
+        if (std::memcmp(want.data(), got.data(), want.size() * 2) != 0) {
+          std::printf("MISMATCH: %s %s differs from decode_kernel\n", m.c_str(), name);
+          ++failures;
+        }
+        QVG_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // poison for the next variant
+      };
+      for (const auto& [name, k] : {std::pair{"vals16", DecodeKernel::vals16}, std::pair{"vals8", DecodeKernel::vals8},
+                                    std::pair{"rows", DecodeKernel::rows}, std::pair{"tile (default)", DecodeKernel::tile}}) {
+        row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, k); }), bytes);
+        check(name);
+      }
+      row(m, "tile U=1", timer.median_ms(reps, [&] { launch_tile_any<1>(sh, p, o); }), bytes);
+      check("tile U=1");
+      row(m, "tile U=4", timer.median_ms(reps, [&] { launch_tile_any<4>(sh, p, o); }), bytes);
+      check("tile U=4");
+    }
+    if (json.size() > 2) json.erase(json.size() - 2, 1);
+    json += "]\n";
+    if (!json_path.empty()) std::ofstream(json_path) << json;
+    if (failures) {
+      std::fprintf(stderr, "bench_decode_probe: %d variants wrote other bits\n", failures);
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_decode_probe: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
