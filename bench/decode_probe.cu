@@ -3,7 +3,10 @@
 // bytes and no arithmetic, in one process:
 //   - copy: cudaMemcpy of 2 GiB (bytes read + written), the benchmark's yardstick;
 //   - memset of the decode's output size (write-only rate at this size);
-//   - write-only kernel: the tile kernel's geometry, stores only;
+//   - write-only kernels: the tile kernel's geometry, stores only, with units
+//     of 16 values (two 16-byte stores per lane, lanes 32 bytes apart) and of
+//     8 values (one 16-byte store per lane: 512 contiguous bytes per warp
+//     store instruction);
 //   - read + write kernel: the tile kernel's code loads and stores, no decode.
 // Checks that each variant writes the same bits as decode_kernel.
 //   bench_decode_probe [--reps N] [--json FILE]
@@ -30,6 +33,7 @@ namespace {
 constexpr int kD = 128;
 
 /// The tile kernel's stores with nothing to decode (U units of 16 values).
+/// Each warp store instruction writes 16 of every 32 bytes of 1 KiB.
 template <int U>
 __global__ void __launch_bounds__(kTileThreads) write_only_kernel(uint16_t* __restrict__ out, int64_t per_head) {
   const uint32_t units = static_cast<uint32_t>(per_head / 16);
@@ -42,6 +46,23 @@ __global__ void __launch_bounds__(kTileThreads) write_only_kernel(uint16_t* __re
     uint4* q = reinterpret_cast<uint4*>(o + i * 16);
     q[0] = make_uint4(i, i, i, i);
     q[1] = make_uint4(i, i, i, i);
+  }
+}
+
+/// The same with units of 8 values (decode_tile_kernel VALS = 8): one
+/// 16-byte store per lane, so a warp store instruction writes 512 contiguous
+/// bytes. If the half-sector pattern above is what costs, this one should
+/// run near memset.
+template <int U>
+__global__ void __launch_bounds__(kTileThreads) write_contig_kernel(uint16_t* __restrict__ out, int64_t per_head) {
+  const uint32_t units = static_cast<uint32_t>(per_head / 8);
+  const uint32_t first = blockIdx.x * (kTileThreads * U) + threadIdx.x;
+  uint16_t* o = out + static_cast<int64_t>(blockIdx.y) * per_head;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint32_t i = first + u * kTileThreads;
+    if (i >= units) break;
+    *reinterpret_cast<uint4*>(o + i * 8) = make_uint4(i, i, i, i);
   }
 }
 
@@ -70,28 +91,28 @@ __global__ void __launch_bounds__(kTileThreads) read_write_kernel(const uint32_t
   }
 }
 
-template <int U>
+template <int U, int VALS>
 dim3 tile_grid(const QvgShape& sh) {
-  const int64_t units = sh.tokens * (kD / 16);
+  const int64_t units = sh.tokens * (kD / VALS);
   return dim3(static_cast<unsigned>((units + kTileThreads * U - 1) / (kTileThreads * U)),
               static_cast<unsigned>(sh.heads));
 }
 
-template <int S, int U>
+template <int S, int U, int VALS>
 void launch_tile(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   int shift = 0;
   while ((1 << shift) < sh.block) ++shift;
-  decode_tile_kernel<2, kD, S, U, __nv_bfloat16>
-      <<<tile_grid<U>(sh), kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, shift);
+  decode_tile_kernel<2, kD, S, U, __nv_bfloat16, VALS>
+      <<<tile_grid<U, VALS>(sh), kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, shift);
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int U>
+template <int U, int VALS>
 void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   switch (sh.stages) {
-    case 0: return launch_tile<0, U>(sh, p, out);
-    case 1: return launch_tile<1, U>(sh, p, out);
-    case 4: return launch_tile<4, U>(sh, p, out);
+    case 0: return launch_tile<0, U, VALS>(sh, p, out);
+    case 1: return launch_tile<1, U, VALS>(sh, p, out);
+    case 4: return launch_tile<4, U, VALS>(sh, p, out);
     default: throw Error("decode probe: stages 0, 1 or 4");
   }
 }
@@ -148,9 +169,23 @@ int main(int argc, char** argv) {
           QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice));
         }), 2 * out_bytes);
     const int64_t per_head = x.tokens * kD;
-    const dim3 g2((static_cast<unsigned>(per_head / 16) + 511) / 512, 32);
-    row("-", "write-only kernel U=2", timer.median_ms(reps, [&] {
+    // Blocks for units of `vals` values, U per thread.
+    auto wgrid = [&](int vals, int u) {
+      const unsigned per_block = kTileThreads * u;
+      return dim3((static_cast<unsigned>(per_head / vals) + per_block - 1) / per_block, 32);
+    };
+    const dim3 g2 = wgrid(16, 2);
+    row("-", "write-only v16 U=1", timer.median_ms(reps, [&] {
+          write_only_kernel<1><<<wgrid(16, 1), kTileThreads>>>(out.get(), per_head);
+        }), out_bytes);
+    row("-", "write-only v16 U=2", timer.median_ms(reps, [&] {
           write_only_kernel<2><<<g2, kTileThreads>>>(out.get(), per_head);
+        }), out_bytes);
+    row("-", "write-only v8 U=1", timer.median_ms(reps, [&] {
+          write_contig_kernel<1><<<wgrid(8, 1), kTileThreads>>>(out.get(), per_head);
+        }), out_bytes);
+    row("-", "write-only v8 U=2", timer.median_ms(reps, [&] {
+          write_contig_kernel<2><<<wgrid(8, 2), kTileThreads>>>(out.get(), per_head);
         }), out_bytes);
     DeviceBuffer<uint32_t> codes(static_cast<size_t>(32 * per_head / 16));
     QVG_CUDA_CHECK(cudaMemset(codes.get(), 0x5A, codes.bytes()));
@@ -189,10 +224,16 @@ int main(int argc, char** argv) {
         row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, k); }), bytes);
         check(name);
       }
-      row(m, "tile U=1", timer.median_ms(reps, [&] { launch_tile_any<1>(sh, p, o); }), bytes);
-      check("tile U=1");
-      row(m, "tile U=4", timer.median_ms(reps, [&] { launch_tile_any<4>(sh, p, o); }), bytes);
-      check("tile U=4");
+      auto tile = [&](const char* name, auto launch) {
+        row(m, name, timer.median_ms(reps, launch), bytes);
+        check(name);
+      };
+      tile("tile v16 U=1", [&] { launch_tile_any<1, 16>(sh, p, o); });
+      tile("tile v16 U=2", [&] { launch_tile_any<2, 16>(sh, p, o); });
+      tile("tile v16 U=4", [&] { launch_tile_any<4, 16>(sh, p, o); });
+      tile("tile v8 U=1", [&] { launch_tile_any<1, 8>(sh, p, o); });
+      tile("tile v8 U=2", [&] { launch_tile_any<2, 8>(sh, p, o); });
+      tile("tile v8 U=4", [&] { launch_tile_any<4, 8>(sh, p, o); });
     }
     if (json.size() > 2) json.erase(json.size() - 2, 1);
     json += "]\n";

@@ -76,6 +76,25 @@ TEST(Cuda, QuantizeGivenCentroidsIsByteIdentical) {
       }
 }
 
+// The GPU encode takes the quantizer's span scale from its last k-means
+// assignment (max |x - bf16(c)| found in the same pass) instead of a separate
+// pass: its bytes must equal quantizing its own centroids and ids on the CPU
+// (the reference), for one stage and for four (where the last stage clusters
+// the float residual), INT2 and INT4, bf16 input and float.
+TEST(Cuda, EncodeEqualsQuantizingItsOwnCentroids) {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (const std::string spec : {"qvg:centroids=16,init=random,iters=3", "qvg-pro:centroids=8,init=random,iters=2",
+                                   "qvg-int4:centroids=8,init=random", "qvg-pro-int4:centroids=4,init=random,iters=2"}) {
+      const CodecConfig c = parse_codec_spec(spec);
+      HeadTensor x = blobs(3, 1500, d, 12, static_cast<unsigned>(d), 0.8f);
+      x.at(2, 9, 1) = -50.0f;  // an outlier that sets one head's span scale
+      const EncodedTensor gpu = make_codec(c, Backend::cuda)->encode(x);
+      const EncodedTensor ref = qvg_encode_given_centroids_ref(x, c, gpu.centroids, gpu.ids);
+      expect_same_parts(ref, gpu, spec + " d=" + std::to_string(d));
+    }
+}
+
 TEST(Cuda, DecodeIsBitIdentical) {
   REQUIRE_GPU();
   const HeadTensor x = blobs(4, 777, 128, 9, 3, 0.7f);

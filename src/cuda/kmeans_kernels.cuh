@@ -1,9 +1,10 @@
 // k-means along tokens on the GPU, all heads of a tensor in each launch.
 // Assignment never writes the N x C distance matrix: each block keeps a
-// running (value, index) argmin in registers. The update is a deterministic
-// segmented reduction: tokens sorted by (head, id) with a stable radix sort,
-// then each centroid sums its members in token order in double, exactly as
-// the CPU reference does (same bits for the same ids).
+// running (value, index) argmin in registers (here the fp32 CUDA-core
+// version; the tensor-core one is assign_fused.cuh). The update sums each
+// cluster's members in exact 64-bit fixed point (qvg/fixed_sum.h): tokens
+// sorted by (head, id) with a radix sort, run-length sums, integer atomics;
+// integer addition is associative, so the bits equal the CPU reference's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -126,251 +127,6 @@ __global__ void __launch_bounds__(kAssignThreads) assign_kernel(const T* __restr
   }
 }
 
-// ---------------------------------------------------------------------------
-// Tensor-core assignment: the x.c products in bf16 on the matrix units
-// (mma.sync m16n8k16, fp32 accumulation), the best two candidates per token
-// in registers. Rounding x and c to bf16 moves each value ||c||^2 - 2 x.c by
-// at most about 2^-7 ||x|| ||c||; when the runner-up is within the two bounds
-// of the best, both are re-ranked by their exact distance in double (ties to
-// the lower index). So ids match an exact assignment unless three or more
-// centroids are within the margin. The chosen centroid's distance is then
-// recomputed exactly by exact_dist_kernel.
-constexpr int kTcTokens = 128;     // BLK_M: tokens per block (4 warps x 32)
-constexpr int kTcCentroids = 64;   // BLK_N: centroids per smem tile
-constexpr int kTcThreads = 128;
-constexpr int kTcPad = 8;          // bf16 elements of row padding (ldmatrix without bank conflicts)
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/// Stage rows [row0, row0 + rows) of a (., D) matrix (float or bf16) into smem as
-/// bf16 with row stride D + kTcPad; rows past `valid` are zero.
-template <int D, typename T>
-__device__ __forceinline__ void stage_rows_bf16(const T* __restrict__ src, int64_t row0, int rows, int64_t valid,
-                                                __nv_bfloat16* dst) {
-  constexpr int kChunks = D / 8;  // 8 values (16 bytes of bf16) per chunk
-  for (int i = threadIdx.x; i < rows * kChunks; i += blockDim.x) {
-    const int r = i / kChunks, c8 = (i % kChunks) * 8;
-    uint4 packed = make_uint4(0, 0, 0, 0);
-    if (row0 + r < valid) {
-      const T* p = src + (row0 + r) * D + c8;
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        packed = *reinterpret_cast<const uint4*>(p);
-      } else if constexpr (std::is_same_v<T, __half>) {  // f16 -> float (exact) -> bf16
-        const uint4 u = *reinterpret_cast<const uint4*>(p);
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-        uint32_t o[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[q]));
-          const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-          o[q] = *reinterpret_cast<const uint32_t*>(&b);
-        }
-        packed = make_uint4(o[0], o[1], o[2], o[3]);
-      } else {
-        const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-        const __nv_bfloat162 h0 = __floats2bfloat162_rn(a.x, a.y), h1 = __floats2bfloat162_rn(a.z, a.w);
-        const __nv_bfloat162 h2 = __floats2bfloat162_rn(b.x, b.y), h3 = __floats2bfloat162_rn(b.z, b.w);
-        packed = make_uint4(*reinterpret_cast<const uint32_t*>(&h0), *reinterpret_cast<const uint32_t*>(&h1),
-                            *reinterpret_cast<const uint32_t*>(&h2), *reinterpret_cast<const uint32_t*>(&h3));
-      }
-    }
-    *reinterpret_cast<uint4*>(dst + r * (D + kTcPad) + c8) = packed;
-  }
-}
-
-/// ids[h][n] = argmin_c ||c||^2 - 2 x.c with bf16 tensor-core products.
-/// Grid (ceil(N/128), H); block 128; dynamic smem (128 + 64) * (D + 8) bf16.
-/// The loop it replaces: for n: for c: v = cnorm[c] - 2 dot(x[n], c); keep the lowest (v, c).
-/// (value, index) pairs ordered by value, then index.
-__device__ __forceinline__ bool before(float v, int i, float w, int j) { return v < w || (v == w && i < j); }
-
-template <int D, typename T>
-__global__ void __launch_bounds__(kTcThreads) assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens,
-                                                              const float* __restrict__ cent,
-                                                              const __nv_bfloat16* __restrict__ cent_b,
-                                                              const float* __restrict__ cnorm, int c_count,
-                                                              const int* __restrict__ active,
-                                                              uint8_t* __restrict__ ids) {
-  static_assert(D % 16 == 0, "D must be a multiple of 16");
-  const int h = blockIdx.y;
-  if (active && !active[h]) return;
-  extern __shared__ __align__(16) unsigned char tc_smem[];
-  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(tc_smem);  // (BLK_M, D + pad)
-  __nv_bfloat16* cs = xs + kTcTokens * (D + kTcPad);                // (BLK_N, D + pad)
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTcTokens;
-  __shared__ float xnorm[kTcTokens];
-  __shared__ float cmax_sq;
-  __shared__ float cn_s[256];  // ||c||^2 of the head's centroids (C <= 256)
-  for (int c = threadIdx.x; c < c_count; c += blockDim.x) cn_s[c] = cnorm[h * c_count + c];
-  const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
-  stage_rows_bf16<D>(xh, n0, kTcTokens, n_tokens, xs);
-  if (threadIdx.x == 0) cmax_sq = 0.0f;
-  __syncthreads();
-  {  // ||x|| of each staged row, and max ||c||^2 of the head (for the margin)
-    float s = 0.0f;
-    for (int k = 0; k < D; ++k) {
-      const float v = __bfloat162float(xs[threadIdx.x * (D + kTcPad) + k]);
-      s = fmaf(v, v, s);
-    }
-    xnorm[threadIdx.x] = sqrtf(s);
-    float m = 0.0f;
-    for (int c = threadIdx.x; c < c_count; c += blockDim.x) m = fmaxf(m, cnorm[h * c_count + c]);
-    atomicMax(reinterpret_cast<unsigned int*>(&cmax_sq), __float_as_uint(m));  // m >= 0
-  }
-  const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
-  float best[2][2], second[2][2];
-  int arg[2][2], arg2[2][2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) best[i][j] = second[i][j] = FLT_MAX, arg[i][j] = arg2[i][j] = 0x7FFFFFFF;
-  const int g = lane >> 2, t = lane & 3;
-  for (int c0 = 0; c0 < c_count; c0 += kTcCentroids) {
-    __syncthreads();
-    stage_rows_bf16<D>(cent_b + static_cast<int64_t>(h) * c_count * D, c0, kTcCentroids, c_count, cs);
-    __syncthreads();
-    float acc[2][8][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
-#pragma unroll
-    for (int k0 = 0; k0 < D; k0 += 16) {
-      uint32_t a[2][4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int row = warp * 32 + i * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
-        const int col = k0 + 8 * (lane >> 4);
-        ldmatrix_x4(smem_u32(xs + row * (D + kTcPad) + col), a[i][0], a[i][1], a[i][2], a[i][3]);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; j += 2) {
-        uint32_t b[4];
-        const int nrow = j * 8 + (lane & 7) + 8 * (lane >> 4);
-        const int col = k0 + 8 * ((lane >> 3) & 1);
-        ldmatrix_x4(smem_u32(cs + nrow * (D + kTcPad) + col), b[0], b[1], b[2], b[3]);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          mma_bf16_16816(acc[i][j], a[i], b[0], b[1]);
-          mma_bf16_16816(acc[i][j + 1], a[i], b[2], b[3]);
-        }
-      }
-    }
-    // Epilogue: acc[i][j] holds rows (g, g+8) of m-tile i, columns 2t, 2t+1 of n-tile j.
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = c0 + j * 8 + 2 * t + e;
-        if (c >= c_count) continue;
-        const float cn = cn_s[c];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float v = cn - 2.0f * acc[i][j][2 * r + e];
-            if (v < best[i][r]) {  // c increases: strict keeps the lowest index first
-              second[i][r] = best[i][r], arg2[i][r] = arg[i][r];
-              best[i][r] = v, arg[i][r] = c;
-            } else if (v < second[i][r]) {
-              second[i][r] = v, arg2[i][r] = c;
-            }
-          }
-      }
-  }
-  // Merge the top two over the 4 lanes of a quad (same rows).
-  const float cmax = sqrtf(cmax_sq);
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float v1 = best[i][r], v2 = second[i][r];
-      int i1 = arg[i][r], i2 = arg2[i][r];
-      for (int off = 1; off < 4; off <<= 1) {
-        const float w1 = __shfl_xor_sync(0xFFFFFFFFu, v1, off), w2 = __shfl_xor_sync(0xFFFFFFFFu, v2, off);
-        const int j1 = __shfl_xor_sync(0xFFFFFFFFu, i1, off), j2 = __shfl_xor_sync(0xFFFFFFFFu, i2, off);
-        if (before(w1, j1, v1, i1)) {  // other's best wins; runner-up: min(own best, other's second)
-          const bool own = before(v1, i1, w2, j2);
-          v2 = own ? v1 : w2, i2 = own ? i1 : j2;
-          v1 = w1, i1 = j1;
-        } else if (before(w1, j1, v2, i2)) {
-          v2 = w1, i2 = j1;
-        }
-      }
-      const int row = warp * 32 + i * 16 + g + 8 * r;
-      const int64_t n = n0 + row;
-      if (n >= n_tokens) continue;  // the same for the 4 lanes of the quad
-      int pick = i1;
-      if (i2 < c_count) {
-        // Each value's bf16 error is at most 2^-7 ||x|| ||c||: re-rank when the
-        // gap is within the sum of the two bounds.
-        const float margin = 0.0078125f * xnorm[row] *
-                                 (sqrtf(cnorm[h * c_count + i1]) + sqrtf(cnorm[h * c_count + i2])) +
-                             1e-6f * fabsf(v1);
-        if (v2 - v1 <= margin) {  // the same for the 4 lanes: they split the dims
-          const unsigned quad = 0xFu << (lane & ~3);
-          const T* xr = xh + n * D;
-          const float* c1 = ch + static_cast<int64_t>(i1) * D;
-          const float* c2 = ch + static_cast<int64_t>(i2) * D;
-          double d1 = 0.0, d2 = 0.0;
-          for (int k = t; k < D; k += 4) {
-            const double xv = load_as_float(xr + k);
-            const double a = xv - c1[k], b = xv - c2[k];
-            d1 += a * a;
-            d2 += b * b;
-          }
-          d1 += __shfl_xor_sync(quad, d1, 1);
-          d2 += __shfl_xor_sync(quad, d2, 1);
-          d1 += __shfl_xor_sync(quad, d1, 2);
-          d2 += __shfl_xor_sync(quad, d2, 2);
-          if (d2 < d1 || (d2 == d1 && i2 < i1)) pick = i2;
-        }
-      }
-      if (t != 0) continue;
-      ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(pick);
-    }
-}
-
-/// dist[h][n] = ||x - c_id||^2 in double (one warp per token).
-template <typename T>
-__global__ void exact_dist_kernel(const T* __restrict__ x, int64_t n_tokens, int d, const float* __restrict__ cent,
-                                  int c_count, int heads, const int* __restrict__ active,
-                                  const uint8_t* __restrict__ ids, float* __restrict__ dist) {
-  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (w >= heads * n_tokens) return;
-  const int h = static_cast<int>(w / n_tokens);
-  if (active && !active[h]) return;
-  const T* xp = x + w * d;
-  const float* cp = cent + (static_cast<int64_t>(h) * c_count + ids[w]) * d;
-  double s = 0.0;
-  for (int k = lane; k < d; k += 32) {
-    const double e = static_cast<double>(load_as_float(xp + k)) - cp[k];
-    s += e * e;
-  }
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
-  if (lane == 0) dist[w] = static_cast<float>(s);
-}
-
 /// Sort keys: key = h * 256 + id, value = token index n, for the stable radix sort.
 static __global__ void make_sort_keys_kernel(const uint8_t* __restrict__ ids, int heads, int64_t n_tokens,
                                       uint32_t* __restrict__ keys, int32_t* __restrict__ vals) {
@@ -382,47 +138,100 @@ static __global__ void make_sort_keys_kernel(const uint8_t* __restrict__ ids, in
 
 /// Cluster sums in exact fixed point (qvg/fixed_sum.h): integer addition is
 /// associative, so the atomics below give the same bits as the CPU's loop.
-/// The sorted (key = h * 256 + id, token) pairs are cut into chunks of
-/// kSumChunk; a block of D threads (one per dimension) walks its chunk,
-/// accumulates each run of equal keys in a register and adds the run to the
-/// global sum with one atomic per dimension (runs continue across chunks:
-/// the atomics of the pieces add up). Grid: ceil(H * N / kSumChunk).
-constexpr int kSumChunk = 64;
+/// The sorted (key = h * 256 + id, token) pairs are cut into pieces of
+/// kSumPiece, each walked in order by a group of D / V lanes: a lane owns V
+/// = 16 / sizeof(T) consecutive dimensions (one 16-byte load per row), so
+/// the group reads whole rows, kSumInFlight rows at a time (loads before
+/// arithmetic). Each run of equal keys is accumulated in registers and
+/// added to the global sum with one atomic per dimension (runs continue
+/// across pieces: the atomics of the pieces add up). Entries of inactive
+/// heads are neither read nor summed. A block stages the keys and tokens of
+/// its 256 / (D / V) pieces in shared memory. Grid: ceil(H * N /
+/// kSumChunk<T, D>); block kSumThreads.
+constexpr int kSumThreads = 256;
+constexpr int kSumPiece = 64;     // sorted entries per lane group
+constexpr int kSumInFlight = 4;   // rows loaded before any is accumulated
 
-template <typename T>
-__global__ void centroid_sum_kernel(const T* __restrict__ x, int64_t n_tokens, int d, int c_count,
-                                    const uint32_t* __restrict__ keys, const int32_t* __restrict__ tokens,
-                                    int64_t count, const unsigned int* __restrict__ head_max,
-                                    const int* __restrict__ active, unsigned long long* __restrict__ sums,
-                                    int* __restrict__ counts) {
-  __shared__ uint32_t sk[kSumChunk];
-  __shared__ int32_t st[kSumChunk];
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kSumChunk;
-  const int len = count - i0 < kSumChunk ? static_cast<int>(count - i0) : kSumChunk;
-  for (int i = threadIdx.x; i < len; i += blockDim.x) sk[i] = keys[i0 + i], st[i] = tokens[i0 + i];
+/// Sorted entries per block of centroid_sum_kernel<T, D>.
+template <typename T, int D>
+constexpr int kSumChunk = kSumThreads / (D * static_cast<int>(sizeof(T)) / 16) * kSumPiece;
+
+/// to_fixed(x, e) with scale = 2^-e computed once per head (ldexp costs four
+/// double multiplies a value). The same integer: e = E + L - 62 lies in
+/// [-210, 97] (E in [-148, 128], L in [0, 31]), so 2^-e is a normal double,
+/// and x * 2^-e (below 2^62 in magnitude, at least 2^-246 unless 0) is one
+/// too: the product is exact, as ldexp's result is.
+__device__ __forceinline__ int64_t to_fixed_scaled(float x, double scale) {
+  return __double2ll_rn(__dmul_rn(static_cast<double>(x), scale));
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kSumThreads) centroid_sum_kernel(
+    const T* __restrict__ x, int64_t n_tokens, int c_count, const uint32_t* __restrict__ keys,
+    const int32_t* __restrict__ tokens, int64_t count, const unsigned int* __restrict__ head_max,
+    const int* __restrict__ active, unsigned long long* __restrict__ sums, int* __restrict__ counts) {
+  constexpr int kVals = 16 / static_cast<int>(sizeof(T));  // dimensions per lane
+  constexpr int kLanes = D / kVals;                         // lanes per row: 8, 16 or 32
+  static_assert(D % kVals == 0 && 32 % kLanes == 0, "a row spans a power-of-two part of a warp");
+  constexpr int kChunk = kSumChunk<T, D>;
+  __shared__ uint32_t sk[kChunk];
+  __shared__ int32_t st[kChunk];  // token, or -1 for an inactive head
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kChunk;
+  const int len = count - i0 < kChunk ? static_cast<int>(count - i0) : kChunk;
+  for (int i = threadIdx.x; i < len; i += kSumThreads) {
+    const uint32_t key = keys[i0 + i];
+    sk[i] = key;
+    st[i] = (!active || active[key >> 8]) ? tokens[i0 + i] : -1;
+  }
   __syncthreads();
-  const int k = threadIdx.x;
-  if (k >= d) return;
-  int64_t acc = 0;
+  const int k0 = (threadIdx.x % kLanes) * kVals;
+  const int begin = (threadIdx.x / kLanes) * kSumPiece;
+  const int end = min(begin + kSumPiece, len);
+  int64_t acc[kVals];
+#pragma unroll
+  for (int k = 0; k < kVals; ++k) acc[k] = 0;
   int run = 0;
-  int h = -1, e = 0;
-#pragma unroll 4
-  for (int i = 0; i < len; ++i) {
-    const uint32_t key = sk[i];
-    const int kh = static_cast<int>(key >> 8);
-    if (kh != h) h = kh, e = fixed_sum_exponent(__uint_as_float(head_max[h]), n_tokens);
-    acc += to_fixed(load_as_float(x + (static_cast<int64_t>(h) * n_tokens + st[i]) * d + k), e);
-    ++run;
-    if (i + 1 == len || sk[i + 1] != key) {
-      if (!active || active[h]) {
-        const int64_t slot = static_cast<int64_t>(h) * c_count + static_cast<int>(key & 255u);
-        atomicAdd(sums + slot * d + k, static_cast<unsigned long long>(acc));
-        if (k == 0) atomicAdd(counts + slot, run);
+  uint32_t cur = 0xFFFFFFFFu;  // key of the run being accumulated (none yet: no valid key)
+  double scale = 1.0;  // 2^-e of the head of `cur` (fixed_sum_exponent)
+  auto flush = [&] {
+    const int64_t slot = static_cast<int64_t>(cur >> 8) * c_count + static_cast<int>(cur & 255u);
+#pragma unroll
+    for (int k = 0; k < kVals; ++k) {
+      atomicAdd(sums + slot * D + k0 + k, static_cast<unsigned long long>(acc[k]));
+      acc[k] = 0;
+    }
+    if (k0 == 0) atomicAdd(counts + slot, run);
+    run = 0;
+  };
+  for (int j = begin; j < end; j += kSumInFlight) {
+    uint4 raw[kSumInFlight];
+#pragma unroll
+    for (int r = 0; r < kSumInFlight; ++r) {
+      raw[r] = make_uint4(0u, 0u, 0u, 0u);
+      const int tok = j + r < end ? st[j + r] : -1;
+      if (tok >= 0)
+        raw[r] = __ldg(reinterpret_cast<const uint4*>(
+            x + (static_cast<int64_t>(sk[j + r] >> 8) * n_tokens + tok) * D + k0));
+    }
+#pragma unroll
+    for (int r = 0; r < kSumInFlight; ++r) {
+      if (j + r >= end) break;
+      const uint32_t key = sk[j + r];
+      if (key != cur) {
+        if (run > 0) flush();
+        if ((key >> 8) != (cur >> 8))
+          scale = ldexp(1.0, -fixed_sum_exponent(__uint_as_float(head_max[key >> 8]), n_tokens));
+        cur = key;
       }
-      acc = 0;
-      run = 0;
+      if (st[j + r] < 0) continue;  // inactive head: run stays 0, nothing is added
+      float v[kVals];
+      word_as_float<T>(raw[r], v);
+#pragma unroll
+      for (int k = 0; k < kVals; ++k) acc[k] += to_fixed_scaled(v[k], scale);
+      ++run;
     }
   }
+  if (run > 0) flush();
 }
 
 /// New centroid = fixed-point sum / count (empty clusters are left for the

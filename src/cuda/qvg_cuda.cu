@@ -4,6 +4,7 @@
 #include <chrono>
 #include <type_traits>
 
+#include "cuda/assign_fused.cuh"
 #include "cuda/decode_tile.cuh"
 #include "cuda/kmeans_kernels.cuh"
 #include "cuda/qvg_cuda.h"
@@ -29,29 +30,113 @@ unsigned blocks_for(int64_t n, int threads = kThreads) {
 
 void check_launch() { QVG_CUDA_CHECK(cudaGetLastError()); }
 
-template <int BITS, typename InT>
-void launch_quantize(const InT* x, const QvgShape& sh, QvgParts p, unsigned* head_max, cudaStream_t s) {
-  const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
-  QVG_CUDA_CHECK(cudaMemsetAsync(head_max, 0, sizeof(unsigned) * sh.heads, s));
-  residual_absmax_kernel<InT><<<blocks_for(threads), kThreads, 0, s>>>(x, sh, p, head_max);
+// The tiled encode kernels (qvg_kernels.cuh) cover at most one stage (with
+// D = 64 or 128, as k-means needs) and heads of fewer than 2^30 values
+// (32-bit offsets); the one-thread-per-16-values kernels cover the rest.
+bool encode_tile_ok(const QvgShape& sh) {
+  return sh.stages <= 1 && (sh.stages == 0 || sh.dim == 64 || sh.dim == 128) && sh.heads <= 65535 &&
+         sh.tokens * sh.dim < (int64_t{1} << 30);
+}
+
+dim3 encode_tile_grid(const QvgShape& sh) {
+  constexpr int64_t kPerBlock = int64_t{kEncTileThreads} * kEncTileUnits;
+  const int64_t units = sh.tokens * (sh.dim / 16);
+  return dim3(static_cast<unsigned>((units + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(sh.heads));
+}
+
+/// Calls f(D, S) with the template constants of the tiled encode kernels for
+/// sh (encode_tile_ok): without stages D is unused (0).
+template <typename F>
+void with_encode_tile(const QvgShape& sh, F&& f) {
+  if (sh.stages == 0)
+    f(std::integral_constant<int, 0>{}, std::integral_constant<int, 0>{});
+  else if (sh.dim == 64)
+    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 1>{});
+  else
+    f(std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
+}
+
+/// Per-head max |x minus its stages| into head_max (zeroed by the caller).
+template <typename InT>
+void launch_absmax(const InT* x, const QvgShape& sh, QvgParts p, unsigned* head_max, cudaStream_t s) {
+  if (encode_tile_ok(sh)) {
+    with_encode_tile(sh, [&](auto d, auto st) {
+      residual_absmax_tile_kernel<InT, decltype(d)::value, decltype(st)::value, kEncTileUnits>
+          <<<encode_tile_grid(sh), kEncTileThreads, 0, s>>>(x, sh, p, head_max);
+    });
+  } else {
+    const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
+    residual_absmax_kernel<InT><<<blocks_for(threads), kThreads, 0, s>>>(x, sh, p, head_max);
+  }
   check_launch();
-  quantize_kernel<BITS, InT><<<blocks_for(threads), kThreads, 0, s>>>(x, sh, p, head_max);
+}
+
+template <int BITS, typename InT>
+void launch_quantize(const InT* x, const QvgShape& sh, QvgParts p, unsigned* head_max, bool max_ready, cudaStream_t s) {
+  if (!max_ready) {
+    QVG_CUDA_CHECK(cudaMemsetAsync(head_max, 0, sizeof(unsigned) * sh.heads, s));
+    launch_absmax(x, sh, p, head_max, s);
+  }
+  if (encode_tile_ok(sh)) {
+    int block_shift = 0;
+    while ((1 << block_shift) < sh.block) ++block_shift;
+    with_encode_tile(sh, [&](auto d, auto st) {
+      quantize_tile_kernel<BITS, InT, decltype(d)::value, decltype(st)::value, kEncTileUnits>
+          <<<encode_tile_grid(sh), kEncTileThreads, 0, s>>>(x, sh, p, head_max, block_shift);
+    });
+  } else {
+    const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
+    quantize_kernel<BITS, InT><<<blocks_for(threads), kThreads, 0, s>>>(x, sh, p, head_max);
+  }
+  check_launch();
+}
+
+/// out = x minus its one stage (sh.stages == 1; D = 64 or 128: k-means) as float.
+template <typename InT>
+void launch_residual(const InT* x, const QvgShape& sh, QvgParts p, float* out, cudaStream_t s) {
+  if (encode_tile_ok(sh)) {
+    constexpr int64_t kPerBlock = int64_t{kEncTileThreads} * kResidPieces;
+    const dim3 grid(static_cast<unsigned>((sh.tokens * (sh.dim / 4) + kPerBlock - 1) / kPerBlock),
+                    static_cast<unsigned>(sh.heads));
+    if (sh.dim == 64)
+      residual_tile_kernel<InT, 64, kResidPieces><<<grid, kEncTileThreads, 0, s>>>(x, sh, p, out);
+    else
+      residual_tile_kernel<InT, 128, kResidPieces><<<grid, kEncTileThreads, 0, s>>>(x, sh, p, out);
+  } else {
+    const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
+    residual_of_kernel<<<blocks_for(threads), kThreads, 0, s>>>(x, sh, p, out);
+  }
+  check_launch();
+}
+
+/// Sums and counts of every cluster from the sorted (key, token) pairs.
+template <int D, typename T>
+void launch_centroid_sum(const T* x, int64_t n, int c, int heads, const uint32_t* keys, const int32_t* tokens,
+                         const unsigned* head_max, const int* active, unsigned long long* sums, int* counts,
+                         cudaStream_t s) {
+  const int64_t count = static_cast<int64_t>(heads) * n;
+  centroid_sum_kernel<T, D><<<blocks_for(count, kSumChunk<T, D>), kSumThreads, 0, s>>>(
+      x, n, c, keys, tokens, count, head_max, active, sums, counts);
   check_launch();
 }
 
 template <typename InT>
-void quantize_bits(const InT* x, const QvgShape& sh, QvgParts p, unsigned* head_max, cudaStream_t s) {
+void quantize_bits(const InT* x, const QvgShape& sh, QvgParts p, unsigned* head_max, bool max_ready, cudaStream_t s) {
   if (sh.bits == 2)
-    launch_quantize<2>(x, sh, p, head_max, s);
+    launch_quantize<2>(x, sh, p, head_max, max_ready, s);
   else
-    launch_quantize<4>(x, sh, p, head_max, s);
+    launch_quantize<4>(x, sh, p, head_max, max_ready, s);
 }
 
-void quantize_any(const void* x, DeviceDType t, const QvgShape& sh, QvgParts p, unsigned* head_max, cudaStream_t s) {
+/// Quantize x minus its sh.stages stages. head_max: [H] scratch for max
+/// |residual|, or that maximum already (max_ready: the last k-means
+/// assignment found it), which saves a pass over x.
+void quantize_any(const void* x, DeviceDType t, const QvgShape& sh, QvgParts p, unsigned* head_max, bool max_ready,
+                  cudaStream_t s) {
   switch (t) {
-    case DeviceDType::f32: return quantize_bits(static_cast<const float*>(x), sh, p, head_max, s);
-    case DeviceDType::bf16: return quantize_bits(static_cast<const __nv_bfloat16*>(x), sh, p, head_max, s);
-    case DeviceDType::f16: return quantize_bits(static_cast<const __half*>(x), sh, p, head_max, s);
+    case DeviceDType::f32: return quantize_bits(static_cast<const float*>(x), sh, p, head_max, max_ready, s);
+    case DeviceDType::bf16: return quantize_bits(static_cast<const __nv_bfloat16*>(x), sh, p, head_max, max_ready, s);
+    case DeviceDType::f16: return quantize_bits(static_cast<const __half*>(x), sh, p, head_max, max_ready, s);
   }
 }
 
@@ -71,36 +156,40 @@ void launch_assign(const T* x, int64_t n, const float* cent, const float* cnorm,
 }
 
 template <int D, typename T>
-void launch_assign_tc(const T* x, int64_t n, const float* cent, uint16_t* cent_b, const float* cnorm, int c, int heads,
-                      const int* active, uint8_t* ids, float* dist, cudaStream_t s) {
+void launch_assign_fused(const T* x, int64_t n, const float* cent, uint16_t* cent_b, const float* cnorm, int c,
+                         int heads, const int* active, const AssignOutputs& o, cudaStream_t s) {
   // The centroids in bf16 once, instead of converting them in every block.
   to_bf16_kernel<<<blocks_for(static_cast<int64_t>(heads) * c * D), kThreads, 0, s>>>(
       cent, static_cast<int64_t>(heads) * c * D, cent_b);
   check_launch();
-  const size_t smem = static_cast<size_t>(kTcTokens + kTcCentroids) * (D + kTcPad) * 2;
-  static bool configured = false;
+  for (unsigned* m : {o.x_max, o.resid_max}) {
+    if (!m) continue;
+    zero_active_kernel<<<blocks_for(heads), kThreads, 0, s>>>(m, active, heads);
+    check_launch();
+  }
+  const size_t smem = assign_fused_smem<D>(c);
+  static bool configured = false;  // per template instance; set for the largest C (256)
   if (!configured) {
-    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_tc_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
+    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_fused_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(assign_fused_smem<D>(kFusedMaxCentroids))));
     configured = true;
   }
-  const dim3 grid(static_cast<unsigned>((n + kTcTokens - 1) / kTcTokens), static_cast<unsigned>(heads));
-  assign_tc_kernel<D, T><<<grid, kTcThreads, smem, s>>>(x, n, cent, reinterpret_cast<const __nv_bfloat16*>(cent_b),
-                                                        cnorm, c, active, ids);
-  check_launch();
-  exact_dist_kernel<T><<<blocks_for(static_cast<int64_t>(heads) * n * 32), kThreads, 0, s>>>(x, n, D, cent, c, heads,
-                                                                                          active, ids, dist);
+  constexpr int64_t kPerBlock = int64_t{kFusedTokens} * kFusedTiles;
+  const dim3 grid(static_cast<unsigned>((n + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(heads));
+  assign_fused_kernel<D, T><<<grid, kFusedThreads, smem, s>>>(x, n, cent, reinterpret_cast<const __nv_bfloat16*>(cent_b),
+                                                              cnorm, c, active, o);
   check_launch();
 }
 
 template <int BITS, int D, int S, typename OutT>
 void launch_decode_tile_ds(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s) {
-  constexpr int kPerBlock = kTileThreads * kTileUnits;
+  constexpr int U = tile_units(S);
+  constexpr int kPerBlock = kTileThreads * U;
   const int64_t units = range.count * (D / 16);
   const dim3 grid(static_cast<unsigned>((units + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(sh.heads));
   int block_shift = 0;
   while ((1 << block_shift) < sh.block) ++block_shift;
-  decode_tile_kernel<BITS, D, S, kTileUnits, OutT><<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift);
+  decode_tile_kernel<BITS, D, S, U, OutT><<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift);
 }
 
 template <int BITS, int D, typename OutT>
@@ -172,7 +261,7 @@ QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t
 void Encoder::quantize_given(const void* x, DeviceDType dtype, const QvgShape& sh, DeviceParts& parts,
                              cudaStream_t stream) {
   head_max_.resize(static_cast<size_t>(sh.heads));
-  quantize_any(x, dtype, sh, parts.view(), head_max_.get(), stream);
+  quantize_any(x, dtype, sh, parts.view(), head_max_.get(), false, stream);
 }
 
 void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const GpuKMeansOptions& km,
@@ -180,57 +269,69 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
   parts.allocate(sh);
   head_max_.resize(static_cast<size_t>(sh.heads));
   if (sh.stages == 0) {
-    quantize_any(x, dtype, sh, parts.view(), head_max_.get(), stream);
+    quantize_any(x, dtype, sh, parts.view(), head_max_.get(), false, stream);
     return;
   }
   if (stats) stats->assign(static_cast<size_t>(sh.stages) * sh.heads, KMeansStats{});
   QvgParts p = parts.view();
   // Stage 0 clusters the input as it is (bf16 / f16 / f32: no float copy).
+  // The last stage's assignment also finds the quantizer's max |residual|.
+  unsigned* last_max = sh.stages == 1 ? head_max_.get() : nullptr;
+  bool max_ready = false;
   switch (dtype) {
-    case DeviceDType::f32: kmeans_stage(static_cast<const float*>(x), sh, 0, km, p, stream, stats); break;
-    case DeviceDType::bf16: kmeans_stage(static_cast<const __nv_bfloat16*>(x), sh, 0, km, p, stream, stats); break;
-    case DeviceDType::f16: kmeans_stage(static_cast<const __half*>(x), sh, 0, km, p, stream, stats); break;
+    case DeviceDType::f32:
+      max_ready = kmeans_stage(static_cast<const float*>(x), sh, 0, km, p, stream, stats, last_max);
+      break;
+    case DeviceDType::bf16:
+      max_ready = kmeans_stage(static_cast<const __nv_bfloat16*>(x), sh, 0, km, p, stream, stats, last_max);
+      break;
+    case DeviceDType::f16:
+      max_ready = kmeans_stage(static_cast<const __half*>(x), sh, 0, km, p, stream, stats, last_max);
+      break;
   }
   QvgShape first = sh;
   first.stages = 1;
   if (sh.stages == 1) {  // quantize x - c0, the stage subtracted on the fly
-    quantize_any(x, dtype, first, p, head_max_.get(), stream);
+    quantize_any(x, dtype, first, p, head_max_.get(), max_ready, stream);
     return;
   }
   // Later stages cluster the float residual x - c0 - c1 - ...
   const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
   resid_.resize(static_cast<size_t>(values));
-  const unsigned grid16 = blocks_for(static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread));
   switch (dtype) {
-    case DeviceDType::f32:
-      residual_of_kernel<<<grid16, kThreads, 0, stream>>>(static_cast<const float*>(x), first, p, resid_.get());
-      break;
-    case DeviceDType::bf16:
-      residual_of_kernel<<<grid16, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), first, p, resid_.get());
-      break;
-    case DeviceDType::f16:
-      residual_of_kernel<<<grid16, kThreads, 0, stream>>>(static_cast<const __half*>(x), first, p, resid_.get());
-      break;
+    case DeviceDType::f32: launch_residual(static_cast<const float*>(x), first, p, resid_.get(), stream); break;
+    case DeviceDType::bf16: launch_residual(static_cast<const __nv_bfloat16*>(x), first, p, resid_.get(), stream); break;
+    case DeviceDType::f16: launch_residual(static_cast<const __half*>(x), first, p, resid_.get(), stream); break;
   }
-  check_launch();
   for (int s = 1; s < sh.stages; ++s) {
-    kmeans_stage(static_cast<const float*>(resid_.get()), sh, s, km, p, stream, stats);
+    const bool last = s + 1 == sh.stages;
+    max_ready = kmeans_stage(static_cast<const float*>(resid_.get()), sh, s, km, p, stream, stats,
+                             last ? head_max_.get() : nullptr);
     QvgShape one = sh;
     one.stages = 1;
     const int64_t off_c = static_cast<int64_t>(s) * sh.heads * sh.centroids * sh.dim;
     const int64_t off_i = static_cast<int64_t>(s) * sh.heads * sh.tokens;
-    subtract_stage_kernel<<<grid16, kThreads, 0, stream>>>(resid_.get(), one, p.centroids + off_c, p.ids + off_i);
-    check_launch();
+    if (encode_tile_ok(one)) {  // in place: the residual minus stage s
+      QvgParts ps{};
+      ps.centroids = p.centroids + off_c;
+      ps.ids = p.ids + off_i;
+      launch_residual(static_cast<const float*>(resid_.get()), one, ps, resid_.get(), stream);
+    } else {
+      const unsigned grid16 = blocks_for(static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread));
+      subtract_stage_kernel<<<grid16, kThreads, 0, stream>>>(resid_.get(), one, p.centroids + off_c, p.ids + off_i);
+      check_launch();
+    }
   }
   // Quantize the final residual (stages already subtracted).
   QvgShape flat = sh;
   flat.stages = 0;
-  quantize_any(resid_.get(), DeviceDType::f32, flat, p, head_max_.get(), stream);
+  quantize_any(resid_.get(), DeviceDType::f32, flat, p, head_max_.get(), max_ready, stream);
 }
 
 template <typename T>
-void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
-                           cudaStream_t stream, std::vector<KMeansStats>* stats) {
+bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
+                           cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max) {
+  if (km.fp32_assign) resid_max = nullptr;
   const int H = sh.heads, C = sh.centroids, D = sh.dim;
   const int64_t N = sh.tokens;
   const auto t0 = std::chrono::steady_clock::now();
@@ -298,18 +399,18 @@ void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
     cent_.upload(hc.data(), hc.size(), stream);
   }
 
-  // Largest |x| of each head's points: the fixed-point quantum of the update sums.
-  {
+  // Largest |x| of each head's points: the fixed-point quantum of the update
+  // sums. The tensor-core assignment finds it on its first pass.
+  QVG_CUDA_CHECK(cudaMemsetAsync(kmeans_max_.get(), 0, kmeans_max_.bytes(), stream));
+  if (km.fp32_assign) {
     QvgShape flat = sh;
     flat.stages = 0;
-    QVG_CUDA_CHECK(cudaMemsetAsync(kmeans_max_.get(), 0, kmeans_max_.bytes(), stream));
-    residual_absmax_kernel<T><<<blocks_for(static_cast<int64_t>(H) * N * (D / kValsPerThread)), kThreads, 0, stream>>>(
-        data, flat, QvgParts{}, kmeans_max_.get());
-    check_launch();
+    launch_absmax(data, flat, QvgParts{}, kmeans_max_.get(), stream);
   }
   std::vector<int> active_host(static_cast<size_t>(H), 1);
   active_.upload(active_host.data(), active_host.size(), stream);
   QVG_CUDA_CHECK(cudaMemsetAsync(reseeded_.get(), 0, sizeof(int) * H, stream));
+  bool first_assign = true;
   auto assign = [&] {
     centroid_norms_kernel<<<blocks_for(static_cast<int64_t>(H) * C * 32), kThreads, 0, stream>>>(cent_.get(), H, C, D,
                                                                                                 cnorm_.get());
@@ -320,12 +421,17 @@ void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
       else
         launch_assign<128>(data, N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
     } else {
+      AssignOutputs o;
+      o.ids = ids;
+      o.dist = dist_.get();
+      o.x_max = first_assign ? kmeans_max_.get() : nullptr;
+      o.resid_max = resid_max;
       if (D == 64)
-        launch_assign_tc<64>(data, N, cent_.get(), cent_b_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+        launch_assign_fused<64>(data, N, cent_.get(), cent_b_.get(), cnorm_.get(), C, H, active_.get(), o, stream);
       else
-        launch_assign_tc<128>(data, N, cent_.get(), cent_b_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(),
-                              stream);
+        launch_assign_fused<128>(data, N, cent_.get(), cent_b_.get(), cnorm_.get(), C, H, active_.get(), o, stream);
     }
+    first_assign = false;
     head_mse_kernel<<<H, 1024, 0, stream>>>(dist_.get(), N, D, mse_.get());
     check_launch();
   };
@@ -369,10 +475,12 @@ void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
                                                    end_bit, stream));
     QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
     QVG_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream));
-    centroid_sum_kernel<T><<<blocks_for(H * N, kSumChunk), D, 0, stream>>>(
-        data, N, D, C, keys_sorted_.get(), vals_sorted_.get(), H * N, kmeans_max_.get(), active_.get(),
-        sums_.get(), counts_.get());
-    check_launch();
+    if (D == 64)
+      launch_centroid_sum<64>(data, N, C, H, keys_sorted_.get(), vals_sorted_.get(), kmeans_max_.get(), active_.get(),
+                              sums_.get(), counts_.get(), stream);
+    else
+      launch_centroid_sum<128>(data, N, C, H, keys_sorted_.get(), vals_sorted_.get(), kmeans_max_.get(), active_.get(),
+                               sums_.get(), counts_.get(), stream);
     centroid_mean_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(
         sums_.get(), counts_.get(), H, N, D, C, kmeans_max_.get(), active_.get(), cent_.get());
     check_launch();
@@ -397,6 +505,7 @@ void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
       st.seconds = sec / H;
     }
   }
+  return resid_max != nullptr;
 }
 
 void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s, DecodeKernel kernel) {

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/qvg_layout.h"
 #include "qvg/group_quant.h"
@@ -28,34 +29,34 @@ __device__ __forceinline__ float load_as_float<__nv_bfloat16>(const __nv_bfloat1
 template <>
 __device__ __forceinline__ float load_as_float<__half>(const __half* p) { return __half2float(*p); }
 
+/// The 16 / sizeof(T) values of one 16-byte word -> float (exact).
+template <typename T>
+__device__ __forceinline__ void word_as_float(const uint4& u, float* v) {
+  if constexpr (sizeof(T) == 4) {
+    v[0] = __uint_as_float(u.x);
+    v[1] = __uint_as_float(u.y);
+    v[2] = __uint_as_float(u.z);
+    v[3] = __uint_as_float(u.w);
+  } else {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      T lo, hi;
+      *reinterpret_cast<uint16_t*>(&lo) = static_cast<uint16_t>(w[i] & 0xFFFFu);
+      *reinterpret_cast<uint16_t*>(&hi) = static_cast<uint16_t>(w[i] >> 16);
+      v[2 * i] = load_as_float(&lo);
+      v[2 * i + 1] = load_as_float(&hi);
+    }
+  }
+}
+
 /// 16 consecutive values (16-byte aligned) -> float, with 16-byte loads.
 template <typename T>
 __device__ __forceinline__ void load16_as_float(const T* p, float* v) {
+  constexpr int kWords = static_cast<int>(sizeof(T));  // 16 values of sizeof(T) bytes, 16 bytes a word
   const uint4* q = reinterpret_cast<const uint4*>(p);
-  if constexpr (sizeof(T) == 4) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint4 u = q[j];
-      v[4 * j] = __uint_as_float(u.x);
-      v[4 * j + 1] = __uint_as_float(u.y);
-      v[4 * j + 2] = __uint_as_float(u.z);
-      v[4 * j + 3] = __uint_as_float(u.w);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const uint4 u = q[j];
-      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        T lo, hi;
-        *reinterpret_cast<uint16_t*>(&lo) = static_cast<uint16_t>(w[i] & 0xFFFFu);
-        *reinterpret_cast<uint16_t*>(&hi) = static_cast<uint16_t>(w[i] >> 16);
-        v[8 * j + 2 * i] = load_as_float(&lo);
-        v[8 * j + 2 * i + 1] = load_as_float(&hi);
-      }
-    }
-  }
+  for (int j = 0; j < kWords; ++j) word_as_float<T>(q[j], v + j * (16 / kWords));
 }
 
 template <typename T>
@@ -186,6 +187,192 @@ __global__ void quantize_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts
     *reinterpret_cast<uint2*>(out) = w;
   }
   if (n == 0 && t == 0) p.span_scales[h] = span;
+}
+
+// ---------------------------------------------------------------------------
+// Tiled encode passes, the geometry of decode_tile_kernel: the head is
+// blockIdx.y, in-head offsets are 32-bit (the host checks tokens * D < 2^30;
+// the kernels above cover larger heads and more than one stage), and each
+// thread owns U units of 16 values, 256 units apart, with all of its loads
+// issued before any arithmetic. The kernels above ran at ~1 TB/s on 64-bit
+// index arithmetic and one dependent chain of loads per thread. Unit i of a
+// head is values [16 i, 16 i + 16) of its [N][D] values, so codes, scales
+// and x are addressed by i alone; only the stages need the token i / (D/16),
+// hence D as a template constant where S > 0 (D = 0: unused). Same values,
+// same order of operations as the kernels above: the same bits (the codes
+// by way of quantize16, which gives quantize_value's codes exactly).
+constexpr int kEncTileThreads = 256;
+constexpr int kEncTileUnits = 2;  // units of 16 values per thread
+constexpr int kResidPieces = 4;   // pieces of 4 values per thread (residual_tile_kernel)
+
+/// The residuals of a thread's U units (unit first + 256 u; dead units, past
+/// `units`, repeat the head's last unit): x minus the S stages in order.
+/// xh: the head's first value; ids, centroids of stage 0 are those of p.
+template <typename InT, int D, int S, int U>
+__device__ __forceinline__ void load_residual_tile(const InT* xh, const QvgShape& sh, const QvgParts& p, int h,
+                                                   uint32_t first, uint32_t units, float (&v)[U][16]) {
+  static_assert(S == 0 || D == 64 || D == 128, "stages need D = 64 or 128 as a template constant");
+  constexpr int kWords = static_cast<int>(sizeof(InT));  // 16-byte words per unit
+  constexpr int kS = S > 0 ? S : 1;
+  constexpr uint32_t kUnitsPerRow = D > 0 ? D / 16 : 1;
+  const int64_t stage_ids = static_cast<int64_t>(sh.heads) * sh.tokens;
+  const int64_t stage_cent = static_cast<int64_t>(sh.heads) * sh.centroids * D;
+  const uint8_t* ids = p.ids + static_cast<int64_t>(h) * sh.tokens;
+  const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D;
+  uint4 raw[U][kWords];
+  uint32_t id[U][kS];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint32_t i = min(first + u * kEncTileThreads, units - 1);
+    const uint4* q = reinterpret_cast<const uint4*>(xh + i * 16);
+#pragma unroll
+    for (int j = 0; j < kWords; ++j) raw[u][j] = q[j];
+#pragma unroll
+    for (int st = 0; st < S; ++st) id[u][st] = __ldg(ids + st * stage_ids + i / kUnitsPerRow);
+  }
+  float c[U][kS][16];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint32_t col = (min(first + u * kEncTileThreads, units - 1) % kUnitsPerRow) * 16;
+#pragma unroll
+    for (int st = 0; st < S; ++st) load_bf16_vals<16>(cent + st * stage_cent + id[u][st] * D + col, c[u][st]);
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int j = 0; j < kWords; ++j) word_as_float<InT>(raw[u][j], v[u] + j * (16 / kWords));
+#pragma unroll
+    for (int st = 0; st < S; ++st)
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[u][k] = __fsub_rn(v[u][k], c[u][st][k]);
+  }
+}
+
+/// Pass 1 (tiled): per-head max |residual| into head_max, as
+/// residual_absmax_kernel. Grid: (ceil(N * D/16 / (256 U)), H); block 256.
+template <typename InT, int D, int S, int U>
+__global__ void __launch_bounds__(kEncTileThreads) residual_absmax_tile_kernel(const InT* __restrict__ x, QvgShape sh,
+                                                                              QvgParts p,
+                                                                              unsigned int* __restrict__ head_max) {
+  const int h = blockIdx.y;
+  const uint32_t units = static_cast<uint32_t>(sh.tokens) * static_cast<uint32_t>(sh.dim / 16);
+  const uint32_t first = blockIdx.x * (kEncTileThreads * U) + threadIdx.x;
+  float v[U][16];
+  load_residual_tile<InT, D, S, U>(x + static_cast<int64_t>(h) * sh.tokens * sh.dim, sh, p, h, first, units, v);
+  // Dead units repeat a unit of this head: they cannot change its max.
+  float m = 0.0f;
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int k = 0; k < 16; ++k) m = fmaxf(m, fabsf(v[u][k]));
+  // The whole block shares the head: one atomic per block.
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  __shared__ float warp_max[kEncTileThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int w = 1; w < kEncTileThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
+    atomicMax(head_max + h, __float_as_uint(m));
+  }
+}
+
+/// The 16 codes of a unit at the decoded scale s, value k in bits [BITS k,
+/// BITS k + BITS) of w (w[1] for k >= 32 / BITS): quantize_value of each
+/// value, the same codes, mostly without its IEEE division (the division,
+/// rint and float -> int made the pass instruction-bound). With s in [2^-100,
+/// 2^100], q = x * RN(1/s) is within 3 * 2^-24 |x/s| + 2^-149 of fl(x/s),
+/// the quotient quantize_value rounds: below 2^-17 for |q| <= 32.25, and
+/// the midrise offset h adds two half-ulps (<= 2^-19 each) on both sides.
+/// So where q (+ h) lies more than 2^-14 from every half-integer, no
+/// half-integer separates it from the exact value and both round to the same
+/// integer; beyond +-32.25 both clamp alike. Otherwise (or s outside the
+/// range, s = 0 included) the unit is redone with quantize_value itself.
+template <int BITS>
+__device__ __forceinline__ void quantize16(const float (&v)[16], float s, LevelRule levels, uint32_t (&w)[2]) {
+  constexpr int kPerWord = 32 / BITS;
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: y + kMagic = rint(y) + kMagic for |y| < 2^22
+  const bool sym = levels == LevelRule::symmetric;
+  const int lo = sym ? 1 - (1 << (BITS - 1)) : 0;
+  const int hi = sym ? (1 << (BITS - 1)) - 1 : (1 << BITS) - 1;
+  const int bias = sym ? 1 << (BITS - 1) : 0;
+  const float h = sym ? 0.0f : 0.5f * static_cast<float>((1 << BITS) - 1);
+  const float r = __frcp_rn(s);
+  bool redo = !(s >= 0x1p-100f && s <= 0x1p100f);
+  w[0] = w[1] = 0u;
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const float q = __fadd_rn(fminf(fmaxf(__fmul_rn(v[k], r), -32.25f), 32.25f), h);
+    const float t = __fadd_rn(q, kMagic);
+    redo |= fabsf(__fsub_rn(q, __fsub_rn(t, kMagic))) >= 0.5f - 0x1p-14f;  // near a half-integer
+    const int u = min(max(__float_as_int(t) - __float_as_int(kMagic), lo), hi) + bias;
+    w[k / kPerWord] |= static_cast<uint32_t>(u) << (BITS * (k % kPerWord));
+  }
+  if (redo) {  // rare: the exact rule
+    w[0] = w[1] = 0u;
+#pragma unroll
+    for (int k = 0; k < 16; ++k)
+      w[k / kPerWord] |= static_cast<uint32_t>(quantize_value(v[k], s, levels, BITS)) << (BITS * (k % kPerWord));
+  }
+}
+
+/// Pass 2 (tiled): block scales, codes and span scales, as quantize_kernel.
+/// A block of B values is B/16 consecutive units, hence B/16 consecutive
+/// lanes (a warp's units are 32 consecutive ones starting at a multiple of
+/// 32, and a row's D/16 units a multiple of B/16), all live or all dead.
+/// Same grid as pass 1; block_shift = log2(sh.block).
+template <int BITS, typename InT, int D, int S, int U>
+__global__ void __launch_bounds__(kEncTileThreads) quantize_tile_kernel(const InT* __restrict__ x, QvgShape sh,
+                                                                       QvgParts p,
+                                                                       const unsigned int* __restrict__ head_max,
+                                                                       int block_shift) {
+  const int h = blockIdx.y;
+  const uint32_t units = static_cast<uint32_t>(sh.tokens) * static_cast<uint32_t>(sh.dim / 16);
+  const uint32_t first = blockIdx.x * (kEncTileThreads * U) + threadIdx.x;
+  const int64_t head_vals = static_cast<int64_t>(h) * sh.tokens * sh.dim;
+  const float lmax = level_max(sh.levels, BITS);
+  const float span = span_scale_for(__uint_as_float(head_max[h]) / lmax, sh.scale_format);
+  float v[U][16];
+  load_residual_tile<InT, D, S, U>(x + head_vals, sh, p, h, first, units, v);
+  // Block maxima first: every lane takes part in every shuffle.
+  const int group_shift = block_shift - 4;  // log2(B/16)
+  float a[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    a[u] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) a[u] = fmaxf(a[u], fabsf(v[u][k]));
+  }
+  for (int off = 1; off < (1 << group_shift); off <<= 1)
+#pragma unroll
+    for (int u = 0; u < U; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xFFFFFFFFu, a[u], off));
+  uint8_t* codes = p.codes + head_vals * BITS / 8;
+  uint8_t* scales = p.scales + (head_vals >> block_shift) * scale_bytes(sh.scale_format);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint32_t i = first + u * kEncTileThreads;
+    if (i >= units) break;
+    const float scale = a[u] / lmax;
+    const uint16_t sc = encode_block_scale(scale, span, sh.scale_format);
+    const float s = decode_block_scale(sc, span, sh.scale_format);
+    if ((i & ((1u << group_shift) - 1u)) == 0) {  // the block's first lane stores its scale
+      const uint32_t bi = i >> group_shift;         // = token * D/B + column / B
+      if (sh.scale_format == ScaleFormat::fp8) {
+        scales[bi] = static_cast<uint8_t>(sc);
+      } else {
+        scales[2 * bi] = static_cast<uint8_t>(sc & 0xFF);
+        scales[2 * bi + 1] = static_cast<uint8_t>(sc >> 8);
+      }
+    }
+    uint32_t w[2];
+    quantize16<BITS>(v[u], s, sh.levels, w);
+    uint8_t* out = codes + i * (2 * BITS);  // 16 codes of BITS bits
+    if constexpr (BITS == 2)
+      *reinterpret_cast<uint32_t*>(out) = w[0];
+    else
+      *reinterpret_cast<uint2*>(out) = make_uint2(w[0], w[1]);
+    if (i == 0) p.span_scales[h] = span;
+  }
 }
 
 /// Packed codes of VALS values (VALS * BITS / 8 bytes: 2, 4 or 8, aligned to
@@ -416,6 +603,62 @@ static __global__ void subtract_stage_kernel(float* __restrict__ r, QvgShape sh,
     a.z = __fsub_rn(a.z, c[4 * j + 2]);
     a.w = __fsub_rn(a.w, c[4 * j + 3]);
     x[j] = a;
+  }
+}
+
+/// out = x minus its one stage as float: residual_of_kernel, and
+/// subtract_stage_kernel with out == x (in place: each thread reads all of
+/// its pieces before it writes them, and a dead piece's read of the last
+/// piece is never used, hence no __restrict__ on x and out). Tiled like
+/// residual_absmax_tile_kernel, but in pieces of 4 values (one 16-byte float
+/// store) with consecutive lanes on consecutive pieces, so every warp load
+/// and store is contiguous: with 16 values per lane (stores 64 bytes apart)
+/// this pass ran at ~60 % of copy bandwidth, like the kernels above; nothing
+/// here needs a lane to own a quantization block. Each thread owns P
+/// pieces, 256 apart. Grid: (ceil(N * D/4 / (256 P)), H); block 256.
+template <typename InT, int D, int P>
+__global__ void __launch_bounds__(kEncTileThreads) residual_tile_kernel(const InT* x, QvgShape sh, QvgParts p,
+                                                                       float* out) {
+  static_assert(D == 64 || D == 128, "a stage needs D = 64 or 128");
+  constexpr uint32_t kPiecesPerRow = D / 4;
+  using Raw = std::conditional_t<sizeof(InT) == 4, uint4, uint2>;  // 4 values of x
+  const int h = blockIdx.y;
+  const uint32_t pieces = static_cast<uint32_t>(sh.tokens) * kPiecesPerRow;
+  const uint32_t first = blockIdx.x * (kEncTileThreads * P) + threadIdx.x;
+  const int64_t head_vals = static_cast<int64_t>(h) * sh.tokens * D;
+  const InT* xh = x + head_vals;
+  const uint8_t* ids = p.ids + static_cast<int64_t>(h) * sh.tokens;
+  const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D;
+  // 1. x and the ids; 2. the centroids (they need the ids); 3. arithmetic.
+  Raw raw[P];
+  uint32_t id[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const uint32_t q = min(first + j * kEncTileThreads, pieces - 1);  // dead pieces repeat the last
+    raw[j] = *reinterpret_cast<const Raw*>(xh + q * 4);
+    id[j] = __ldg(ids + q / kPiecesPerRow);
+  }
+  uint2 c[P];  // 4 bf16 centroid values
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const uint32_t q = min(first + j * kEncTileThreads, pieces - 1);
+    c[j] = __ldg(reinterpret_cast<const uint2*>(cent + id[j] * D + (q % kPiecesPerRow) * 4));
+  }
+  float* o = out + head_vals;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const uint32_t q = first + j * kEncTileThreads;
+    if (q >= pieces) break;
+    float v[8];  // the first 4 are this piece's (16-bit x fills half a word)
+    if constexpr (sizeof(InT) == 4)
+      word_as_float<InT>(raw[j], v);
+    else
+      word_as_float<InT>(make_uint4(raw[j].x, raw[j].y, 0u, 0u), v);
+    const float cv[4] = {__uint_as_float(c[j].x << 16), __uint_as_float(c[j].x & 0xFFFF0000u),
+                         __uint_as_float(c[j].y << 16), __uint_as_float(c[j].y & 0xFFFF0000u)};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = __fsub_rn(v[k], cv[k]);
+    *reinterpret_cast<float4*>(o + q * 4) = make_float4(v[0], v[1], v[2], v[3]);
   }
 }
 
