@@ -126,7 +126,10 @@ __device__ __forceinline__ void load8_as_float(const T* p, float* v) {
 
 /// Grid (ceil(N / (128 * kFusedTiles)), H); block 128; dynamic smem
 /// assign_fused_smem<D>(C). C <= 256. Heads with active[h] == 0 are skipped.
-template <int D, typename T>
+/// kProbe != 0 leaves one phase out, for timing by difference only
+/// (bench_assign_probe; the outputs are then wrong): 1 = the exact
+/// distances, 2 = the top-two epilogue, 3 = the tensor-core products.
+template <int D, typename T, int kProbe = 0>
 __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __restrict__ x, int64_t n_tokens,
                                                                     const float* __restrict__ cent,
                                                                     const __nv_bfloat16* __restrict__ cent_b,
@@ -211,7 +214,7 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
 #pragma unroll
           for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
 #pragma unroll
-      for (int k0 = 0; k0 < D; k0 += 16) {
+      for (int k0 = 0; k0 < (kProbe == 3 ? 0 : D); k0 += 16) {
         uint32_t a[2][4];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -232,27 +235,34 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
           }
         }
       }
-      // acc[i][j] holds rows (g, g+8) of m-tile i, columns 2t, 2t+1 of n-tile j.
+      if constexpr (kProbe == 2) {  // timing only: consume acc, skip the top two
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = c0 + j * 8 + 2 * t + e;
-          if (c >= c_count) continue;
-          const float cn = cn_s[c];
+          for (int q = 0; q < 4; ++q) best[0][q & 1] += acc[q >> 1][j][q];
+      } else {
+        // acc[i][j] holds rows (g, g+8) of m-tile i, columns 2t, 2t+1 of n-tile j.
 #pragma unroll
-          for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const float v = cn - 2.0f * acc[i][j][2 * r + e];
-              if (v < best[i][r]) {  // c increases: strict keeps the lowest index first
-                second[i][r] = best[i][r], arg2[i][r] = arg[i][r];
-                best[i][r] = v, arg[i][r] = c;
-              } else if (v < second[i][r]) {
-                second[i][r] = v, arg2[i][r] = c;
+          for (int e = 0; e < 2; ++e) {
+            const int c = c0 + j * 8 + 2 * t + e;
+            if (c >= c_count) continue;
+            const float cn = cn_s[c];
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const float v = cn - 2.0f * acc[i][j][2 * r + e];
+                if (v < best[i][r]) {  // c increases: strict keeps the lowest index first
+                  second[i][r] = best[i][r], arg2[i][r] = arg[i][r];
+                  best[i][r] = v, arg[i][r] = c;
+                } else if (v < second[i][r]) {
+                  second[i][r] = v, arg2[i][r] = c;
+                }
               }
-            }
-        }
+          }
+      }
     }
 
     // 3. Merge over the quad, then exact distances; the 4 lanes of a quad
@@ -260,101 +270,107 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
     // at a time, all of their loads before the arithmetic. bf16 x is exact
     // in shared memory; other types are read again from global memory.
     constexpr int kQ = kChunks / 4;  // chunks per lane per row
+    if constexpr (kProbe == 1) {  // timing only: the bf16 pick, no exact distances
+      if (t == 0 && n0 + warp * 32 + g < n_tokens)
+        out.ids[static_cast<int64_t>(h) * n_tokens + n0 + warp * 32 + g] =
+            static_cast<uint8_t>(arg[0][0] + arg[1][1] + (best[0][1] < best[1][0]));
+    } else {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float v1[2], v2[2];
-      int i1[2], i2[2];
-      bool live[2], rerank[2];
-      int row[2];
+      for (int i = 0; i < 2; ++i) {
+        float v1[2], v2[2];
+        int i1[2], i2[2];
+        bool live[2], rerank[2];
+        int row[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        v1[r] = best[i][r], v2[r] = second[i][r], i1[r] = arg[i][r], i2[r] = arg2[i][r];
-        for (int off = 1; off < 4; off <<= 1) {
-          const float w1 = __shfl_xor_sync(0xFFFFFFFFu, v1[r], off), w2 = __shfl_xor_sync(0xFFFFFFFFu, v2[r], off);
-          const int j1 = __shfl_xor_sync(0xFFFFFFFFu, i1[r], off), j2 = __shfl_xor_sync(0xFFFFFFFFu, i2[r], off);
-          if (before(w1, j1, v1[r], i1[r])) {  // other's best wins; runner-up: min(own best, other's second)
-            const bool own = before(v1[r], i1[r], w2, j2);
-            v2[r] = own ? v1[r] : w2, i2[r] = own ? i1[r] : j2;
-            v1[r] = w1, i1[r] = j1;
-          } else if (before(w1, j1, v2[r], i2[r])) {
-            v2[r] = w1, i2[r] = j1;
-          }
-        }
-        row[r] = warp * 32 + i * 16 + g + 8 * r;
-        live[r] = n0 + row[r] < n_tokens;  // the same for the 4 lanes of the quad
-        // Each product's bf16 error is at most 2^-7 ||x|| ||c||: re-rank when
-        // the gap is within the sum of the two bounds.
-        rerank[r] = live[r] && i2[r] < c_count &&
-                    v2[r] - v1[r] <= 0.0078125f * xnorm[row[r]] * (sqrtf(cn_s[i1[r]]) + sqrtf(cn_s[i2[r]])) +
-                                         1e-6f * fabsf(v1[r]);
-      }
-      float xv[2][kQ][8];
-      float ca[2][kQ][8];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int rr = live[r] ? row[r] : 0;  // dead rows read row 0 of the tile, unused
-        const float* c1 = ch + static_cast<int64_t>(i1[r] < c_count ? i1[r] : 0) * D;
-#pragma unroll
-        for (int q = 0; q < kQ; ++q) {
-          const int c8 = (t + 4 * q) * 8;
-          if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-            const uint4 u = *reinterpret_cast<const uint4*>(xs + rr * kStride + c8);
-            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              xv[r][q][2 * k] = __uint_as_float(w[k] << 16);
-              xv[r][q][2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+        for (int r = 0; r < 2; ++r) {
+          v1[r] = best[i][r], v2[r] = second[i][r], i1[r] = arg[i][r], i2[r] = arg2[i][r];
+          for (int off = 1; off < 4; off <<= 1) {
+            const float w1 = __shfl_xor_sync(0xFFFFFFFFu, v1[r], off), w2 = __shfl_xor_sync(0xFFFFFFFFu, v2[r], off);
+            const int j1 = __shfl_xor_sync(0xFFFFFFFFu, i1[r], off), j2 = __shfl_xor_sync(0xFFFFFFFFu, i2[r], off);
+            if (before(w1, j1, v1[r], i1[r])) {  // other's best wins; runner-up: min(own best, other's second)
+              const bool own = before(v1[r], i1[r], w2, j2);
+              v2[r] = own ? v1[r] : w2, i2[r] = own ? i1[r] : j2;
+              v1[r] = w1, i1[r] = j1;
+            } else if (before(w1, j1, v2[r], i2[r])) {
+              v2[r] = w1, i2[r] = j1;
             }
-          } else {
-            load8_as_float(xh + (n0 + rr) * D + c8, xv[r][q]);
           }
-          const float4 a0 = __ldg(reinterpret_cast<const float4*>(c1 + c8));
-          const float4 a1 = __ldg(reinterpret_cast<const float4*>(c1 + c8) + 1);
-          ca[r][q][0] = a0.x, ca[r][q][1] = a0.y, ca[r][q][2] = a0.z, ca[r][q][3] = a0.w;
-          ca[r][q][4] = a1.x, ca[r][q][5] = a1.y, ca[r][q][6] = a1.z, ca[r][q][7] = a1.w;
+          row[r] = warp * 32 + i * 16 + g + 8 * r;
+          live[r] = n0 + row[r] < n_tokens;  // the same for the 4 lanes of the quad
+          // Each product's bf16 error is at most 2^-7 ||x|| ||c||: re-rank when
+          // the gap is within the sum of the two bounds.
+          rerank[r] = live[r] && i2[r] < c_count &&
+                      v2[r] - v1[r] <= 0.0078125f * xnorm[row[r]] * (sqrtf(cn_s[i1[r]]) + sqrtf(cn_s[i2[r]])) +
+                                           1e-6f * fabsf(v1[r]);
         }
-      }
+        float xv[2][kQ][8];
+        float ca[2][kQ][8];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        double d1 = 0.0, d2 = 0.0;
-        float rm1 = 0.0f, rm2 = 0.0f;
-        if (live[r]) {
-#pragma unroll
-          for (int q = 0; q < kQ; ++q)
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-              const double e = static_cast<double>(xv[r][q][k]) - ca[r][q][k];
-              d1 += e * e;
-              x_max = fmaxf(x_max, fabsf(xv[r][q][k]));
-              if (want_resid)
-                rm1 = fmaxf(rm1, fabsf(__fsub_rn(xv[r][q][k], __bfloat162float(__float2bfloat16_rn(ca[r][q][k])))));
-            }
-        }
-        if (rerank[r]) {  // rare: the runner-up's exact distance too
-          const float* c2 = ch + static_cast<int64_t>(i2[r]) * D;
+        for (int r = 0; r < 2; ++r) {
+          const int rr = live[r] ? row[r] : 0;  // dead rows read row 0 of the tile, unused
+          const float* c1 = ch + static_cast<int64_t>(i1[r] < c_count ? i1[r] : 0) * D;
 #pragma unroll
           for (int q = 0; q < kQ; ++q) {
             const int c8 = (t + 4 * q) * 8;
+            if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+              const uint4 u = *reinterpret_cast<const uint4*>(xs + rr * kStride + c8);
+              const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-              const float cb = c2[c8 + k];
-              const double e = static_cast<double>(xv[r][q][k]) - cb;
-              d2 += e * e;
-              if (want_resid) rm2 = fmaxf(rm2, fabsf(__fsub_rn(xv[r][q][k], __bfloat162float(__float2bfloat16_rn(cb)))));
+              for (int k = 0; k < 4; ++k) {
+                xv[r][q][2 * k] = __uint_as_float(w[k] << 16);
+                xv[r][q][2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+              }
+            } else {
+              load8_as_float(xh + (n0 + rr) * D + c8, xv[r][q]);
             }
+            const float4 a0 = __ldg(reinterpret_cast<const float4*>(c1 + c8));
+            const float4 a1 = __ldg(reinterpret_cast<const float4*>(c1 + c8) + 1);
+            ca[r][q][0] = a0.x, ca[r][q][1] = a0.y, ca[r][q][2] = a0.z, ca[r][q][3] = a0.w;
+            ca[r][q][4] = a1.x, ca[r][q][5] = a1.y, ca[r][q][6] = a1.z, ca[r][q][7] = a1.w;
           }
         }
-        const unsigned quad = 0xFu << (lane & ~3);
-        d1 += __shfl_xor_sync(quad, d1, 1);
-        d2 += __shfl_xor_sync(quad, d2, 1);
-        d1 += __shfl_xor_sync(quad, d1, 2);
-        d2 += __shfl_xor_sync(quad, d2, 2);
-        const bool second_wins = rerank[r] && (d2 < d1 || (d2 == d1 && i2[r] < i1[r]));
-        r_max = fmaxf(r_max, second_wins ? rm2 : rm1);
-        if (live[r] && t == 0) {
-          const int64_t n = n0 + row[r];
-          out.ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(second_wins ? i2[r] : i1[r]);
-          out.dist[static_cast<int64_t>(h) * n_tokens + n] = static_cast<float>(second_wins ? d2 : d1);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          double d1 = 0.0, d2 = 0.0;
+          float rm1 = 0.0f, rm2 = 0.0f;
+          if (live[r]) {
+#pragma unroll
+            for (int q = 0; q < kQ; ++q)
+#pragma unroll
+              for (int k = 0; k < 8; ++k) {
+                const double e = static_cast<double>(xv[r][q][k]) - ca[r][q][k];
+                d1 += e * e;
+                x_max = fmaxf(x_max, fabsf(xv[r][q][k]));
+                if (want_resid)
+                  rm1 = fmaxf(rm1, fabsf(__fsub_rn(xv[r][q][k], __bfloat162float(__float2bfloat16_rn(ca[r][q][k])))));
+              }
+          }
+          if (rerank[r]) {  // rare: the runner-up's exact distance too
+            const float* c2 = ch + static_cast<int64_t>(i2[r]) * D;
+#pragma unroll
+            for (int q = 0; q < kQ; ++q) {
+              const int c8 = (t + 4 * q) * 8;
+#pragma unroll
+              for (int k = 0; k < 8; ++k) {
+                const float cb = c2[c8 + k];
+                const double e = static_cast<double>(xv[r][q][k]) - cb;
+                d2 += e * e;
+                if (want_resid) rm2 = fmaxf(rm2, fabsf(__fsub_rn(xv[r][q][k], __bfloat162float(__float2bfloat16_rn(cb)))));
+              }
+            }
+          }
+          const unsigned quad = 0xFu << (lane & ~3);
+          d1 += __shfl_xor_sync(quad, d1, 1);
+          d2 += __shfl_xor_sync(quad, d2, 1);
+          d1 += __shfl_xor_sync(quad, d1, 2);
+          d2 += __shfl_xor_sync(quad, d2, 2);
+          const bool second_wins = rerank[r] && (d2 < d1 || (d2 == d1 && i2[r] < i1[r]));
+          r_max = fmaxf(r_max, second_wins ? rm2 : rm1);
+          if (live[r] && t == 0) {
+            const int64_t n = n0 + row[r];
+            out.ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(second_wins ? i2[r] : i1[r]);
+            out.dist[static_cast<int64_t>(h) * n_tokens + n] = static_cast<float>(second_wins ? d2 : d1);
+          }
         }
       }
     }
