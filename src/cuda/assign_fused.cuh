@@ -26,7 +26,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <cfloat>
 #include <cstdint>
 #include <type_traits>
 
@@ -78,8 +77,23 @@ __device__ __forceinline__ void stage_rows_bf16(const __nv_bfloat16* __restrict_
   }
 }
 
-/// (value, index) pairs ordered by value, then index.
-__device__ __forceinline__ bool before(float v, int i, float w, int j) { return v < w || (v == w && i < j); }
+/// A (value, centroid index < 256) pair as one integer that orders as the
+/// pair does, value first: the value's bits made order-preserving (sign
+/// flipped for positives, all bits for negatives), its lowest 8 bits
+/// replaced by the index. Dropping those bits moves the value by less than
+/// 2^-15 of itself (key_value), which the re-ranking margin covers.
+__device__ __forceinline__ uint32_t rank_key(float v, int c) {
+  const uint32_t u = __float_as_uint(v);
+  const uint32_t o = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+  return (o & 0xFFFFFF00u) | static_cast<uint32_t>(c);
+}
+constexpr uint32_t kNoKey = 0xFFFFFFFFu;  // above every key of a finite value
+
+/// The value of a key, to 2^-15 relative.
+__device__ __forceinline__ float key_value(uint32_t k) {
+  const uint32_t o = k & 0xFFFFFF00u;
+  return __uint_as_float((o & 0x80000000u) ? (o ^ 0x80000000u) : ~o);
+}
 
 constexpr int kFusedTokens = 128;   // tokens per tile (4 warps x 32 rows)
 constexpr int kFusedThreads = 128;
@@ -199,12 +213,13 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
     __syncthreads();
 
     // 2. Products and the best two per row.
-    float best[2][2], second[2][2];
-    int arg[2][2], arg2[2][2];
+    // Rank keys (rank_key): the best and the runner-up of each of the
+    // thread's 4 rows, kNoKey while there is none.
+    uint32_t best[2][2], second[2][2];
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) best[i][j] = second[i][j] = FLT_MAX, arg[i][j] = arg2[i][j] = 0x7FFFFFFF;
+      for (int j = 0; j < 2; ++j) best[i][j] = second[i][j] = kNoKey;
     for (int c0 = 0; c0 < c_pad; c0 += kFusedCentTile) {
       float acc[2][8][4];
 #pragma unroll
@@ -239,7 +254,7 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) best[0][q & 1] += acc[q >> 1][j][q];
+          for (int q = 0; q < 4; ++q) best[0][q & 1] ^= __float_as_uint(acc[q >> 1][j][q]);
       } else {
         // acc[i][j] holds rows (g, g+8) of m-tile i, columns 2t, 2t+1 of n-tile j.
 #pragma unroll
@@ -253,13 +268,11 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
             for (int i = 0; i < 2; ++i)
 #pragma unroll
               for (int r = 0; r < 2; ++r) {
-                const float v = cn - 2.0f * acc[i][j][2 * r + e];
-                if (v < best[i][r]) {  // c increases: strict keeps the lowest index first
-                  second[i][r] = best[i][r], arg2[i][r] = arg[i][r];
-                  best[i][r] = v, arg[i][r] = c;
-                } else if (v < second[i][r]) {
-                  second[i][r] = v, arg2[i][r] = c;
-                }
+                // Top two by (value, index), branch-free: the key orders as
+                // the pair does (values equal to 2^-15 tie on the index).
+                const uint32_t k = rank_key(cn - 2.0f * acc[i][j][2 * r + e], c);
+                second[i][r] = min(second[i][r], max(best[i][r], k));
+                best[i][r] = min(best[i][r], k);
               }
           }
       }
@@ -273,7 +286,7 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
     if constexpr (kProbe == 1) {  // timing only: the bf16 pick, no exact distances
       if (t == 0 && n0 + warp * 32 + g < n_tokens)
         out.ids[static_cast<int64_t>(h) * n_tokens + n0 + warp * 32 + g] =
-            static_cast<uint8_t>(arg[0][0] + arg[1][1] + (best[0][1] < best[1][0]));
+            static_cast<uint8_t>(best[0][0] + best[1][1] + (best[0][1] < best[1][0]));
     } else {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -283,25 +296,25 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
         int row[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          v1[r] = best[i][r], v2[r] = second[i][r], i1[r] = arg[i][r], i2[r] = arg2[i][r];
+          // Top two of the quad's four lanes (their keys are distinct: the
+          // lanes hold different centroids).
+          uint32_t k1 = best[i][r], k2 = second[i][r];
           for (int off = 1; off < 4; off <<= 1) {
-            const float w1 = __shfl_xor_sync(0xFFFFFFFFu, v1[r], off), w2 = __shfl_xor_sync(0xFFFFFFFFu, v2[r], off);
-            const int j1 = __shfl_xor_sync(0xFFFFFFFFu, i1[r], off), j2 = __shfl_xor_sync(0xFFFFFFFFu, i2[r], off);
-            if (before(w1, j1, v1[r], i1[r])) {  // other's best wins; runner-up: min(own best, other's second)
-              const bool own = before(v1[r], i1[r], w2, j2);
-              v2[r] = own ? v1[r] : w2, i2[r] = own ? i1[r] : j2;
-              v1[r] = w1, i1[r] = j1;
-            } else if (before(w1, j1, v2[r], i2[r])) {
-              v2[r] = w1, i2[r] = j1;
-            }
+            const uint32_t o1 = __shfl_xor_sync(0xFFFFFFFFu, k1, off), o2 = __shfl_xor_sync(0xFFFFFFFFu, k2, off);
+            k2 = min(max(k1, o1), min(k2, o2));
+            k1 = min(k1, o1);
           }
+          i1[r] = static_cast<int>(k1 & 0xFFu), v1[r] = key_value(k1);
+          const bool has2 = k2 != kNoKey;
+          i2[r] = has2 ? static_cast<int>(k2 & 0xFFu) : i1[r], v2[r] = has2 ? key_value(k2) : v1[r];
           row[r] = warp * 32 + i * 16 + g + 8 * r;
           live[r] = n0 + row[r] < n_tokens;  // the same for the 4 lanes of the quad
-          // Each product's bf16 error is at most 2^-7 ||x|| ||c||: re-rank when
-          // the gap is within the sum of the two bounds.
-          rerank[r] = live[r] && i2[r] < c_count &&
+          // Each product's bf16 error is at most 2^-7 ||x|| ||c||, and a key
+          // holds its value to 2^-15 relative: re-rank when the gap is within
+          // the sum of those bounds.
+          rerank[r] = live[r] && has2 &&
                       v2[r] - v1[r] <= 0.0078125f * xnorm[row[r]] * (sqrtf(cn_s[i1[r]]) + sqrtf(cn_s[i2[r]])) +
-                                           1e-6f * fabsf(v1[r]);
+                                           0x1p-14f * (fabsf(v1[r]) + fabsf(v2[r])) + 1e-6f * fabsf(v1[r]);
         }
         float xv[2][kQ][8];
         float ca[2][kQ][8];
