@@ -62,9 +62,7 @@ int main(int argc, char** argv) {
       for (const std::string spec : {"qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
         const CodecConfig c = parse_codec_spec(spec);
         const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
-        GpuKMeansOptions km;
-        km.params = c.kmeans;
-        km.check_convergence = false;
+        const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
         Encoder enc;
         DeviceParts parts;
         enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
@@ -126,9 +124,7 @@ int main(int argc, char** argv) {
         for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
           const CodecConfig c = parse_codec_spec(spec);
           const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
-          GpuKMeansOptions km;
-          km.params = c.kmeans;
-          km.check_convergence = false;  // fixed iterations, no host sync
+          const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
           Encoder enc;
           DeviceParts parts;
           double fp32_ms = 0;  // the same encode with fp32 CUDA-core assignment products

@@ -32,37 +32,24 @@ namespace {
 
 constexpr int kD = 128;
 
-/// The tile kernel's stores with nothing to decode (U units of 16 values).
-/// Each warp store instruction writes 16 of every 32 bytes of 1 KiB.
-template <int U>
+/// The tile kernel's stores with nothing to decode: U units of VALS values
+/// per thread, 256 units apart. VALS = 16: two 16-byte stores per lane, so
+/// each warp store instruction writes 16 of every 32 bytes of 1 KiB; VALS =
+/// 8 (decode_tile_kernel VALS = 8): one, so a warp store instruction writes
+/// 512 contiguous bytes. If the half-sector pattern is what costs, VALS = 8
+/// should run near memset.
+template <int VALS, int U>
 __global__ void __launch_bounds__(kTileThreads) write_only_kernel(uint16_t* __restrict__ out, int64_t per_head) {
-  const uint32_t units = static_cast<uint32_t>(per_head / 16);
+  const uint32_t units = static_cast<uint32_t>(per_head / VALS);
   const uint32_t first = blockIdx.x * (kTileThreads * U) + threadIdx.x;
   uint16_t* o = out + static_cast<int64_t>(blockIdx.y) * per_head;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const uint32_t i = first + u * kTileThreads;
     if (i >= units) break;
-    uint4* q = reinterpret_cast<uint4*>(o + i * 16);
-    q[0] = make_uint4(i, i, i, i);
-    q[1] = make_uint4(i, i, i, i);
-  }
-}
-
-/// The same with units of 8 values (decode_tile_kernel VALS = 8): one
-/// 16-byte store per lane, so a warp store instruction writes 512 contiguous
-/// bytes. If the half-sector pattern above is what costs, this one should
-/// run near memset.
-template <int U>
-__global__ void __launch_bounds__(kTileThreads) write_contig_kernel(uint16_t* __restrict__ out, int64_t per_head) {
-  const uint32_t units = static_cast<uint32_t>(per_head / 8);
-  const uint32_t first = blockIdx.x * (kTileThreads * U) + threadIdx.x;
-  uint16_t* o = out + static_cast<int64_t>(blockIdx.y) * per_head;
+    uint4* q = reinterpret_cast<uint4*>(o + i * VALS);
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const uint32_t i = first + u * kTileThreads;
-    if (i >= units) break;
-    *reinterpret_cast<uint4*>(o + i * 8) = make_uint4(i, i, i, i);
+    for (int j = 0; j < VALS / 8; ++j) q[j] = make_uint4(i, i, i, i);
   }
 }
 
@@ -176,16 +163,16 @@ int main(int argc, char** argv) {
     };
     const dim3 g2 = wgrid(16, 2);
     row("-", "write-only v16 U=1", timer.median_ms(reps, [&] {
-          write_only_kernel<1><<<wgrid(16, 1), kTileThreads>>>(out.get(), per_head);
+          write_only_kernel<16, 1><<<wgrid(16, 1), kTileThreads>>>(out.get(), per_head);
         }), out_bytes);
     row("-", "write-only v16 U=2", timer.median_ms(reps, [&] {
-          write_only_kernel<2><<<g2, kTileThreads>>>(out.get(), per_head);
+          write_only_kernel<16, 2><<<g2, kTileThreads>>>(out.get(), per_head);
         }), out_bytes);
     row("-", "write-only v8 U=1", timer.median_ms(reps, [&] {
-          write_contig_kernel<1><<<wgrid(8, 1), kTileThreads>>>(out.get(), per_head);
+          write_only_kernel<8, 1><<<wgrid(8, 1), kTileThreads>>>(out.get(), per_head);
         }), out_bytes);
     row("-", "write-only v8 U=2", timer.median_ms(reps, [&] {
-          write_contig_kernel<2><<<wgrid(8, 2), kTileThreads>>>(out.get(), per_head);
+          write_only_kernel<8, 2><<<wgrid(8, 2), kTileThreads>>>(out.get(), per_head);
         }), out_bytes);
     DeviceBuffer<uint32_t> codes(static_cast<size_t>(32 * per_head / 16));
     QVG_CUDA_CHECK(cudaMemset(codes.get(), 0x5A, codes.bytes()));
@@ -196,9 +183,7 @@ int main(int argc, char** argv) {
     for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
       const CodecConfig c = parse_codec_spec(spec);
       const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
-      GpuKMeansOptions km;
-      km.params = c.kmeans;
-      km.check_convergence = false;
+      const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
       Encoder enc;
       DeviceParts parts;
       enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
@@ -221,7 +206,9 @@ int main(int argc, char** argv) {
       };
       for (const auto& [name, k] : {std::pair{"vals16", DecodeKernel::vals16}, std::pair{"vals8", DecodeKernel::vals8},
                                     std::pair{"rows", DecodeKernel::rows}, std::pair{"tile (default)", DecodeKernel::tile}}) {
-        row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, k); }), bytes);
+        const DecodeKernel kernel = k;  // a lambda may not capture a structured binding in C++17
+        row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, kernel); }),
+            bytes);
         check(name);
       }
       auto tile = [&](const char* name, auto launch) {

@@ -32,12 +32,15 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
                                               const std::vector<uint8_t>& centroids, const std::vector<uint8_t>& ids,
                                               TensorRole role = TensorRole::key);
 
-/// The fused decode kernels of qvg / rtn (all give the same bits; the
-/// default is `vals16`, the fastest or within 5 % at the benchmark shapes,
-/// docs/BENCHMARKS.md): `vals16` / `vals8` = one thread per 16 / 8
-/// consecutive values; `rows` = D/8 lanes per row, 8 values each, whole rows
-/// per warp store, 4 rows per thread (dim 64 and 128 only). Other methods
-/// ignore the choice.
+/// The fused decode kernels of qvg / rtn (all give the same bits). The
+/// default (`automatic`) is `tile` where it applies (dim 64 or 128, at most 4
+/// stages, under 2^30 values per head; else `vals16`): one block per head
+/// and token tile, 32-bit offsets, 1-4 units of 16 values per thread with
+/// every load issued first (1.4-1.7x the others on the H200,
+/// docs/BENCHMARKS.md). `vals16` / `vals8` = one thread per 16 / 8
+/// consecutive values, any shape; `rows` = D/8 lanes per row, 8 values each,
+/// whole rows per warp store, 4 rows per thread (dim 64 and 128, whole
+/// tensors only). Other methods ignore the choice.
 enum class DecodeKernel { automatic, tile, rows, vals16, vals8 };
 
 /// Fused GPU decode to BF16 bits ([heads, tokens, dim]): the float decode

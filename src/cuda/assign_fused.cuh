@@ -118,26 +118,6 @@ constexpr size_t assign_fused_smem(int c_count) {
   return static_cast<size_t>(kFusedTokens + c_pad) * (D + kTcPad) * 2;
 }
 
-/// float x 8 of a row chunk (16 bytes of bf16/f16, 32 of float).
-template <typename T>
-__device__ __forceinline__ void load8_as_float(const T* p, float* v) {
-  if constexpr (sizeof(T) == 4) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      T lo, hi;
-      *reinterpret_cast<uint16_t*>(&lo) = static_cast<uint16_t>(w[i] & 0xFFFFu);
-      *reinterpret_cast<uint16_t*>(&hi) = static_cast<uint16_t>(w[i] >> 16);
-      v[2 * i] = load_as_float(&lo);
-      v[2 * i + 1] = load_as_float(&hi);
-    }
-  }
-}
-
 /// Grid (ceil(N / (128 * kFusedTiles)), H); block 128; dynamic smem
 /// assign_fused_smem<D>(C). C <= 256. Heads with active[h] == 0 are skipped.
 /// kProbe != 0 leaves one phase out, for timing by difference only

@@ -50,14 +50,20 @@ __device__ __forceinline__ void word_as_float(const uint4& u, float* v) {
   }
 }
 
-/// 16 consecutive values (16-byte aligned) -> float, with 16-byte loads.
-template <typename T>
-__device__ __forceinline__ void load16_as_float(const T* p, float* v) {
-  constexpr int kWords = static_cast<int>(sizeof(T));  // 16 values of sizeof(T) bytes, 16 bytes a word
+/// N consecutive values (N * sizeof(T) a multiple of 16, 16-byte aligned)
+/// -> float, with 16-byte loads.
+template <int N, typename T>
+__device__ __forceinline__ void load_vals_as_float(const T* p, float* v) {
+  constexpr int kPerWord = 16 / static_cast<int>(sizeof(T));
+  static_assert(N % kPerWord == 0, "whole 16-byte words");
   const uint4* q = reinterpret_cast<const uint4*>(p);
 #pragma unroll
-  for (int j = 0; j < kWords; ++j) word_as_float<T>(q[j], v + j * (16 / kWords));
+  for (int j = 0; j < N / kPerWord; ++j) word_as_float<T>(q[j], v + j * kPerWord);
 }
+template <typename T>
+__device__ __forceinline__ void load16_as_float(const T* p, float* v) { load_vals_as_float<16>(p, v); }
+template <typename T>
+__device__ __forceinline__ void load8_as_float(const T* p, float* v) { load_vals_as_float<8>(p, v); }
 
 template <typename T>
 __device__ __forceinline__ void store_from_float(T* p, float v);
