@@ -20,7 +20,8 @@
 //      (then the exact order decides, ties to the lower index); max |x| and
 //      max |x - bf16(c_pick)| when asked for.
 // So ids match an exact assignment unless three or more centroids lie
-// within the bound, and dist is ||x - c||^2 of the chosen centroid in double.
+// within the bound (about 2^-7 ||x|| ||c|| for bf16 x, 2^-6 otherwise), and
+// dist is ||x - c||^2 of the chosen centroid in double.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -132,6 +133,12 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
                                                                     AssignOutputs out) {
   static_assert(D == 64 || D == 128, "fused assignment: D = 64 or 128");
   constexpr int kStride = D + kTcPad;  // bf16 elements per smem row
+  // Error of v = ||c||^2 - 2 x.c from the bf16 products, over ||x|| ||c||:
+  // rounding to bf16 moves each operand by up to 2^-8 relative, so x.c by
+  // 2^-8 ||x|| ||c|| when only c is rounded (bf16 x is exact) and 2^-7 when
+  // both are, and v by twice that; the 1/64 extra covers the tensor cores'
+  // fp32 accumulation (about D 2^-24 relative).
+  constexpr float kRankErr = (std::is_same_v<T, __nv_bfloat16> ? 0x1p-7f : 0x1p-6f) * (1.0f + 0x1p-6f);
   constexpr int kChunks = D / 8;       // 16-byte bf16 chunks per row
   const int h = blockIdx.y;
   if (active && !active[h]) return;
@@ -289,12 +296,14 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
           i2[r] = has2 ? static_cast<int>(k2 & 0xFFu) : i1[r], v2[r] = has2 ? key_value(k2) : v1[r];
           row[r] = warp * 32 + i * 16 + g + 8 * r;
           live[r] = n0 + row[r] < n_tokens;  // the same for the 4 lanes of the quad
-          // Each product's bf16 error is at most 2^-7 ||x|| ||c||, and a key
-          // holds its value to 2^-15 relative: re-rank when the gap is within
-          // the sum of those bounds.
+          // Re-rank when the gap is within the sum of the two values' error
+          // bounds: kRankErr ||x|| ||c|| from the bf16 operands (see
+          // kRankErr), ||c||^2 rounded in float (2^-16 covers D <= 256
+          // terms), and the keys' 2^-15 (2^-14 covers both keys).
           rerank[r] = live[r] && has2 &&
-                      v2[r] - v1[r] <= 0.0078125f * xnorm[row[r]] * (sqrtf(cn_s[i1[r]]) + sqrtf(cn_s[i2[r]])) +
-                                           0x1p-14f * (fabsf(v1[r]) + fabsf(v2[r])) + 1e-6f * fabsf(v1[r]);
+                      v2[r] - v1[r] <= kRankErr * xnorm[row[r]] * (sqrtf(cn_s[i1[r]]) + sqrtf(cn_s[i2[r]])) +
+                                           0x1p-16f * (cn_s[i1[r]] + cn_s[i2[r]]) +
+                                           0x1p-14f * (fabsf(v1[r]) + fabsf(v2[r]));
         }
         float xv[2][kQ][8];
         float ca[2][kQ][8];

@@ -144,12 +144,9 @@ template <int D, typename T>
 void launch_assign(const T* x, int64_t n, const float* cent, const float* cnorm, int c, int heads, const int* active,
                    uint8_t* ids, float* dist, cudaStream_t s) {
   const size_t smem = 2 * D * kAssignTokens * sizeof(float);
-  static bool configured = false;  // per template instance; attribute setting is idempotent
-  if (!configured) {
-    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
-    configured = true;
-  }
+  // Every launch: the attribute belongs to the current device's context.
+  QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((n + kAssignTokens - 1) / kAssignTokens), static_cast<unsigned>(heads));
   assign_kernel<D, T><<<grid, kAssignThreads, smem, s>>>(x, n, cent, cnorm, c, active, ids, dist);
   check_launch();
@@ -168,12 +165,9 @@ void launch_assign_fused(const T* x, int64_t n, const float* cent, uint16_t* cen
     check_launch();
   }
   const size_t smem = assign_fused_smem<D>(c);
-  static bool configured = false;  // per template instance; set for the largest C (256)
-  if (!configured) {
-    QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_fused_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(assign_fused_smem<D>(kFusedMaxCentroids))));
-    configured = true;
-  }
+  // Every launch: the attribute belongs to the current device's context.
+  QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_fused_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)));
   constexpr int64_t kPerBlock = int64_t{kFusedTokens} * kFusedTiles;
   const dim3 grid(static_cast<unsigned>((n + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(heads));
   assign_fused_kernel<D, T><<<grid, kFusedThreads, smem, s>>>(x, n, cent, reinterpret_cast<const __nv_bfloat16*>(cent_b),
@@ -523,11 +517,13 @@ void decode_range(const QvgShape& sh, QvgParts p, const DecodeRange& range, void
   QVG_CHECK(kernel != DecodeKernel::rows || whole, "decode: the rows kernel decodes whole tensors only");
   const bool d_ok = sh.dim == 64 || sh.dim == 128;
   const bool rows_ok = d_ok && sh.tokens < (int64_t{1} << 30);
-  const bool tile_ok = d_ok && sh.stages <= kTileMaxStages && range.count * sh.dim < (int64_t{1} << 30);
+  const bool tile_ok = d_ok && sh.stages <= kTileMaxStages && range.count * sh.dim < (int64_t{1} << 30) &&
+                       sh.heads <= 65535;  // grid.y
   if (kernel == DecodeKernel::automatic) kernel = tile_ok ? DecodeKernel::tile : DecodeKernel::vals16;
   QVG_CHECK(kernel != DecodeKernel::rows || rows_ok, "decode: the rows kernel needs dim 64 or 128, got ", sh.dim);
-  QVG_CHECK(kernel != DecodeKernel::tile || tile_ok, "decode: the tile kernel needs dim 64 or 128 and at most ",
-            kTileMaxStages, " stages, got dim ", sh.dim, " and ", sh.stages, " stages");
+  QVG_CHECK(kernel != DecodeKernel::tile || tile_ok, "decode: the tile kernel needs dim 64 or 128, at most ",
+            kTileMaxStages, " stages, at most 65535 heads and under 2^30 values per head; got dim ", sh.dim, ", ",
+            sh.stages, " stages, ", sh.heads, " heads, ", range.count, " tokens");
   constexpr int kRows = 4;  // rows per thread of the rows kernel
   auto launch = [&](auto bits_tag, auto out_tag) {
     constexpr int B = decltype(bits_tag)::value;

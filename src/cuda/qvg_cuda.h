@@ -54,7 +54,7 @@ struct GpuKMeansOptions {
   /// computes them) instead of bf16 on the tensor cores (default: 16x faster;
   /// rows whose bf16 ranking could be wrong are re-ranked by exact distance,
   /// so ids differ from an exact assignment only where three or more
-  /// centroids lie within ~2^-7 ||x|| ||c|| of the nearest).
+  /// centroids lie within ~2^-7 ||x|| ||c|| (bf16 input; 2^-6 for others)).
   bool fp32_assign = false;
 
   /// Exactly params.max_iter iterations for every head, no host
