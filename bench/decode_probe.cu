@@ -87,10 +87,8 @@ dim3 tile_grid(const QvgShape& sh) {
 
 template <int S, int U, int VALS>
 void launch_tile(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  int shift = 0;
-  while ((1 << shift) < sh.block) ++shift;
   decode_tile_kernel<2, kD, S, U, __nv_bfloat16, VALS>
-      <<<tile_grid<U, VALS>(sh), kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, shift);
+      <<<tile_grid<U, VALS>(sh), kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, block_shift(sh));
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -315,13 +315,7 @@ __global__ void __launch_bounds__(kFusedThreads) assign_fused_kernel(const T* __
           for (int q = 0; q < kQ; ++q) {
             const int c8 = (t + 4 * q) * 8;
             if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-              const uint4 u = *reinterpret_cast<const uint4*>(xs + rr * kStride + c8);
-              const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-              for (int k = 0; k < 4; ++k) {
-                xv[r][q][2 * k] = __uint_as_float(w[k] << 16);
-                xv[r][q][2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
-              }
+              word_as_float<T>(*reinterpret_cast<const uint4*>(xs + rr * kStride + c8), xv[r][q]);
             } else {
               load8_as_float(xh + (n0 + rr) * D + c8, xv[r][q]);
             }

@@ -78,11 +78,10 @@ void launch_quantize(const InT* x, const QvgShape& sh, QvgParts p, unsigned* hea
     launch_absmax(x, sh, p, head_max, s);
   }
   if (encode_tile_ok(sh)) {
-    int block_shift = 0;
-    while ((1 << block_shift) < sh.block) ++block_shift;
+    const int shift = block_shift(sh);
     with_encode_tile(sh, [&](auto d, auto st) {
       quantize_tile_kernel<BITS, InT, decltype(d)::value, decltype(st)::value, kEncTileUnits>
-          <<<encode_tile_grid(sh), kEncTileThreads, 0, s>>>(x, sh, p, head_max, block_shift);
+          <<<encode_tile_grid(sh), kEncTileThreads, 0, s>>>(x, sh, p, head_max, shift);
     });
   } else {
     const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
@@ -181,9 +180,7 @@ void launch_decode_tile_ds(const QvgShape& sh, QvgParts p, const DecodeRange& ra
   constexpr int kPerBlock = kTileThreads * U;
   const int64_t units = range.count * (D / 16);
   const dim3 grid(static_cast<unsigned>((units + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(sh.heads));
-  int block_shift = 0;
-  while ((1 << block_shift) < sh.block) ++block_shift;
-  decode_tile_kernel<BITS, D, S, U, OutT><<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift);
+  decode_tile_kernel<BITS, D, S, U, OutT><<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift(sh));
 }
 
 template <int BITS, int D, typename OutT>

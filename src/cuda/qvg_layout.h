@@ -23,6 +23,14 @@ struct QvgShape {
   int centroids = 0;
 };
 
+/// log2 of the quantization block (a power of two: validate()), the shift
+/// the tiled kernels index scales with.
+inline int block_shift(const QvgShape& sh) {
+  int shift = 0;
+  while ((1 << shift) < sh.block) ++shift;
+  return shift;
+}
+
 /// Device pointers to the parts (layouts: docs/FORMAT.md).
 struct QvgParts {
   uint8_t* codes = nullptr;        ///< [H][N][D*b/8]
