@@ -1,16 +1,20 @@
-// Where the fused k-means assignment spends its time, by difference: the
-// kernel in full and with one phase left out (assign_fused_kernel's kProbe),
-// at the LongCat shape [1, 32, 29640, 128], bf16 x, C = 256.
+// The tensor-core k-means assignment (assign_tc.cuh) at the LongCat shape
+// [1, 32, 29640, 128], C = 256: each output mode the encoder uses (ids only;
+// + the quantizer's max |residual|; + every row's exact distance, as the
+// convergence check needs; + max |x|), bf16 and float input, and a few block
+// shapes (warps per block, register cap). Every variant's ids and distances
+// are checked against the default's (they compute the same function).
 //   bench_assign_probe [--reps N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "bench_data.h"
-#include "cuda/assign_fused.cuh"
+#include "cuda/assign_tc.cuh"
 #include "cuda_timer.h"
 #include "qvg/half.h"
 
@@ -22,18 +26,19 @@ namespace {
 constexpr int kD = 128, kC = 256, kH = 32;
 constexpr int64_t kN = 29640;
 
-template <int kProbe>
-void launch(const __nv_bfloat16* x, const float* cent, const __nv_bfloat16* cent_b, const float* cnorm,
-            const AssignOutputs& o) {
-  const size_t smem = assign_fused_smem<kD>(kC);
-  QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_fused_kernel<kD, __nv_bfloat16, kProbe>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  constexpr int64_t kPerBlock = int64_t{kFusedTokens} * kFusedTiles;
-  const dim3 grid(static_cast<unsigned>((kN + kPerBlock - 1) / kPerBlock), kH);
-  assign_fused_kernel<kD, __nv_bfloat16, kProbe><<<grid, kFusedThreads, smem>>>(x, kN, cent, cent_b, cnorm, kC,
-                                                                                nullptr, o);
-  QVG_CUDA_CHECK(cudaGetLastError());
-}
+struct Outs {
+  DeviceBuffer<uint8_t> ids{static_cast<size_t>(kH * kN)};
+  DeviceBuffer<float> dist{static_cast<size_t>(kH * kN)};
+  DeviceBuffer<unsigned> xmax{kH}, rmax{kH};
+  AssignOutputs view(bool dist_on, bool resid_on, bool xmax_on) {
+    AssignOutputs o;
+    o.ids = ids.get();
+    o.dist = dist_on ? dist.get() : nullptr;
+    o.resid_max = resid_on ? rmax.get() : nullptr;
+    o.x_max = xmax_on ? xmax.get() : nullptr;
+    return o;
+  }
+};
 
 }  // namespace
 
@@ -49,49 +54,98 @@ int main(int argc, char** argv) {
   try {
     const HeadTensor x = bench::random_normal(kH, kN, kD, 3);
     const std::vector<uint16_t> xb = bench::to_bf16(x);
-    // Centroids: every (N/C)-th row of each head, as float, bf16 and norms.
-    std::vector<float> cent(static_cast<size_t>(kH) * kC * kD), cnorm(static_cast<size_t>(kH) * kC);
-    std::vector<uint16_t> cent_b(cent.size());
+    // Centroids: every (N/C)-th row of each head (bf16 values, as a random start takes).
+    std::vector<float> cent(static_cast<size_t>(kH) * kC * kD);
     for (int h = 0; h < kH; ++h)
-      for (int c = 0; c < kC; ++c) {
-        double s = 0;
-        for (int k = 0; k < kD; ++k) {
-          const float v = bf16_to_float(xb[(static_cast<size_t>(h) * kN + c * (kN / kC)) * kD + k]);
-          cent[(static_cast<size_t>(h) * kC + c) * kD + k] = v;
-          cent_b[(static_cast<size_t>(h) * kC + c) * kD + k] = bf16_from_float(v);
-          s += double(v) * v;
-        }
-        cnorm[static_cast<size_t>(h) * kC + c] = static_cast<float>(s);
-      }
-    DeviceBuffer<uint16_t> xd, cbd;
-    DeviceBuffer<float> cd, cnd, dist(static_cast<size_t>(kH * kN));
-    DeviceBuffer<uint8_t> ids(static_cast<size_t>(kH * kN));
-    DeviceBuffer<unsigned> xmax(kH), rmax(kH);
+      for (int c = 0; c < kC; ++c)
+        for (int k = 0; k < kD; ++k)
+          cent[(static_cast<size_t>(h) * kC + c) * kD + k] =
+              bf16_to_float(xb[(static_cast<size_t>(h) * kN + c * (kN / kC)) * kD + k]);
+    DeviceBuffer<uint16_t> xd;
+    DeviceBuffer<float> xf, cd;
     xd.upload(xb.data(), xb.size());
-    cbd.upload(cent_b.data(), cent_b.size());
+    xf.upload(x.data.data(), x.data.size());
     cd.upload(cent.data(), cent.size());
-    cnd.upload(cnorm.data(), cnorm.size());
-    QVG_CUDA_CHECK(cudaMemset(xmax.get(), 0, xmax.bytes()));
-    QVG_CUDA_CHECK(cudaMemset(rmax.get(), 0, rmax.bytes()));
-    AssignOutputs o;
-    o.ids = ids.get();
-    o.dist = dist.get();
-    o.x_max = xmax.get();
-    o.resid_max = rmax.get();
     auto* xp = reinterpret_cast<const __nv_bfloat16*>(xd.get());
-    auto* cbp = reinterpret_cast<const __nv_bfloat16*>(cbd.get());
+    Outs ref, got;
+    QVG_CUDA_CHECK((launch_assign_tc<kD, __nv_bfloat16>(xp, kN, cd.get(), kC, kH, nullptr, ref.view(true, true, true), 0)));
+    std::vector<uint8_t> ids_ref(static_cast<size_t>(kH * kN)), ids_got(ids_ref.size());
+    std::vector<float> dist_ref(ids_ref.size()), dist_got(ids_ref.size());
+    ref.ids.download(ids_ref.data(), ids_ref.size());
+    ref.dist.download(dist_ref.data(), dist_ref.size());
+
     bench::Timer timer;
     const double flop = 2.0 * kH * kN * kC * kD;
-    const char* names[] = {"full", "no exact distances", "no top-two epilogue", "no tensor-core products"};
-    double ms[4];
-    ms[0] = timer.median_ms(reps, [&] { launch<0>(xp, cd.get(), cbp, cnd.get(), o); });
-    ms[1] = timer.median_ms(reps, [&] { launch<1>(xp, cd.get(), cbp, cnd.get(), o); });
-    ms[2] = timer.median_ms(reps, [&] { launch<2>(xp, cd.get(), cbp, cnd.get(), o); });
-    ms[3] = timer.median_ms(reps, [&] { launch<3>(xp, cd.get(), cbp, cnd.get(), o); });
-    std::printf("fused assignment, LongCat [1,32,29640,128] bf16, C=256 (%.1f GFLOP of products)\n", flop / 1e9);
-    for (int i = 0; i < 4; ++i)
-      std::printf("  %-26s %8.4f ms   (full minus this: %+.4f ms)   %6.1f TFLOP/s\n", names[i], ms[i], ms[0] - ms[i],
-                  flop / (ms[i] * 1e9));
+    std::printf("tensor-core assignment, LongCat [1,32,29640,128], C=256 (%.1f GFLOP of products)\n", flop / 1e9);
+    std::printf("  %-34s %-20s %9s %9s  %s\n", "mode", "block", "ms", "TFLOP/s", "same ids/dist as default");
+    int bad = 0;
+    auto run = [&](const char* mode, const char* block, bool d, bool r, bool m, auto&& launch) {
+      QVG_CUDA_CHECK(cudaMemset(got.ids.get(), 0xEE, got.ids.bytes()));
+      const double ms = timer.median_ms(reps, [&] { QVG_CUDA_CHECK(launch(got.view(d, r, m))); });
+      got.ids.download(ids_got.data(), ids_got.size());
+      bool same = ids_got == ids_ref;
+      if (d) {
+        got.dist.download(dist_got.data(), dist_got.size());
+        same = same && dist_got == dist_ref;
+      }
+      bad += !same;
+      std::printf("  %-34s %-20s %9.4f %9.1f  %s\n", mode, block, ms, flop / (ms * 1e9), same ? "yes" : "NO");
+    };
+    auto bf = [&](auto warps, auto minb, auto probe) {
+      return [&, warps, minb, probe](const AssignOutputs& o) {
+        return launch_assign_tc<kD, __nv_bfloat16, decltype(warps)::value, decltype(minb)::value,
+                                decltype(probe)::value>(xp, kN, cd.get(), kC, kH, nullptr, o, 0);
+      };
+    };
+    using W8 = std::integral_constant<int, 8>;
+    using W12 = std::integral_constant<int, 12>;
+    using W16 = std::integral_constant<int, 16>;
+    using M1 = std::integral_constant<int, 1>;
+    using P0 = std::integral_constant<int, 0>;
+    run("bf16: ids", "16 warps (default)", false, false, false, bf(W16{}, M1{}, P0{}));
+    run("bf16: ids", "8 warps", false, false, false, bf(W8{}, M1{}, P0{}));
+    run("bf16: ids", "12 warps", false, false, false, bf(W12{}, M1{}, P0{}));
+    run("bf16: ids + max|x - c| (last)", "16 warps (default)", false, true, false, bf(W16{}, M1{}, P0{}));
+    run("bf16: ids + max|x| (first)", "16 warps (default)", false, false, true, bf(W16{}, M1{}, P0{}));
+    run("bf16: ids + dist (convergence)", "16 warps (default)", true, false, false, bf(W16{}, M1{}, P0{}));
+    // Phases left out (timing by difference only: the outputs are wrong).
+    std::printf("  phases left out (ids mode, 16 warps; outputs not checked):\n");
+    const char* probe_names[] = {"", "no exact phase", "no top-two epilogue", "no tensor-core products"};
+    auto probe = [&](int k, auto&& launch) {
+      const double ms = timer.median_ms(reps, [&] { QVG_CUDA_CHECK(launch(got.view(false, false, false))); });
+      std::printf("  %-34s %-20s %9.4f %9.1f\n", probe_names[k], "16 warps", ms, flop / (ms * 1e9));
+    };
+    probe(1, bf(W16{}, M1{}, std::integral_constant<int, 1>{}));
+    probe(2, bf(W16{}, M1{}, std::integral_constant<int, 2>{}));
+    probe(3, bf(W16{}, M1{}, std::integral_constant<int, 3>{}));
+    // How many rows the exact phase re-ranks (the rest keep the bf16 pick).
+    {
+      Outs p1;
+      QVG_CUDA_CHECK((launch_assign_tc<kD, __nv_bfloat16, 16, 1, 1>(xp, kN, cd.get(), kC, kH, nullptr,
+                                                                    p1.view(false, false, false), 0)));
+      std::vector<uint8_t> bf16_pick(ids_ref.size());
+      p1.ids.download(bf16_pick.data(), bf16_pick.size());
+      int64_t moved = 0;
+      for (size_t i = 0; i < ids_ref.size(); ++i) moved += bf16_pick[i] != ids_ref[i];
+      std::printf("  rows whose exact re-ranking changed the bf16 pick: %lld of %lld (%.3f %%)\n",
+                  static_cast<long long>(moved), static_cast<long long>(ids_ref.size()),
+                  100.0 * moved / ids_ref.size());
+    }
+    // Float input (QVG-Pro's residual stages): ids may differ from the bf16
+    // run's (other rounding), so only the time counts here.
+    std::printf("  float input (ids not compared: x is not rounded to bf16 before the exact re-ranking):\n");
+    for (const bool d : {false, true}) {
+      QVG_CUDA_CHECK(cudaDeviceSynchronize());
+      const double ms = timer.median_ms(reps, [&] {
+        QVG_CUDA_CHECK((launch_assign_tc<kD, float>(xf.get(), kN, cd.get(), kC, kH, nullptr, got.view(d, false, false), 0)));
+      });
+      std::printf("  %-34s %-20s %9.4f %9.1f\n", d ? "float: ids + dist" : "float: ids", "16 warps (default)", ms,
+                  flop / (ms * 1e9));
+    }
+    if (bad) {
+      std::fprintf(stderr, "bench_assign_probe: %d variant(s) disagree with the default\n", bad);
+      return 1;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_assign_probe: error: %s\n", e.what());
     return 1;

@@ -6,7 +6,8 @@
 # Environment: QVG_BENCH_REPS (default 20), QVG_BENCH_QUICK (skip the CPU error
 # comparison on random data), QVG_SKIP_BENCH, QVG_SKIP_PROBE (bench_decode_probe), QVG_SKIP_RUNTIME (the model's
 # QVG-over-BF16 overhead runs), QVG_SKIP_NCU, QVG_NCU_DECODE (ncu detail of
-# the decode kernels).
+# the decode kernels), QVG_SKIP_ASSIGN (bench_assign_probe), QVG_NCU_ASSIGN (ncu
+# detail of the k-means assignment).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/qvg-gpu-out}
@@ -18,7 +19,7 @@ step "configure + build"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
   >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_model_cuda test_kmeans test_codecs test_formats test_group_quant bench_cuda bench_decode_probe bench_model_cuda \
+cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_model_cuda test_kmeans test_codecs test_formats test_group_quant bench_cuda bench_decode_probe bench_model_cuda bench_assign_probe \
   >>"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 rc=0
 step "tests"
@@ -28,7 +29,7 @@ done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
 step "compute-sanitizer memcheck"
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
-  --gtest_filter='Cuda.QuantizeGiven*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.CacheReadDevice*:Cuda.KMeansMatchesCpu*:Cuda.WarmStart*:Cuda.EncodeEquals*:Cuda.AssignmentReRanks*' \
+  --gtest_filter='Cuda.QuantizeGiven*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.CacheReadDevice*:Cuda.KMeansMatchesCpu*:Cuda.WarmStart*:Cuda.EncodeEquals*:Cuda.Assignment*' \
   >"$OUT/sanitizer.log" 2>&1 || rc=1
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_baselines --gtest_brief=1 \
   >>"$OUT/sanitizer.log" 2>&1 || rc=1
@@ -39,6 +40,8 @@ compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda 
 tail -4 "$OUT/sanitizer.log"
 step "decode probe"
 [ -n "${QVG_SKIP_PROBE:-}" ] || build-gpu/bench/bench_decode_probe --reps "${QVG_BENCH_REPS:-20}" --json "$OUT/decode_probe.json" 2>&1 | tee "$OUT/decode_probe.log" || rc=1
+step "assignment probe"
+[ -n "${QVG_SKIP_ASSIGN:-}" ] || build-gpu/bench/bench_assign_probe --reps "${QVG_BENCH_REPS:-20}" 2>&1 | tee "$OUT/assign_probe.log" || rc=1
 step "benchmark"
 [ -n "${QVG_SKIP_BENCH:-}" ] || build-gpu/bench/bench_cuda --json "$OUT/bench_cuda.json" --reps "${QVG_BENCH_REPS:-20}" ${QVG_BENCH_QUICK:+--quick} 2>&1 | tee "$OUT/bench_cuda.log" || rc=1
 if [ -z "${QVG_SKIP_RUNTIME:-}" ]; then  # the model on the GPU: QVG cache overhead over BF16 per chunk
@@ -47,15 +50,25 @@ if [ -z "${QVG_SKIP_RUNTIME:-}" ]; then  # the model on the GPU: QVG cache overh
     build-gpu/bench/bench_model_cuda --no-cpu --passes 5 --chunks 14 --cache qvg --baseline bf16 $opts
   done 2>&1 | tee "$OUT/runtime.log" | grep -E "overhead|mean per|cache codecs|steady" || rc=1
 fi
-step "per-kernel profile (ncu)"
-[ -n "${QVG_SKIP_NCU:-}" ] || ncu --clock-control none --cache-control none --print-summary per-kernel build-gpu/bench/bench_cuda --profile >"$OUT/ncu.log" 2>&1 || rc=1
-grep -E "^  [a-z_].*\(|Duration|^    [A-Za-z].*Duration" "$OUT/ncu.log" | head -60
+if [ -z "${QVG_SKIP_NCU:-}" ]; then  # one QVG and one QVG-Pro encode: time per kernel (one metric: one replay each)
+  step "per-kernel times (ncu)"
+  ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+    build-gpu/bench/bench_cuda --profile >"$OUT/ncu.log" 2>&1 || rc=1
+  python3 scripts/ncu_summary.py "$OUT/ncu.log" || rc=1
+fi
 if [ -n "${QVG_NCU_DECODE:-}" ]; then  # why the decode is where it is: throughput, occupancy, stalls
   step "ncu decode detail"
   ncu --clock-control none -k regex:decode --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats --section MemoryWorkloadAnalysis build-gpu/bench/bench_cuda --profile \
     >"$OUT/ncu_decode.log" 2>&1 || rc=1
   grep -E "decode|Throughput|Duration|Achieved Occupancy|Registers Per|Theoretical Occ|Stall|Warp Cycles Per Issued|Mem Busy|Max Bandwidth|L2 Hit|Issued Ipc|Executed Ipc|One or More|No Eligible" "$OUT/ncu_decode.log" | head -90
+fi
+if [ -n "${QVG_NCU_ASSIGN:-}" ]; then  # where the k-means assignment's time goes: pipes, stalls, instruction mix
+  step "ncu assignment detail"
+  ncu --clock-control none -k regex:assign_tc_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+    --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --section InstructionStats \
+    --section LaunchStats --section MemoryWorkloadAnalysis build-gpu/bench/bench_assign_probe --reps 1 >"$OUT/ncu_assign.log" 2>&1 || rc=1
+  grep -vE "^ *-+ *$|^==PROF==|^ *$|Section:|Metric Name" "$OUT/ncu_assign.log" | grep -E "^    [A-Z]" | cut -c1-110 | head -75
 fi
 step "done rc=$rc"
 exit $rc

@@ -1,7 +1,7 @@
 // k-means along tokens on the GPU, all heads of a tensor in each launch.
 // Assignment never writes the N x C distance matrix: each block keeps a
 // running (value, index) argmin in registers (here the fp32 CUDA-core
-// version; the tensor-core one is assign_fused.cuh). The update sums each
+// version; the tensor-core one is assign_tc.cuh). The update sums each
 // cluster's members in exact 64-bit fixed point (qvg/fixed_sum.h): tokens
 // sorted by (head, id) with a radix sort, run-length sums, integer atomics;
 // integer addition is associative, so the bits equal the CPU reference's.
@@ -262,11 +262,14 @@ __global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, i
   if (active && !active[h]) return;
   __shared__ float sv[1024];
   __shared__ int64_t si[1024];
+  __shared__ int empty[256];  // c_count <= 256
+  for (int c = threadIdx.x; c < c_count; c += blockDim.x) empty[c] = counts[h * c_count + c] == 0;
+  if (!__syncthreads_or(threadIdx.x < c_count && empty[threadIdx.x])) return;  // the common case
   const float* dh = dist + static_cast<int64_t>(h) * n_tokens;
   uint8_t* th = taken + static_cast<int64_t>(h) * n_tokens;
   for (int c = 0; c < c_count; ++c) {
     const int slot = h * c_count + c;
-    if (counts[slot] > 0) continue;  // uniform across the block
+    if (!empty[c]) continue;  // uniform across the block
     float bv = -1.0f;
     int64_t bi = -1;
     for (int64_t i = threadIdx.x; i < n_tokens; i += blockDim.x)

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <type_traits>
 
-#include "cuda/assign_fused.cuh"
+#include "cuda/assign_tc.cuh"
 #include "cuda/decode_tile.cuh"
 #include "cuda/kmeans_kernels.cuh"
 #include "cuda/qvg_cuda.h"
@@ -152,26 +152,15 @@ void launch_assign(const T* x, int64_t n, const float* cent, const float* cnorm,
 }
 
 template <int D, typename T>
-void launch_assign_fused(const T* x, int64_t n, const float* cent, uint16_t* cent_b, const float* cnorm, int c,
-                         int heads, const int* active, const AssignOutputs& o, cudaStream_t s) {
-  // The centroids in bf16 once, instead of converting them in every block.
-  to_bf16_kernel<<<blocks_for(static_cast<int64_t>(heads) * c * D), kThreads, 0, s>>>(
-      cent, static_cast<int64_t>(heads) * c * D, cent_b);
-  check_launch();
+void run_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
+                      const AssignOutputs& o, cudaStream_t s) {
+  QVG_CHECK(heads <= 65535, "k-means on the GPU: at most 65535 heads per tensor, got ", heads);
   for (unsigned* m : {o.x_max, o.resid_max}) {
     if (!m) continue;
     zero_active_kernel<<<blocks_for(heads), kThreads, 0, s>>>(m, active, heads);
     check_launch();
   }
-  const size_t smem = assign_fused_smem<D>(c);
-  // Every launch: the attribute belongs to the current device's context.
-  QVG_CUDA_CHECK(cudaFuncSetAttribute(assign_fused_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem)));
-  constexpr int64_t kPerBlock = int64_t{kFusedTokens} * kFusedTiles;
-  const dim3 grid(static_cast<unsigned>((n + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(heads));
-  assign_fused_kernel<D, T><<<grid, kFusedThreads, smem, s>>>(x, n, cent, reinterpret_cast<const __nv_bfloat16*>(cent_b),
-                                                              cnorm, c, active, o);
-  check_launch();
+  QVG_CUDA_CHECK((launch_assign_tc<D, T>(x, n, cent, c, heads, active, o, s)));
 }
 
 template <int BITS, int D, int S, typename OutT>
@@ -328,7 +317,6 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   const auto t0 = std::chrono::steady_clock::now();
   cent_.resize(static_cast<size_t>(H) * C * D);
   cnorm_.resize(static_cast<size_t>(H) * C);
-  cent_b_.resize(static_cast<size_t>(H) * C * D);
   dist_.resize(static_cast<size_t>(H * N));
   sums_.resize(static_cast<size_t>(H) * C * D);
   counts_.resize(static_cast<size_t>(H) * C);
@@ -401,12 +389,17 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   std::vector<int> active_host(static_cast<size_t>(H), 1);
   active_.upload(active_host.data(), active_host.size(), stream);
   QVG_CUDA_CHECK(cudaMemsetAsync(reseeded_.get(), 0, sizeof(int) * H, stream));
-  bool first_assign = true;
+  // Exact distances of every row: the convergence check's mean (and the
+  // fp32 assignment computes them anyway). Otherwise only the empty-cluster
+  // rule needs them, for the heads with an empty cluster (dist_for_empty).
+  const bool dist_in_assign = km.check_convergence || km.fp32_assign;
+  int assignments = 0;
   auto assign = [&] {
-    centroid_norms_kernel<<<blocks_for(static_cast<int64_t>(H) * C * 32), kThreads, 0, stream>>>(cent_.get(), H, C, D,
-                                                                                                cnorm_.get());
-    check_launch();
+    const bool first = assignments++ == 0;
     if (km.fp32_assign) {
+      centroid_norms_kernel<<<blocks_for(static_cast<int64_t>(H) * C * 32), kThreads, 0, stream>>>(cent_.get(), H, C, D,
+                                                                                                  cnorm_.get());
+      check_launch();
       if (D == 64)
         launch_assign<64>(data, N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
       else
@@ -414,17 +407,20 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
     } else {
       AssignOutputs o;
       o.ids = ids;
-      o.dist = dist_.get();
-      o.x_max = first_assign ? kmeans_max_.get() : nullptr;
-      o.resid_max = resid_max;
+      o.dist = dist_in_assign ? dist_.get() : nullptr;
+      o.x_max = first ? kmeans_max_.get() : nullptr;
+      // The quantizer's max |residual| is that of the final assignment: with
+      // a fixed iteration count only the last one needs it.
+      o.resid_max = (km.check_convergence || assignments == kp.max_iter + 1) ? resid_max : nullptr;
       if (D == 64)
-        launch_assign_fused<64>(data, N, cent_.get(), cent_b_.get(), cnorm_.get(), C, H, active_.get(), o, stream);
+        run_assign_tc<64>(data, N, cent_.get(), C, H, active_.get(), o, stream);
       else
-        launch_assign_fused<128>(data, N, cent_.get(), cent_b_.get(), cnorm_.get(), C, H, active_.get(), o, stream);
+        run_assign_tc<128>(data, N, cent_.get(), C, H, active_.get(), o, stream);
     }
-    first_assign = false;
-    head_mse_kernel<<<H, 1024, 0, stream>>>(dist_.get(), N, D, mse_.get());
-    check_launch();
+    if (km.check_convergence) {
+      head_mse_kernel<<<H, 1024, 0, stream>>>(dist_.get(), N, D, mse_.get());
+      check_launch();
+    }
   };
   std::vector<double> mse_host(static_cast<size_t>(H)), prev(static_cast<size_t>(H));
   auto record = [&](int it) {
@@ -472,6 +468,16 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
     else
       launch_centroid_sum<128>(data, N, C, H, keys_sorted_.get(), vals_sorted_.get(), kmeans_max_.get(), active_.get(),
                                sums_.get(), counts_.get(), stream);
+    if (!dist_in_assign) {  // distances to the old centroids, before the means replace them
+      const dim3 grid(static_cast<unsigned>(std::min<int64_t>((N + 63) / 64, 16)), static_cast<unsigned>(H));
+      if (D == 64)
+        dist_for_empty_kernel<64><<<grid, 256, 0, stream>>>(data, N, cent_.get(), C, ids, counts_.get(), active_.get(),
+                                                            dist_.get());
+      else
+        dist_for_empty_kernel<128><<<grid, 256, 0, stream>>>(data, N, cent_.get(), C, ids, counts_.get(),
+                                                             active_.get(), dist_.get());
+      check_launch();
+    }
     centroid_mean_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(
         sums_.get(), counts_.get(), H, N, D, C, kmeans_max_.get(), active_.get(), cent_.get());
     check_launch();

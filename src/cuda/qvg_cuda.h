@@ -93,7 +93,6 @@ class Encoder {
   DeviceBuffer<float> resid_, cent_, cnorm_, dist_;
   DeviceBuffer<uint32_t> keys_, keys_sorted_, head_max_, kmeans_max_;
   DeviceBuffer<unsigned long long> sums_;
-  DeviceBuffer<uint16_t> cent_b_;  // bf16 copy of cent_ for the tensor-core assignment
   DeviceBuffer<int32_t> vals_, vals_sorted_;
   DeviceBuffer<uint8_t> sort_temp_, taken_;
   DeviceBuffer<int> counts_, active_, reseeded_;

@@ -1,0 +1,598 @@
+// k-means assignment on the tensor cores, one pass over x: bf16 mma.sync
+// products rank the centroids; the exact distance (double) decides where the
+// bf16 ranking could be wrong, and gives each row's distance when asked for;
+// the per-head maxima the next steps need come out of the same pass.
+//
+// The loop it replaces (kmeans_assign_ref):
+//   for n: for c: w = x[n].c - ||c||^2 / 2; keep the largest (ties: lowest c)
+//
+// Layout. A block serves one head (blockIdx.y) and stages all of its
+// centroids once, as bf16, in shared memory: (C padded to 16, D + 8). Each
+// warp then walks its own tiles of 32 rows (two m16 tiles) with no block
+// barrier: it loads its rows straight from global memory into mma A
+// fragments, which it keeps in registers for all C centroids (D / 2 words per
+// lane). The dot product does not depend on the order of the dims, so the
+// dims are permuted to make those loads whole 16-byte chunks: lane t of a
+// quad owns chunks lane_chunk(t, c) of every row (a 32-byte sector pair), and
+// the centroids are staged in the matching "logical" order (logical_dim).
+//
+// Products: per pass of 16 centroids (two n8 tiles), D / 16 k-steps, each
+// one ldmatrix.x4 and four mma m16n8k16 (fp32 accumulation). The first
+// k-step starts the accumulator at -||c||^2 / 2 (padded centroids at
+// -FLT_MAX), so the product is the rank value w itself. The best two per row
+// are kept as floats whose lowest 8 mantissa bits are replaced by the
+// centroid index (rank_key): one LOP3 and three FMNMX per product.
+//
+// After the products, per row (the quad's four lanes split the dims):
+// - the best two of the quad (shuffles);
+// - re-ranking: when the two values are within the error bound of the bf16
+//   products (about 2^-8 ||x|| ||c|| for bf16 x, 2^-7 otherwise), the exact
+//   distances ||x - c||^2 in double decide (ties to the lower index);
+// - want_dist: ||x - c||^2 of the pick in double (the convergence check's
+//   mean and the empty-cluster rule); want_resid: max |x - bf16(c)|.
+// bf16 x is exact in the A fragments; f16 and float rows are read again.
+// So ids equal an exact assignment unless three or more centroids lie within
+// the bound.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/qvg_kernels.cuh"
+
+namespace qvg::cuda {
+
+constexpr int kTcPad = 8;                // bf16 elements of row padding (ldmatrix without bank conflicts)
+constexpr int kAssignTileRows = 32;      // rows per warp tile (BLK_M: two m16 tiles)
+constexpr int kPassTiles = 2;            // n8 tiles per pass of the products (one ldmatrix.x4 per k-step)
+constexpr int kAssignPass = 8 * kPassTiles;  // centroids per pass (BLK_N)
+constexpr int kAssignMaxCentroids = 256; // ids are one byte
+
+/// Chunk (8 dims) c of the D / 32 chunks that lane t of a quad owns in every
+/// row: pairs of neighbouring chunks, so a lane reads whole 32-byte sectors.
+__host__ __device__ constexpr int lane_chunk(int t, int c) { return (c >> 1) * 8 + 2 * t + (c & 1); }
+
+/// The dim at logical position k (the k of the mma fragments): lane t's
+/// u-th value (u = 4 j + 2 h + e for k-step j, fragment half h, element e).
+__host__ __device__ constexpr int logical_dim(int k) {
+  const int j = k >> 4, h = (k >> 3) & 1, t = (k >> 1) & 3, e = k & 1;
+  const int u = 4 * j + 2 * h + e;
+  return lane_chunk(t, u >> 3) * 8 + (u & 7);
+}
+
+template <int D>
+constexpr bool logical_dims_are_a_permutation() {
+  bool seen[D] = {};
+  for (int k = 0; k < D; ++k) {
+    const int p = logical_dim(k);
+    if (p < 0 || p >= D || seen[p]) return false;
+    seen[p] = true;
+  }
+  return true;
+}
+static_assert(logical_dims_are_a_permutation<64>() && logical_dims_are_a_permutation<128>(),
+              "the logical order of the dims is a permutation");
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+/// d = a b + c, m16n8k16, bf16 operands, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1, float c0,
+                                               float c1, float c2, float c3) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+}
+
+/// d += a b, m16n8k16, bf16 operands, fp32 accumulators (in place: no
+/// register copies of d).
+__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h2 = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h2);
+}
+
+/// A rank value w with its lowest 8 mantissa bits replaced by the centroid
+/// index c: float max / min then carry the index along. The value moves by
+/// less than 2^-15 of itself, which the re-ranking margin covers; among
+/// values that agree to that, the order is some fixed order of the indices
+/// (such pairs are always re-ranked).
+__device__ __forceinline__ float rank_key(float w, uint32_t c) {
+  return __uint_as_float((__float_as_uint(w) & 0xFFFFFF00u) | c);
+}
+__device__ __forceinline__ int key_index(float k) { return static_cast<int>(__float_as_uint(k) & 0xFFu); }
+
+/// What one assignment writes. ids and dist are [H][N]; the maxima are per
+/// head as float bits (atomicMax: exact, max is order-independent), null
+/// when not wanted; the caller zeroes them for the heads that run.
+struct AssignOutputs {
+  uint8_t* ids = nullptr;
+  float* dist = nullptr;          ///< ||x - c_id||^2 (double, rounded); null: not computed
+  unsigned* x_max = nullptr;      ///< max |x|
+  unsigned* resid_max = nullptr;  ///< max |x - bf16(c_id)| (the quantizer's residual)
+};
+
+/// One term of a squared distance in double: d += (x - c)^2. Every exact
+/// distance (the assignment's, dist_for_empty_kernel's) adds its terms with
+/// this, in the same order, so they agree bit for bit.
+__device__ __forceinline__ void add_sq_diff(double& d, float x, float c) {
+  const double e = static_cast<double>(x) - static_cast<double>(c);
+  d = fma(e, e, d);
+}
+
+/// Position of dim p in a centroid row of the float shared-memory copy: the
+/// lane order, where lane t's chunk c sits at (4 c + t) * 8, so the four
+/// lanes of a quad read 128 contiguous bytes (no bank conflict in a quad).
+__host__ __device__ constexpr int lane_pos(int p) {
+  const int chunk = p >> 3, c = (chunk >> 3) * 2 + (chunk & 1), t = (chunk & 7) >> 1;
+  return (4 * c + t) * 8 + (p & 7);
+}
+
+template <int D>
+constexpr bool lane_positions_invert_lane_chunks() {
+  for (int t = 0; t < 4; ++t)
+    for (int c = 0; c < D / 32; ++c)
+      for (int k = 0; k < 8; ++k)
+        if (lane_pos(lane_chunk(t, c) * 8 + k) != (4 * c + t) * 8 + k) return false;
+  return true;
+}
+static_assert(lane_positions_invert_lane_chunks<64>() && lane_positions_invert_lane_chunks<128>(),
+              "lane_pos inverts lane_chunk");
+
+/// The lane's D / 4 values of a row (chunks lane_chunk(t, c)) as float.
+template <int D, typename T>
+__device__ __forceinline__ void load_lane_row(const T* __restrict__ xrow, int t, float* xv) {
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) load8_as_float(xrow + lane_chunk(t, c) * 8, xv + 8 * c);
+}
+
+/// Shared memory of assign_tc_kernel for C centroids: bf16 (logical order,
+/// padded rows), float (lane order, padded rows), and per centroid
+/// -||c||^2 / 2, ||c|| and ||c - bf16(c)||.
+template <int D>
+constexpr size_t assign_tc_smem(int c_count) {
+  const int c_pad = (c_count + kAssignPass - 1) / kAssignPass * kAssignPass;
+  return static_cast<size_t>(c_pad) * ((D + kTcPad) * 2 + (D + 4) * sizeof(float) + 3 * sizeof(float));
+}
+
+/// Grid (blocks per head, H); block kWarps * 32 (registers capped for
+/// kMinBlocks blocks per SM); dynamic smem assign_tc_smem<D>(C). C <= 256.
+/// Warps take the head's 32-row tiles in turn across the head's blocks.
+/// Heads with active[h] == 0 are skipped. cent: float centroids [H][C][D].
+/// kProbe != 0 leaves one phase out, for timing by difference only
+/// (bench_assign_probe; the outputs are then wrong): 1 = the exact phase,
+/// 2 = the top-two epilogue, 3 = the tensor-core products.
+template <int D, typename T, int kWarps, int kMinBlocks, int kProbe = 0>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens, const float* __restrict__ cent, int c_count,
+                     const int* __restrict__ active, AssignOutputs out) {
+  static_assert(D == 64 || D == 128, "tensor-core assignment: D = 64 or 128");
+  constexpr int kStride = D + kTcPad;  // bf16 elements per smem row
+  constexpr int kFStride = D + 4;      // floats per smem row
+  constexpr int kSteps = D / 16;       // k-steps of the mma
+  constexpr int kLaneChunks = D / 32;  // 8-dim chunks per lane per row
+  constexpr bool kExactInA = std::is_same_v<T, __nv_bfloat16>;
+  const int h = blockIdx.y;
+  if (active && !active[h]) return;
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  const int c_pad = (c_count + kAssignPass - 1) / kAssignPass * kAssignPass;
+  __nv_bfloat16* cs = reinterpret_cast<__nv_bfloat16*>(tc_smem);  // (c_pad, kStride), logical order
+  float* cf = reinterpret_cast<float*>(cs + c_pad * kStride);     // (c_pad, kFStride), lane order
+  float* c_init = cf + c_pad * kFStride;                           // (c_pad): -||c||^2 / 2; -FLT_MAX past C
+  float* c_len = c_init + c_pad;                                   // (c_pad): ||c||
+  float* c_dev = c_len + c_pad;                                    // (c_pad): ||c - bf16(c)||
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
+
+  // Stage the head's centroids: float in lane order (16-byte pieces), then
+  // bf16 in logical order from it (logical chunk m of a row holds the pairs
+  // at dims base(m) + 16 t', t' = 0..3: logical_dim), and the norms.
+#pragma unroll 4
+  for (int i = threadIdx.x; i < c_pad * (D / 4); i += blockDim.x) {
+    const int c = i / (D / 4), q = i % (D / 4);  // q: 16-byte piece of the lane-order row
+    const int piece = q >> 1;                     // 8-float piece 4 cc + t
+    const int src = lane_chunk(piece & 3, piece >> 2) * 8 + 4 * (q & 1);
+    const float4 v = c < c_count ? __ldg(reinterpret_cast<const float4*>(ch + static_cast<int64_t>(c) * D + src))
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    *reinterpret_cast<float4*>(cf + c * kFStride + 4 * q) = v;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < c_pad * (D / 8); i += blockDim.x) {
+    const int c = i / (D / 8), m = i % (D / 8);
+    const int base = (m >> 3) * 64 + ((m >> 2) & 1) * 8 + ((2 * m) & 7);
+    const float* row = cf + c * kFStride;
+    uint32_t w[4];
+#pragma unroll
+    for (int tp = 0; tp < 4; ++tp) {
+      const float2 f = *reinterpret_cast<const float2*>(row + lane_pos(base + 16 * tp));
+      w[tp] = pack_bf16x2(f.x, f.y);
+    }
+    *reinterpret_cast<uint4*>(cs + c * kStride + 8 * m) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  for (int c = warp; c < c_pad; c += kWarps) {  // ||c||^2 and ||c - bf16(c)||^2 in float, a fixed order
+    float s = 0.0f, e = 0.0f;
+#pragma unroll
+    for (int k = lane; k < D; k += 32) {
+      const float v = cf[c * kFStride + k], dv = v - __bfloat162float(__float2bfloat16_rn(v));  // exact
+      s = fmaf(v, v, s);
+      e = fmaf(dv, dv, e);
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
+      e += __shfl_xor_sync(0xFFFFFFFFu, e, off);
+    }
+    if (lane == 0) {
+      c_init[c] = c < c_count ? -0.5f * s : -FLT_MAX;
+      c_len[c] = sqrtf(s);
+      c_dev[c] = sqrtf(e);
+    }
+  }
+  __syncthreads();
+
+  const bool want_dist = out.dist != nullptr, want_resid = out.resid_max != nullptr;
+  float x_max = 0.0f, r_max = 0.0f;
+  // This lane's ldmatrix row address for B (rows cp + 8 nt + (lane & 7) +
+  // 8 (lane >> 4), k-offset 8 ((lane >> 3) & 1)); the rest are constants.
+  const uint32_t b_base = smem_u32(cs + ((lane & 7) + 8 * (lane >> 4)) * kStride + 8 * ((lane >> 3) & 1));
+  const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
+  const int64_t n_tiles = (n_tokens + kAssignTileRows - 1) / kAssignTileRows;
+  for (int64_t tile = static_cast<int64_t>(blockIdx.x) * kWarps + warp; tile < n_tiles;
+       tile += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t n0 = tile * kAssignTileRows;
+    // 1. Rows g, g + 8 of m-tiles 0, 1 into A fragments: chunk c word w of a
+    // row is k-step 2c + w/2, register 2 (w & 1) + (the row is g + 8).
+    uint32_t a[2][kSteps][4];
+    float xn[2][2], xdev[2][2];  // ||x|| and ||x - bf16(x)|| per row (quad sums in a fixed order)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t n = n0 + 16 * i + 8 * r + g;
+        const T* xr = xh + n * D;
+        float s = 0.0f, e = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kLaneChunks; ++c) {
+          float v[8];
+          uint32_t wd[4];
+          if constexpr (kExactInA) {
+            const uint4 u = n < n_tokens ? __ldg(reinterpret_cast<const uint4*>(xr + lane_chunk(t, c) * 8))
+                                         : make_uint4(0u, 0u, 0u, 0u);
+            wd[0] = u.x, wd[1] = u.y, wd[2] = u.z, wd[3] = u.w;
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              v[2 * q] = __uint_as_float(wd[q] << 16), v[2 * q + 1] = __uint_as_float(wd[q] & 0xFFFF0000u);
+          } else {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) v[k] = 0.0f;
+            if (n < n_tokens) load8_as_float(xr + lane_chunk(t, c) * 8, v);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              wd[q] = pack_bf16x2(v[2 * q], v[2 * q + 1]);
+              const float d0 = v[2 * q] - __uint_as_float(wd[q] << 16);  // exact
+              const float d1 = v[2 * q + 1] - __uint_as_float(wd[q] & 0xFFFF0000u);
+              e = fmaf(d0, d0, fmaf(d1, d1, e));
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            s = fmaf(v[k], v[k], s);
+            x_max = fmaxf(x_max, fabsf(v[k]));  // always (no branch); written when wanted
+          }
+#pragma unroll
+          for (int q = 0; q < 4; ++q) a[i][2 * c + (q >> 1)][2 * (q & 1) + r] = wd[q];
+        }
+        s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
+        s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
+        xn[i][r] = sqrtf(s);
+        if constexpr (!kExactInA) {
+          e += __shfl_xor_sync(0xFFFFFFFFu, e, 1);
+          e += __shfl_xor_sync(0xFFFFFFFFu, e, 2);
+        }
+        xdev[i][r] = sqrtf(e);
+      }
+
+    // 2. Products and the best two rank keys of each of the lane's 4 rows.
+    float best[2][2], second[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) best[i][r] = second[i][r] = -INFINITY;
+    for (int cp = 0; cp < c_pad; cp += kAssignPass) {
+      float acc[2][kPassTiles][4];  // (m-tile, n-tile, fragment): rows g, g+8; columns 2t, 2t+1
+      float2 ci[kPassTiles];
+#pragma unroll
+      for (int nt = 0; nt < kPassTiles; ++nt) ci[nt] = *reinterpret_cast<const float2*>(c_init + cp + 8 * nt + 2 * t);
+      if constexpr (kProbe == 3) {  // timing only: no products
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int nt = 0; nt < kPassTiles; ++nt)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[i][nt][q] = (q & 1 ? ci[nt].y : ci[nt].x) + __uint_as_float(a[i][q][nt]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kSteps; ++j) {
+          uint32_t b[kPassTiles][2];
+#pragma unroll
+          for (int nt = 0; nt < kPassTiles; nt += 2)
+            ldmatrix_x4(b_base + static_cast<uint32_t>(((cp + 8 * nt) * kStride + 16 * j) * 2), b[nt][0], b[nt][1],
+                        b[nt + 1][0], b[nt + 1][1]);
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int nt = 0; nt < kPassTiles; ++nt) {
+              if (j == 0)
+                mma_bf16_16816(acc[i][nt], a[i][0], b[nt][0], b[nt][1], ci[nt].x, ci[nt].y, ci[nt].x, ci[nt].y);
+              else
+                mma_bf16_16816(acc[i][nt], a[i][j], b[nt][0], b[nt][1]);
+            }
+        }
+      }
+      const uint32_t base = static_cast<uint32_t>(cp) | (2u * t);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int nt = 0; nt < kPassTiles; ++nt)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            if constexpr (kProbe == 2) {  // timing only: consume acc, no top two
+              best[i][q >> 1] += acc[i][nt][q];
+            } else {
+              const float k = rank_key(acc[i][nt][q], base | static_cast<uint32_t>(8 * nt + (q & 1)));
+              second[i][q >> 1] = fmaxf(second[i][q >> 1], fminf(best[i][q >> 1], k));
+              best[i][q >> 1] = fmaxf(best[i][q >> 1], k);
+            }
+          }
+    }
+
+    // 3. Per row: the quad's best two, re-ranking, exact distances, maxima.
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float k1 = best[i][r], k2 = second[i][r];
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {  // the quad's lanes hold different centroids: distinct keys
+          const float o1 = __shfl_xor_sync(0xFFFFFFFFu, k1, off), o2 = __shfl_xor_sync(0xFFFFFFFFu, k2, off);
+          k2 = fmaxf(fminf(k1, o1), fmaxf(k2, o2));
+          k1 = fmaxf(k1, o1);
+        }
+        const int64_t n = n0 + 16 * i + 8 * r + g;
+        const bool live = n < n_tokens;  // the same for the quad
+        const int i1 = key_index(k1), i2 = key_index(k2);
+        const bool has2 = i2 < c_count;  // padded centroids rank below every real one
+        bool rerank = false;
+        if (live && has2) {
+          // Re-rank when the gap is within the two values' error bounds. The
+          // products are x'.c' with x' = bf16(x) = x - dx, c' = bf16(c) = c -
+          // dc, so w' - w = -x.dc - dx.c + dx.dc, at most ||x|| ||dc|| +
+          // ||dx|| (||c|| + ||dc||) (dx = 0 for bf16 input); the norms are
+          // float sums of at most D <= 128 terms (relative error under
+          // 2^-17: the factor 1 + 2^-10 covers it). Then the fp32
+          // accumulation from -||c||^2 / 2 (D / 16 mma, each at most 2^-22 of
+          // its terms' magnitude: under 2^-18 (||x|| ||c|| + ||c||^2 / 2)) and
+          // ||c||^2 in float (2^-17 ||c||^2): 2^-14 of both, with room. And
+          // the keys' 2^-15 each (rank_key).
+          const float l1 = c_len[i1], l2 = c_len[i2], e1 = c_dev[i1], e2 = c_dev[i2];
+          const float xl = xn[i][r], xe = xdev[i][r];
+          const float bound = (1.0f + 0x1p-10f) * (xl * (e1 + e2) + xe * (l1 + l2 + e1 + e2)) +
+                              0x1p-14f * (xl * (l1 + l2) + 0.5f * (l1 * l1 + l2 * l2)) +
+                              0x1p-14f * (fabsf(k1) + fabsf(k2));
+          rerank = k1 - k2 <= bound;
+        }
+        if constexpr (kProbe == 1) rerank = false;
+        const bool need_r = live && want_resid;  // max |x - bf16(c)|
+        int pick = i1;
+        if (kProbe != 1 && __any_sync(0xFFFFFFFFu, live && (want_dist || want_resid || rerank))) {
+          float xv[D / 4];  // the lane's values of the row, chunk order
+          if constexpr (kExactInA) {
+#pragma unroll
+            for (int c = 0; c < kLaneChunks; ++c)
+#pragma unroll
+              for (int q = 0; q < 4; ++q) {
+                const uint32_t wd = a[i][2 * c + (q >> 1)][2 * (q & 1) + r];
+                xv[8 * c + 2 * q] = __uint_as_float(wd << 16);
+                xv[8 * c + 2 * q + 1] = __uint_as_float(wd & 0xFFFF0000u);
+              }
+          } else {
+#pragma unroll
+            for (int k = 0; k < D / 4; ++k) xv[k] = 0.0f;
+            if (live && (want_dist || want_resid || rerank)) load_lane_row<D>(xh + n * D, t, xv);
+          }
+          // The float centroids in shared memory, lane order: lane t's chunk
+          // c at (4 c + t) * 8.
+          const float* c1 = cf + i1 * kFStride + 8 * t;
+          const float* c2 = cf + i2 * kFStride + 8 * t;  // i2 < c_pad: a padded row reads zeros
+          bool second_wins = false, exact_cmp = false;
+          if (__any_sync(0xFFFFFFFFu, rerank)) {
+            // (d2 - d1) / 2 = sum (c1 - c2)(x - (c1 + c2) / 2) in fp32 with
+            // its error bound: each term is within 4u (u = 2^-24) of |c1 -
+            // c2| (|x| + |c1 + c2| / 2), the sum of D / 4 + 2 terms within
+            // (D / 4 + 3) u of the sum of their magnitudes; 2^-16 > 39u (D =
+            // 128) covers both. Outside the bound its sign decides; inside
+            // (near-equal distances) the double distances below do.
+            float sd = 0.0f, mag = 0.0f;
+#pragma unroll
+            for (int c = 0; c < kLaneChunks; ++c)
+#pragma unroll
+              for (int h4 = 0; h4 < 2; ++h4) {
+                const float4 u = *reinterpret_cast<const float4*>(c1 + 32 * c + 4 * h4);
+                const float4 v = *reinterpret_cast<const float4*>(c2 + 32 * c + 4 * h4);
+                const float p[4] = {u.x, u.y, u.z, u.w}, q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                  const float dc = p[k] - q[k], mid = 0.5f * (p[k] + q[k]), xk = xv[8 * c + 4 * h4 + k];
+                  sd = fmaf(dc, xk - mid, sd);
+                  mag = fmaf(fabsf(dc), fabsf(xk) + fabsf(mid), mag);
+                }
+              }
+            sd += __shfl_xor_sync(0xFFFFFFFFu, sd, 1);
+            mag += __shfl_xor_sync(0xFFFFFFFFu, mag, 1);
+            sd += __shfl_xor_sync(0xFFFFFFFFu, sd, 2);
+            mag += __shfl_xor_sync(0xFFFFFFFFu, mag, 2);
+            const bool clear = fabsf(sd) > 0x1p-16f * mag + 0x1p-100f;  // false for NaN: the exact path
+            second_wins = rerank && clear && sd < 0.0f;
+            exact_cmp = rerank && !clear;
+          }
+          // ||x - c||^2 in double (add_sq_diff, the quad adds xor 1, 2): of
+          // the pick when the distances are wanted, of both candidates where
+          // the fp32 comparison could not tell them apart.
+          const bool need_a = live && (want_dist || exact_cmp), need_b = exact_cmp;
+          if (__any_sync(0xFFFFFFFFu, need_a)) {
+            const float* ca = second_wins ? c2 : c1;
+            const bool any_b = __any_sync(0xFFFFFFFFu, need_b);
+            double da = 0.0, db = 0.0;
+#pragma unroll
+            for (int c = 0; c < kLaneChunks; ++c)
+#pragma unroll
+              for (int h4 = 0; h4 < 2; ++h4) {
+                const float4 u = *reinterpret_cast<const float4*>(ca + 32 * c + 4 * h4);
+                const float p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) add_sq_diff(da, xv[8 * c + 4 * h4 + k], p[k]);
+                if (any_b) {
+                  const float4 v = *reinterpret_cast<const float4*>(c2 + 32 * c + 4 * h4);
+                  const float q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                  for (int k = 0; k < 4; ++k) add_sq_diff(db, xv[8 * c + 4 * h4 + k], q[k]);
+                }
+              }
+            da += __shfl_xor_sync(0xFFFFFFFFu, da, 1);
+            da += __shfl_xor_sync(0xFFFFFFFFu, da, 2);
+            if (any_b) {
+              db += __shfl_xor_sync(0xFFFFFFFFu, db, 1);
+              db += __shfl_xor_sync(0xFFFFFFFFu, db, 2);
+            }
+            if (exact_cmp) second_wins = db < da || (db == da && i2 < i1);  // da is d1 here
+            if (live && want_dist && t == 0)
+              out.dist[static_cast<int64_t>(h) * n_tokens + n] = static_cast<float>(exact_cmp && second_wins ? db : da);
+          }
+          pick = second_wins ? i2 : i1;
+          if (need_r) {
+            // bf16(c) of the pick from shared memory: the value xv[8c + 2q + e]
+            // sits at logical position 16 (2c + q/2) + 8 (q & 1) + 2t + e.
+            const __nv_bfloat16* cb = cs + pick * kStride + 2 * t;
+#pragma unroll
+            for (int c = 0; c < kLaneChunks; ++c)
+#pragma unroll
+              for (int q = 0; q < 4; ++q) {
+                const uint32_t wd = *reinterpret_cast<const uint32_t*>(cb + 16 * (2 * c + (q >> 1)) + 8 * (q & 1));
+                r_max = fmaxf(r_max, fabsf(__fsub_rn(xv[8 * c + 2 * q], __uint_as_float(wd << 16))));
+                r_max = fmaxf(r_max, fabsf(__fsub_rn(xv[8 * c + 2 * q + 1], __uint_as_float(wd & 0xFFFF0000u))));
+              }
+          }
+        }
+        if (live && t == 0) out.ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(pick);
+      }
+  }
+  // Per-head maxima: one atomic per warp.
+  for (int off = 16; off > 0; off >>= 1) {
+    x_max = fmaxf(x_max, __shfl_xor_sync(0xFFFFFFFFu, x_max, off));
+    r_max = fmaxf(r_max, __shfl_xor_sync(0xFFFFFFFFu, r_max, off));
+  }
+  if (lane == 0) {
+    if (out.x_max) atomicMax(out.x_max + h, __float_as_uint(x_max));
+    if (out.resid_max) atomicMax(out.resid_max + h, __float_as_uint(r_max));
+  }
+}
+
+/// Warps per block of the assignment and blocks per SM the registers are
+/// capped for (each lane holds its tile's A fragments: D / 2 registers).
+constexpr int kAssignWarps = 16;
+constexpr int kAssignMinBlocks = 1;
+
+/// Launch assign_tc_kernel over heads [0, heads) of x ([H][N][D] of T on
+/// the device) with centroids cent ([H][C][D] float). Blocks per head: as
+/// many as fill the device once, at least one. The maxima in `o` must have
+/// been zeroed for the active heads. Returns the first CUDA error.
+template <int D, typename T, int kWarps = kAssignWarps, int kMinBlocks = kAssignMinBlocks, int kProbe = 0>
+cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
+                             const AssignOutputs& o, cudaStream_t s) {
+  const size_t smem = assign_tc_smem<D>(c);
+  auto* kernel = assign_tc_kernel<D, T, kWarps, kMinBlocks, kProbe>;
+  // Every launch: the attribute belongs to the current device's context.
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  int dev = 0, sms = 0, per_sm = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem)) != cudaSuccess) return e;
+  if (per_sm < 1) return cudaErrorInvalidConfiguration;
+  const int64_t tiles = (n + kAssignTileRows - 1) / kAssignTileRows;
+  int64_t per_head = static_cast<int64_t>(sms) * per_sm / heads;
+  per_head = per_head < 1 ? 1 : per_head;
+  const int64_t useful = (tiles + kWarps - 1) / kWarps;  // more blocks than this would idle
+  per_head = per_head > useful ? useful : per_head;
+  kernel<<<dim3(static_cast<unsigned>(per_head), static_cast<unsigned>(heads)), kWarps * 32, smem, s>>>(x, n, cent, c,
+                                                                                                      active, o);
+  return cudaGetLastError();
+}
+
+/// dist[h][n] = ||x - cent[ids[h][n]]||^2 (the assignment's sums, term by
+/// term: add_sq_diff in the same order, the quad adding xor 1 then xor 2)
+/// for the active heads with an empty cluster (counts[h][c] == 0 for some
+/// c < C: the empty-cluster rule needs the distances); other heads return at
+/// once. Grid (any, H): blocks stride over the head's rows; block 256 (a
+/// quad per row).
+template <int D, typename T>
+__global__ void __launch_bounds__(256) dist_for_empty_kernel(const T* __restrict__ x, int64_t n_tokens,
+                                                             const float* __restrict__ cent, int c_count,
+                                                             const uint8_t* __restrict__ ids,
+                                                             const int* __restrict__ counts,
+                                                             const int* __restrict__ active, float* __restrict__ dist) {
+  const int h = blockIdx.y;
+  if (active && !active[h]) return;
+  int empty = 0;
+  for (int c = threadIdx.x; c < c_count; c += blockDim.x) empty |= counts[h * c_count + c] == 0;
+  if (!__syncthreads_or(empty)) return;
+  const int t = threadIdx.x & 3;
+  for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 4); n0 < n_tokens;
+       n0 += static_cast<int64_t>(gridDim.x) * (blockDim.x / 4)) {  // uniform across the block
+    const int64_t n = n0 + (threadIdx.x >> 2);
+    const bool live = n < n_tokens;
+    const int64_t row = static_cast<int64_t>(h) * n_tokens + (live ? n : 0);
+    float xv[D / 4];
+    load_lane_row<D>(x + row * D, t, xv);
+    const float* crow = cent + (static_cast<int64_t>(h) * c_count + ids[row]) * D;
+    double d = 0.0;
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) {
+      const float4* p = reinterpret_cast<const float4*>(crow + lane_chunk(t, c) * 8);
+      const float4 u0 = __ldg(p), u1 = __ldg(p + 1);
+      const float cv[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) add_sq_diff(d, xv[8 * c + k], cv[k]);
+    }
+    d += __shfl_xor_sync(0xFFFFFFFFu, d, 1);
+    d += __shfl_xor_sync(0xFFFFFFFFu, d, 2);
+    if (live && t == 0) dist[row] = static_cast<float>(d);
+  }
+}
+
+/// Zero the per-head maxima of the heads that will run (inactive heads keep
+/// the value of their last assignment). One thread per head.
+static __global__ void zero_active_kernel(unsigned* __restrict__ v, const int* __restrict__ active, int heads) {
+  const int h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h < heads && (!active || active[h])) v[h] = 0u;
+}
+
+}  // namespace qvg::cuda
