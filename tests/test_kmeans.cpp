@@ -9,6 +9,7 @@
 #include "qvg/common.h"
 #include "qvg/fixed_sum.h"
 #include "qvg/kmeans.h"
+#include "util/rng.h"
 
 namespace qvg {
 namespace {
@@ -197,6 +198,21 @@ TEST(KMeans, CentroidsDoNotDependOnPointOrder) {
   ASSERT_EQ(a.stats.empty_reassigned, 0);  // the reseed rule's tie order would differ
   EXPECT_EQ(a.centroids, b.centroids);
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(b.ids[i], a.ids[perm[i]]);
+}
+
+// kmeans_random_rows stores only the moved entries of the shuffle; it must
+// give the rows of the plain partial Fisher-Yates shuffle of 0..n-1.
+TEST(KMeans, RandomRowsAreThePartialFisherYatesShuffle) {
+  for (const auto& [n, c] : std::vector<std::pair<int64_t, int>>{{1, 1}, {7, 7}, {33, 5}, {300, 256}, {29640, 256}})
+    for (uint64_t seed : {1ull, 42ull, 0x9E3779B97F4A7C15ull}) {
+      SplitMix64 rng(seed);
+      std::vector<int64_t> idx(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) idx[i] = i;
+      for (int64_t i = 0; i < c; ++i)
+        std::swap(idx[i], idx[i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)))]);
+      idx.resize(static_cast<size_t>(c));
+      EXPECT_EQ(kmeans_random_rows(n, c, seed), idx) << "n=" << n << " c=" << c << " seed=" << seed;
+    }
 }
 
 TEST(KMeans, RejectsBadArguments) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <unordered_map>
 
 #include "qvg/common.h"
 #include "qvg/fixed_sum.h"
@@ -71,15 +72,24 @@ double kmeans_assign_ref(const float* x, int64_t n, int64_t d, const float* cent
 
 std::vector<int64_t> kmeans_random_rows(int64_t n, int c, uint64_t seed) {
   QVG_CHECK(c >= 1 && c <= n, "k-means: cannot draw ", c, " distinct rows from ", n);
+  // The partial Fisher-Yates shuffle of 0..n-1 with only the moved entries
+  // stored (O(C), not O(n): the GPU encode draws a start per head on the
+  // host): entry p of the permutation is moved[p] if present, else p.
   SplitMix64 rng(seed);
-  std::vector<int64_t> idx(static_cast<size_t>(n));
-  std::iota(idx.begin(), idx.end(), 0);
+  std::unordered_map<int64_t, int64_t> moved;
+  moved.reserve(static_cast<size_t>(2 * c));
+  auto at = [&](int64_t p) {
+    const auto it = moved.find(p);
+    return it == moved.end() ? p : it->second;
+  };
+  std::vector<int64_t> rows(static_cast<size_t>(c));
   for (int64_t i = 0; i < c; ++i) {
     const int64_t j = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
-    std::swap(idx[i], idx[j]);
+    const int64_t vi = at(i), vj = at(j);
+    moved[j] = vi;  // swap(idx[i], idx[j]); idx[i] is not read again
+    rows[static_cast<size_t>(i)] = vj;
   }
-  idx.resize(static_cast<size_t>(c));
-  return idx;
+  return rows;
 }
 
 std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, KMeansInit init,

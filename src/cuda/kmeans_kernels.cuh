@@ -18,6 +18,7 @@
 
 #include "cuda/qvg_kernels.cuh"
 #include "qvg/fixed_sum.h"
+#include "util/rng.h"
 
 namespace qvg::cuda {
 
@@ -313,6 +314,33 @@ static __global__ void head_mse_kernel(const float* __restrict__ dist, int64_t n
     __syncthreads();
   }
   if (threadIdx.x == 0) mse[h] = s[0] / static_cast<double>(n_tokens * d);
+}
+
+/// The rows kmeans_random_rows(n, C, seed_base + h) draws, for every head h:
+/// the same partial Fisher-Yates shuffle of 0..n-1 (SplitMix64), its moved
+/// entries in a shared-memory hash table. rows: [H][C]. One block per head;
+/// one thread draws (each draw depends on the last). C <= 256.
+static __global__ void random_rows_kernel(int64_t n, int c, uint64_t seed_base, int64_t* __restrict__ rows) {
+  constexpr int kSlots = 1024;  // > 2 C: at most C entries move
+  __shared__ int64_t key[kSlots], val[kSlots];
+  for (int i = threadIdx.x; i < kSlots; i += blockDim.x) key[i] = -1;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const int h = blockIdx.x;
+  SplitMix64 rng(seed_base + static_cast<uint64_t>(h));
+  auto slot = [&](int64_t p) {  // p's slot, or the empty one where it would go
+    uint32_t s = static_cast<uint32_t>((static_cast<uint64_t>(p) * 0x9E3779B97F4A7C15ull) >> 54);
+    while (key[s] != -1 && key[s] != p) s = (s + 1) & (kSlots - 1);
+    return s;
+  };
+  for (int64_t i = 0; i < c; ++i) {
+    const int64_t j = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
+    const uint32_t si = slot(i), sj = slot(j);
+    const int64_t vi = key[si] == i ? val[si] : i, vj = key[sj] == j ? val[sj] : j;
+    key[sj] = j;  // swap(idx[i], idx[j]); idx[i] is not read again
+    val[sj] = vi;
+    rows[static_cast<int64_t>(h) * c + i] = vj;
+  }
 }
 
 /// Gather rows of x as initial centroids: cent[h][c] = x[h][rows[h*C + c]].

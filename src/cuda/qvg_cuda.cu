@@ -347,13 +347,15 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
     for (size_t i = 0; i < hb.size(); ++i) hf[i] = bf16_to_float(hb[i]);
     cent_.upload(hf.data(), hf.size(), stream);
   } else if (kp.init == KMeansInit::random) {
-    std::vector<int64_t> rows;
-    rows.reserve(static_cast<size_t>(H) * C);
-    for (int h = 0; h < H; ++h) {
-      const auto r = kmeans_random_rows(N, C, qvg_kmeans_seed(seeds, stage, h));
-      rows.insert(rows.end(), r.begin(), r.end());
-    }
-    rows_.upload(rows.data(), rows.size(), stream);
+    // kmeans_random_rows of every head, drawn on the device (seeds
+    // qvg_kmeans_seed(stage, h) = base + h).
+    const uint64_t seed_base = qvg_kmeans_seed(seeds, stage, 0);
+    QVG_CHECK(qvg_kmeans_seed(seeds, stage, H - 1) == seed_base + static_cast<uint64_t>(H - 1),
+              "k-means seeds are not consecutive across heads");
+    QVG_CHECK(C >= 1 && C <= N, "k-means: cannot draw ", C, " distinct rows from ", N);
+    rows_.resize(static_cast<size_t>(H) * C);
+    random_rows_kernel<<<H, 256, 0, stream>>>(N, C, seed_base, rows_.get());
+    check_launch();
     gather_rows_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(data, N, D, C, rows_.get(),
                                                                                             H, cent_.get());
     check_launch();

@@ -5,22 +5,24 @@
 #include <cmath>
 #include <cstdint>
 
+#include "qvg/common.h"
+
 namespace qvg {
 
 /// SplitMix64 (Steele, Lea, Flood 2014): 64-bit state, full period.
 class SplitMix64 {
  public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
+  QVG_HD explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  QVG_HD uint64_t next() {
     uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
   /// Uniform in [0, 1) with 53 random bits.
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  QVG_HD double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
   /// Uniform integer in [0, n), n > 0 (multiply-shift; bias below 2^-11 for n < 2^53).
-  uint64_t below(uint64_t n) {
+  QVG_HD uint64_t below(uint64_t n) {
     const uint64_t v = static_cast<uint64_t>(uniform() * static_cast<double>(n));
     return v < n ? v : n - 1;  // the product can round up to n
   }
