@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call: build and run bench_assign_probe (the fused k-means
-# assignment timed with one phase left out at a time). Carry: .deps.
+# One device call: build and run bench_assign_probe alone (the tensor-core
+# k-means assignment: its modes, block shapes, and phases left out; gpu_check.sh
+# runs it too). Carry: .deps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/qvg-gpu-out}

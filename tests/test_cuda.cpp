@@ -333,7 +333,7 @@ TEST(Cuda, AssignmentReRanksWhereBf16RoundingCouldFlipIt) {
 }
 
 // Tensor-core assignment against an exact (double) one, C = 100 (a partial
-// last tile of 64) and 256, D = 64 and 128, float and bf16-valued input: a
+// last pass of 16) and 256, D = 64 and 128, float and bf16-valued input: a
 // token may go elsewhere than its exact nearest centroid only where three or
 // more centroids lie within the ranking's error bound of the nearest (the
 // documented exception); the bound here is 2^-6 ||x|| (||c|| + ||c*||) +
@@ -379,6 +379,42 @@ TEST(Cuda, AssignmentIsExactOutsideThreeWayNearTies) {
         }
         EXPECT_EQ(wrong, excused) << "d=" << d << " C=" << cc << (bf16_values ? " bf16-valued" : " float");
       }
+}
+
+// Exact ties: tokens that are copies of a few vectors, one of them zero, so a
+// random start of 8 rows holds equal centroids (and zero ones, as residual
+// stages can). Every tie goes to the lowest index, as the exact assignment
+// has it: equal centroids never rank above the first of them, and two zero
+// centroids are re-ranked like any near-tie.
+TEST(Cuda, AssignmentBreaksExactTiesToTheLowestIndex) {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (int patterns : {2, 3, 9}) {
+      const int64_t n = 200;
+      const CodecConfig c = parse_codec_spec("qvg:init=random,iters=0,centroids=8");
+      std::mt19937 gen(static_cast<unsigned>(d + patterns));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> pat(static_cast<size_t>(patterns * d), 0.0f);  // pattern 0 stays zero
+      for (size_t k = static_cast<size_t>(d); k < pat.size(); ++k) pat[k] = bf16_to_float(bf16_from_float(nd(gen)));
+      HeadTensor x(1, n, d);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < d; ++k) x.at(0, i, k) = pat[static_cast<size_t>((i % patterns) * d + k)];
+      const std::vector<int64_t> rows = kmeans_random_rows(n, 8, qvg_kmeans_seed(c, 0, 0));
+      const EncodedTensor gpu = make_codec(c, Backend::cuda)->encode(x);
+      for (int64_t i = 0; i < n; ++i) {
+        int best = 0;
+        double best_d = INFINITY;
+        for (int j = 0; j < 8; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < d; ++k) {
+            const double e = double(x.at(0, i, k)) - x.at(0, rows[j], k);
+            s += e * e;
+          }
+          if (s < best_d) best_d = s, best = j;  // strict: ties keep the lowest index
+        }
+        ASSERT_EQ(gpu.ids[static_cast<size_t>(i)], best) << "d=" << d << " patterns=" << patterns << " token " << i;
+      }
+    }
 }
 
 TEST(Cuda, RepeatedRunsAreIdenticalAndErrorMatchesCpu) {

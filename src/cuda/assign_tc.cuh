@@ -26,13 +26,15 @@
 // After the products, per row (the quad's four lanes split the dims):
 // - the best two of the quad (shuffles);
 // - re-ranking: when the two values are within the error bound of the bf16
-//   products (about 2^-8 ||x|| ||c|| for bf16 x, 2^-7 otherwise), the exact
-//   distances ||x - c||^2 in double decide (ties to the lower index);
+//   products (||x|| ||c - bf16(c)|| + ||x - bf16(x)|| ||c|| and rounding
+//   terms), an fp32 comparison with its own error bound decides, and where
+//   even that cannot, the distances ||x - c||^2 in double (ties to the
+//   lower index); centroids equal to one of lower index never rank;
 // - want_dist: ||x - c||^2 of the pick in double (the convergence check's
 //   mean and the empty-cluster rule); want_resid: max |x - bf16(c)|.
 // bf16 x is exact in the A fragments; f16 and float rows are read again.
-// So ids equal an exact assignment unless three or more centroids lie within
-// the bound.
+// So ids equal an exact assignment (ties to the lowest index) unless three
+// or more centroids of different values lie within the bound.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -166,11 +168,11 @@ __device__ __forceinline__ void load_lane_row(const T* __restrict__ xrow, int t,
 
 /// Shared memory of assign_tc_kernel for C centroids: bf16 (logical order,
 /// padded rows), float (lane order, padded rows), and per centroid
-/// -||c||^2 / 2, ||c|| and ||c - bf16(c)||.
+/// -||c||^2 / 2, ||c||, ||c - bf16(c)|| and a hash of its values.
 template <int D>
 constexpr size_t assign_tc_smem(int c_count) {
   const int c_pad = (c_count + kAssignPass - 1) / kAssignPass * kAssignPass;
-  return static_cast<size_t>(c_pad) * ((D + kTcPad) * 2 + (D + 4) * sizeof(float) + 3 * sizeof(float));
+  return static_cast<size_t>(c_pad) * ((D + kTcPad) * 2 + (D + 4) * sizeof(float) + 4 * sizeof(float));
 }
 
 /// Grid (blocks per head, H); block kWarps * 32 (registers capped for
@@ -199,6 +201,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   float* c_init = cf + c_pad * kFStride;                           // (c_pad): -||c||^2 / 2; -FLT_MAX past C
   float* c_len = c_init + c_pad;                                   // (c_pad): ||c||
   float* c_dev = c_len + c_pad;                                    // (c_pad): ||c - bf16(c)||
+  uint32_t* c_hash = reinterpret_cast<uint32_t*>(c_dev + c_pad);   // (c_pad): hash of the values
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
@@ -230,21 +233,40 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
   for (int c = warp; c < c_pad; c += kWarps) {  // ||c||^2 and ||c - bf16(c)||^2 in float, a fixed order
     float s = 0.0f, e = 0.0f;
+    uint32_t hv = 0u;
 #pragma unroll
     for (int k = lane; k < D; k += 32) {
       const float v = cf[c * kFStride + k], dv = v - __bfloat162float(__float2bfloat16_rn(v));  // exact
       s = fmaf(v, v, s);
       e = fmaf(dv, dv, e);
+      hv = (hv ^ __float_as_uint(v + 0.0f)) * 0x9E3779B1u;  // v + 0: -0 hashes as +0 (equal values)
     }
     for (int off = 16; off > 0; off >>= 1) {
       s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
       e += __shfl_xor_sync(0xFFFFFFFFu, e, off);
+      hv ^= __shfl_xor_sync(0xFFFFFFFFu, hv, off) * 0x85EBCA6Bu;
     }
     if (lane == 0) {
       c_init[c] = c < c_count ? -0.5f * s : -FLT_MAX;
       c_len[c] = sqrtf(s);
       c_dev[c] = sqrtf(e);
+      c_hash[c] = hv;
     }
+  }
+  __syncthreads();
+  // A centroid equal to one of lower index is never the answer (ties go to
+  // the lower index): it ranks with the padding. So exact ties of two or
+  // more equal centroids need no re-ranking. Equal values hash alike; the
+  // rows are then compared value by value.
+  for (int c = threadIdx.x; c < c_count; c += blockDim.x) {
+    bool dup = false;
+    for (int o = 0; o < c && !dup; ++o) {
+      if (c_hash[o] != c_hash[c]) continue;
+      bool same = true;
+      for (int k = 0; k < D && same; ++k) same = cf[o * kFStride + k] == cf[c * kFStride + k];
+      dup = same;
+    }
+    if (dup) c_init[c] = -FLT_MAX;
   }
   __syncthreads();
 
@@ -378,8 +400,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         }
         const int64_t n = n0 + 16 * i + 8 * r + g;
         const bool live = n < n_tokens;  // the same for the quad
-        const int i1 = key_index(k1), i2 = key_index(k2);
-        const bool has2 = i2 < c_count;  // padded centroids rank below every real one
+        // Padded (and duplicate) centroids rank below every real one; a
+        // pick past C is only possible when every real product overflowed
+        // (NaN keys are dropped): then centroid 0, as an argmin over NaN
+        // values gives.
+        const int i1 = key_index(k1) < c_count ? key_index(k1) : 0, i2 = key_index(k2);
+        const bool has2 = i2 < c_count && i2 != i1;
         bool rerank = false;
         if (live && has2) {
           // Re-rank when the gap is within the two values' error bounds. The
@@ -394,9 +420,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           // the keys' 2^-15 each (rank_key).
           const float l1 = c_len[i1], l2 = c_len[i2], e1 = c_dev[i1], e2 = c_dev[i2];
           const float xl = xn[i][r], xe = xdev[i][r];
+          // FLT_MIN: keys of zero or subnormal w differ by a fixed amount
+          // (the index bits) and tiny norms underflow.
           const float bound = (1.0f + 0x1p-10f) * (xl * (e1 + e2) + xe * (l1 + l2 + e1 + e2)) +
                               0x1p-14f * (xl * (l1 + l2) + 0.5f * (l1 * l1 + l2 * l2)) +
-                              0x1p-14f * (fabsf(k1) + fabsf(k2));
+                              0x1p-14f * (fabsf(k1) + fabsf(k2)) + FLT_MIN;
           rerank = k1 - k2 <= bound;
         }
         if constexpr (kProbe == 1) rerank = false;
@@ -427,9 +455,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             // (d2 - d1) / 2 = sum (c1 - c2)(x - (c1 + c2) / 2) in fp32 with
             // its error bound: each term is within 4u (u = 2^-24) of |c1 -
             // c2| (|x| + |c1 + c2| / 2), the sum of D / 4 + 2 terms within
-            // (D / 4 + 3) u of the sum of their magnitudes; 2^-16 > 39u (D =
-            // 128) covers both. Outside the bound its sign decides; inside
-            // (near-equal distances) the double distances below do.
+            // (D / 4 + 3) u of the sum of their magnitudes: under 39u at D =
+            // 128, and 2^-16 = 256u. Outside the bound its sign decides;
+            // inside (near-equal distances) the double distances below do.
             float sd = 0.0f, mag = 0.0f;
 #pragma unroll
             for (int c = 0; c < kLaneChunks; ++c)
@@ -527,6 +555,7 @@ constexpr int kAssignMinBlocks = 1;
 template <int D, typename T, int kWarps = kAssignWarps, int kMinBlocks = kAssignMinBlocks, int kProbe = 0>
 cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
                              const AssignOutputs& o, cudaStream_t s) {
+  if (c < 1 || c > kAssignMaxCentroids || heads < 1 || heads > 65535 || n < 1) return cudaErrorInvalidValue;
   const size_t smem = assign_tc_smem<D>(c);
   auto* kernel = assign_tc_kernel<D, T, kWarps, kMinBlocks, kProbe>;
   // Every launch: the attribute belongs to the current device's context.

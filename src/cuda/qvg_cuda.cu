@@ -155,6 +155,7 @@ template <int D, typename T>
 void run_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
                       const AssignOutputs& o, cudaStream_t s) {
   QVG_CHECK(heads <= 65535, "k-means on the GPU: at most 65535 heads per tensor, got ", heads);
+  QVG_CHECK(c >= 1 && c <= kAssignMaxCentroids, "k-means on the GPU: 1 to ", kAssignMaxCentroids, " centroids, got ", c);
   for (unsigned* m : {o.x_max, o.resid_max}) {
     if (!m) continue;
     zero_active_kernel<<<blocks_for(heads), kThreads, 0, s>>>(m, active, heads);
