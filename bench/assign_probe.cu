@@ -2,7 +2,7 @@
 // [1, 32, 29640, 128], C = 256: each output mode the encoder uses (ids only;
 // + the quantizer's max |residual|; + every row's exact distance, as the
 // convergence check needs; + max |x|), bf16 and float input, and a few block
-// shapes (warps per block, register cap). Every variant's ids and distances
+// shapes (warps per block). Every variant's ids and distances
 // are checked against the default's (they compute the same function).
 //   bench_assign_probe [--reps N]
 #include <cuda_bf16.h>
@@ -91,23 +91,22 @@ int main(int argc, char** argv) {
       bad += !same;
       std::printf("  %-34s %-20s %9.4f %9.1f  %s\n", mode, block, ms, flop / (ms * 1e9), same ? "yes" : "NO");
     };
-    auto bf = [&](auto warps, auto minb, auto probe) {
-      return [&, warps, minb, probe](const AssignOutputs& o) {
-        return launch_assign_tc<kD, __nv_bfloat16, decltype(warps)::value, decltype(minb)::value,
-                                decltype(probe)::value>(xp, kN, cd.get(), kC, kH, nullptr, o, 0);
+    auto bf = [&](auto warps, auto probe) {
+      return [&, warps, probe](const AssignOutputs& o) {
+        return launch_assign_tc<kD, __nv_bfloat16, decltype(warps)::value, decltype(probe)::value>(xp, kN, cd.get(), kC,
+                                                                                                  kH, nullptr, o, 0);
       };
     };
     using W8 = std::integral_constant<int, 8>;
     using W12 = std::integral_constant<int, 12>;
     using W16 = std::integral_constant<int, 16>;
-    using M1 = std::integral_constant<int, 1>;
     using P0 = std::integral_constant<int, 0>;
-    run("bf16: ids", "16 warps (default)", false, false, false, bf(W16{}, M1{}, P0{}));
-    run("bf16: ids", "8 warps", false, false, false, bf(W8{}, M1{}, P0{}));
-    run("bf16: ids", "12 warps", false, false, false, bf(W12{}, M1{}, P0{}));
-    run("bf16: ids + max|x - c| (last)", "16 warps (default)", false, true, false, bf(W16{}, M1{}, P0{}));
-    run("bf16: ids + max|x| (first)", "16 warps (default)", false, false, true, bf(W16{}, M1{}, P0{}));
-    run("bf16: ids + dist (convergence)", "16 warps (default)", true, false, false, bf(W16{}, M1{}, P0{}));
+    run("bf16: ids", "16 warps (default)", false, false, false, bf(W16{}, P0{}));
+    run("bf16: ids", "8 warps", false, false, false, bf(W8{}, P0{}));
+    run("bf16: ids", "12 warps", false, false, false, bf(W12{}, P0{}));
+    run("bf16: ids + max|x - c| (last)", "16 warps (default)", false, true, false, bf(W16{}, P0{}));
+    run("bf16: ids + max|x| (first)", "16 warps (default)", false, false, true, bf(W16{}, P0{}));
+    run("bf16: ids + dist (convergence)", "16 warps (default)", true, false, false, bf(W16{}, P0{}));
     // Phases left out (timing by difference only: the outputs are wrong).
     std::printf("  phases left out (ids mode, 16 warps; outputs not checked):\n");
     const char* probe_names[] = {"", "no exact phase", "no top-two epilogue", "no tensor-core products"};
@@ -115,13 +114,13 @@ int main(int argc, char** argv) {
       const double ms = timer.median_ms(reps, [&] { QVG_CUDA_CHECK(launch(got.view(false, false, false))); });
       std::printf("  %-34s %-20s %9.4f %9.1f\n", probe_names[k], "16 warps", ms, flop / (ms * 1e9));
     };
-    probe(1, bf(W16{}, M1{}, std::integral_constant<int, 1>{}));
-    probe(2, bf(W16{}, M1{}, std::integral_constant<int, 2>{}));
-    probe(3, bf(W16{}, M1{}, std::integral_constant<int, 3>{}));
+    probe(1, bf(W16{}, std::integral_constant<int, 1>{}));
+    probe(2, bf(W16{}, std::integral_constant<int, 2>{}));
+    probe(3, bf(W16{}, std::integral_constant<int, 3>{}));
     // How many rows the exact phase re-ranks (the rest keep the bf16 pick).
     {
       Outs p1;
-      QVG_CUDA_CHECK((launch_assign_tc<kD, __nv_bfloat16, 16, 1, 1>(xp, kN, cd.get(), kC, kH, nullptr,
+      QVG_CUDA_CHECK((launch_assign_tc<kD, __nv_bfloat16, 16, 1>(xp, kN, cd.get(), kC, kH, nullptr,
                                                                     p1.view(false, false, false), 0)));
       std::vector<uint8_t> bf16_pick(ids_ref.size());
       p1.ids.download(bf16_pick.data(), bf16_pick.size());

@@ -73,8 +73,8 @@ double kmeans_assign_ref(const float* x, int64_t n, int64_t d, const float* cent
 std::vector<int64_t> kmeans_random_rows(int64_t n, int c, uint64_t seed) {
   QVG_CHECK(c >= 1 && c <= n, "k-means: cannot draw ", c, " distinct rows from ", n);
   // The partial Fisher-Yates shuffle of 0..n-1 with only the moved entries
-  // stored (O(C), not O(n): the GPU encode draws a start per head on the
-  // host): entry p of the permutation is moved[p] if present, else p.
+  // stored (O(C), not O(n); random_rows_kernel draws the same rows on the
+  // GPU): entry p of the permutation is moved[p] if present, else p.
   SplitMix64 rng(seed);
   std::unordered_map<int64_t, int64_t> moved;
   moved.reserve(static_cast<size_t>(2 * c));

@@ -140,6 +140,14 @@ __device__ __forceinline__ void add_sq_diff(double& d, float x, float c) {
   d = fma(e, e, d);
 }
 
+/// The sum of v over the four lanes of a quad (xor 1, then xor 2: every
+/// lane gets the same bits). All 32 lanes must call it.
+template <typename V>
+__device__ __forceinline__ V quad_sum(V v) {
+  v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+  return v + __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+}
+
 /// Position of dim p in a centroid row of the float shared-memory copy: the
 /// lane order, where lane t's chunk c sits at (4 c + t) * 8, so the four
 /// lanes of a quad read 128 contiguous bytes (no bank conflict in a quad).
@@ -175,15 +183,15 @@ constexpr size_t assign_tc_smem(int c_count) {
   return static_cast<size_t>(c_pad) * ((D + kTcPad) * 2 + (D + 4) * sizeof(float) + 4 * sizeof(float));
 }
 
-/// Grid (blocks per head, H); block kWarps * 32 (registers capped for
-/// kMinBlocks blocks per SM); dynamic smem assign_tc_smem<D>(C). C <= 256.
+/// Grid (blocks per head, H); block kWarps * 32 (one block per SM: the
+/// shared memory holds a head's centroids twice); dynamic smem assign_tc_smem<D>(C). C <= 256.
 /// Warps take the head's 32-row tiles in turn across the head's blocks.
 /// Heads with active[h] == 0 are skipped. cent: float centroids [H][C][D].
 /// kProbe != 0 leaves one phase out, for timing by difference only
 /// (bench_assign_probe; the outputs are then wrong): 1 = the exact phase,
 /// 2 = the top-two epilogue, 3 = the tensor-core products.
-template <int D, typename T, int kWarps, int kMinBlocks, int kProbe = 0>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+template <int D, typename T, int kWarps, int kProbe = 0>
+__global__ void __launch_bounds__(kWarps * 32, 1)
     assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens, const float* __restrict__ cent, int c_count,
                      const int* __restrict__ active, AssignOutputs out) {
   static_assert(D == 64 || D == 128, "tensor-core assignment: D = 64 or 128");
@@ -322,14 +330,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
           for (int q = 0; q < 4; ++q) a[i][2 * c + (q >> 1)][2 * (q & 1) + r] = wd[q];
         }
-        s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
-        s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
-        xn[i][r] = sqrtf(s);
-        if constexpr (!kExactInA) {
-          e += __shfl_xor_sync(0xFFFFFFFFu, e, 1);
-          e += __shfl_xor_sync(0xFFFFFFFFu, e, 2);
-        }
-        xdev[i][r] = sqrtf(e);
+        xn[i][r] = sqrtf(quad_sum(s));
+        xdev[i][r] = kExactInA ? 0.0f : sqrtf(quad_sum(e));
       }
 
     // 2. Products and the best two rank keys of each of the lane's 4 rows.
@@ -473,10 +475,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                   mag = fmaf(fabsf(dc), fabsf(xk) + fabsf(mid), mag);
                 }
               }
-            sd += __shfl_xor_sync(0xFFFFFFFFu, sd, 1);
-            mag += __shfl_xor_sync(0xFFFFFFFFu, mag, 1);
-            sd += __shfl_xor_sync(0xFFFFFFFFu, sd, 2);
-            mag += __shfl_xor_sync(0xFFFFFFFFu, mag, 2);
+            sd = quad_sum(sd);
+            mag = quad_sum(mag);
             const bool clear = fabsf(sd) > 0x1p-16f * mag + 0x1p-100f;  // false for NaN: the exact path
             second_wins = rerank && clear && sd < 0.0f;
             exact_cmp = rerank && !clear;
@@ -504,12 +504,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                   for (int k = 0; k < 4; ++k) add_sq_diff(db, xv[8 * c + 4 * h4 + k], q[k]);
                 }
               }
-            da += __shfl_xor_sync(0xFFFFFFFFu, da, 1);
-            da += __shfl_xor_sync(0xFFFFFFFFu, da, 2);
-            if (any_b) {
-              db += __shfl_xor_sync(0xFFFFFFFFu, db, 1);
-              db += __shfl_xor_sync(0xFFFFFFFFu, db, 2);
-            }
+            da = quad_sum(da);
+            if (any_b) db = quad_sum(db);
             if (exact_cmp) second_wins = db < da || (db == da && i2 < i1);  // da is d1 here
             if (live && want_dist && t == 0)
               out.dist[static_cast<int64_t>(h) * n_tokens + n] = static_cast<float>(exact_cmp && second_wins ? db : da);
@@ -543,21 +539,20 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
 }
 
-/// Warps per block of the assignment and blocks per SM the registers are
-/// capped for (each lane holds its tile's A fragments: D / 2 registers).
+/// Warps per block of the assignment (16 caps the registers at 128; each
+/// lane holds its tile's A fragments: D / 2 registers).
 constexpr int kAssignWarps = 16;
-constexpr int kAssignMinBlocks = 1;
 
 /// Launch assign_tc_kernel over heads [0, heads) of x ([H][N][D] of T on
 /// the device) with centroids cent ([H][C][D] float). Blocks per head: as
 /// many as fill the device once, at least one. The maxima in `o` must have
 /// been zeroed for the active heads. Returns the first CUDA error.
-template <int D, typename T, int kWarps = kAssignWarps, int kMinBlocks = kAssignMinBlocks, int kProbe = 0>
+template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0>
 cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
                              const AssignOutputs& o, cudaStream_t s) {
   if (c < 1 || c > kAssignMaxCentroids || heads < 1 || heads > 65535 || n < 1) return cudaErrorInvalidValue;
   const size_t smem = assign_tc_smem<D>(c);
-  auto* kernel = assign_tc_kernel<D, T, kWarps, kMinBlocks, kProbe>;
+  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe>;
   // Every launch: the attribute belongs to the current device's context.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -611,8 +606,7 @@ __global__ void __launch_bounds__(256) dist_for_empty_kernel(const T* __restrict
 #pragma unroll
       for (int k = 0; k < 8; ++k) add_sq_diff(d, xv[8 * c + k], cv[k]);
     }
-    d += __shfl_xor_sync(0xFFFFFFFFu, d, 1);
-    d += __shfl_xor_sync(0xFFFFFFFFu, d, 2);
+    d = quad_sum(d);
     if (live && t == 0) dist[row] = static_cast<float>(d);
   }
 }
