@@ -1,8 +1,9 @@
 // The tensor-core k-means assignment (assign_tc.cuh) at the LongCat shape
 // [1, 32, 29640, 128], C = 256: each output mode the encoder uses (ids only;
 // + the quantizer's max |residual|; + every row's exact distance, as the
-// convergence check needs; + max |x|), bf16 and float input, and a few block
-// shapes (warps per block). Every variant's ids and distances
+// convergence check needs; + max |x|), bf16 and float input, a few block
+// shapes (warps per block), and both kinds of products (wgmma, the default,
+// and mma.sync). Every variant's ids and distances
 // are checked against the default's (they compute the same function).
 //   bench_assign_probe [--reps N]
 #include <cuda_bf16.h>
@@ -91,12 +92,15 @@ int main(int argc, char** argv) {
       bad += !same;
       std::printf("  %-34s %-20s %9.4f %9.1f  %s\n", mode, block, ms, flop / (ms * 1e9), same ? "yes" : "NO");
     };
-    auto bf = [&](auto warps, auto probe) {
-      return [&, warps, probe](const AssignOutputs& o) {
-        return launch_assign_tc<kD, __nv_bfloat16, decltype(warps)::value, decltype(probe)::value>(xp, kN, cd.get(), kC,
-                                                                                                  kH, nullptr, o, 0);
+    auto bfk = [&](auto warps, auto probe, auto wg) {
+      return [&, warps, probe, wg](const AssignOutputs& o) {
+        return launch_assign_tc<kD, __nv_bfloat16, decltype(warps)::value, decltype(probe)::value,
+                                decltype(wg)::value>(xp, kN, cd.get(), kC, kH, nullptr, o, 0);
       };
     };
+    using Wg = std::true_type;
+    using Sync = std::false_type;
+    auto bf = [&](auto warps, auto probe) { return bfk(warps, probe, Wg{}); };
     using W8 = std::integral_constant<int, 8>;
     using W12 = std::integral_constant<int, 12>;
     using W16 = std::integral_constant<int, 16>;
@@ -104,6 +108,8 @@ int main(int argc, char** argv) {
     run("bf16: ids", "16 warps (default)", false, false, false, bf(W16{}, P0{}));
     run("bf16: ids", "8 warps", false, false, false, bf(W8{}, P0{}));
     run("bf16: ids", "12 warps", false, false, false, bf(W12{}, P0{}));
+    run("bf16: ids, mma.sync", "16 warps", false, false, false, bfk(W16{}, P0{}, Sync{}));
+    run("bf16: ids, mma.sync", "8 warps", false, false, false, bfk(W8{}, P0{}, Sync{}));
     run("bf16: ids + max|x - c| (last)", "16 warps (default)", false, true, false, bf(W16{}, P0{}));
     run("bf16: ids + max|x| (first)", "16 warps (default)", false, false, true, bf(W16{}, P0{}));
     run("bf16: ids + dist (convergence)", "16 warps (default)", true, false, false, bf(W16{}, P0{}));
@@ -117,6 +123,10 @@ int main(int argc, char** argv) {
     probe(1, bf(W16{}, std::integral_constant<int, 1>{}));
     probe(2, bf(W16{}, std::integral_constant<int, 2>{}));
     probe(3, bf(W16{}, std::integral_constant<int, 3>{}));
+    std::printf("  the same for the mma.sync products:\n");
+    probe(1, bfk(W16{}, std::integral_constant<int, 1>{}, Sync{}));
+    probe(2, bfk(W16{}, std::integral_constant<int, 2>{}, Sync{}));
+    probe(3, bfk(W16{}, std::integral_constant<int, 3>{}, Sync{}));
     // How many rows the exact phase re-ranks (the rest keep the bf16 pick).
     {
       Outs p1;
@@ -140,6 +150,13 @@ int main(int argc, char** argv) {
       });
       std::printf("  %-34s %-20s %9.4f %9.1f\n", d ? "float: ids + dist" : "float: ids", "16 warps (default)", ms,
                   flop / (ms * 1e9));
+    }
+    {
+      const double ms = timer.median_ms(reps, [&] {
+        QVG_CUDA_CHECK((launch_assign_tc<kD, float, 16, 0, false>(xf.get(), kN, cd.get(), kC, kH, nullptr,
+                                                                  got.view(false, false, false), 0)));
+      });
+      std::printf("  %-34s %-20s %9.4f %9.1f\n", "float: ids, mma.sync", "16 warps", ms, flop / (ms * 1e9));
     }
     if (bad) {
       std::fprintf(stderr, "bench_assign_probe: %d variant(s) disagree with the default\n", bad);

@@ -1,26 +1,34 @@
-// k-means assignment on the tensor cores, one pass over x: bf16 mma.sync
-// products rank the centroids; the exact distance (double) decides where the
-// bf16 ranking could be wrong, and gives each row's distance when asked for;
-// the per-head maxima the next steps need come out of the same pass.
+// k-means assignment on the tensor cores, one pass over x: bf16 products
+// rank the centroids; the exact distance (double) decides where the bf16
+// ranking could be wrong, and gives each row's distance when asked for; the
+// per-head maxima the next steps need come out of the same pass.
 //
 // The loop it replaces (kmeans_assign_ref):
 //   for n: for c: w = x[n].c - ||c||^2 / 2; keep the largest (ties: lowest c)
 //
 // Layout. A block serves one head (blockIdx.y) and stages all of its
-// centroids once, as bf16, in shared memory: (C padded to 16, D + 8). Each
-// warp then walks its own tiles of 32 rows (two m16 tiles) with no block
-// barrier: it loads its rows straight from global memory into mma A
-// fragments, which it keeps in registers for all C centroids (D / 2 words per
-// lane). The dot product does not depend on the order of the dims, so the
-// dims are permuted to make those loads whole 16-byte chunks: lane t of a
-// quad owns chunks lane_chunk(t, c) of every row (a 32-byte sector pair), and
-// the centroids are staged in the matching "logical" order (logical_dim).
+// centroids once, as bf16, in shared memory, in 8 x 8 core matrices of 128
+// contiguous bytes (core_chunk: the no-swizzle K-major layout that wgmma
+// reads, and whose rows ldmatrix reads without bank conflicts). Each warp
+// then walks its own rows with no block barrier: it loads them straight from
+// global memory into the A fragments of the products, which it keeps in
+// registers for all C centroids (D / 2 words a lane per 16 rows). The dot
+// product does not depend on the order of the dims, so the dims are
+// permuted to make those loads whole 16-byte chunks: lane t of a quad owns
+// chunks lane_chunk(t, c) of every row (a 32-byte sector pair), and the
+// centroids are staged in the matching "logical" order (logical_dim).
 //
-// Products: per pass of 16 centroids (two n8 tiles), D / 16 k-steps, each
-// one ldmatrix.x4 and four mma m16n8k16 (fp32 accumulation). The first
-// k-step starts the accumulator at -||c||^2 / 2 (padded centroids at
-// -FLT_MAX), so the product is the rank value w itself. The best two per row
-// are kept as floats whose lowest 8 mantissa bits are replaced by the
+// Products, two kinds (kWg):
+// - wgmma (the default): a warpgroup (4 warps, 16 rows each) multiplies its
+//   64 rows by groups of 64 centroids, m64n64k16 with A from registers and B
+//   read by the tensor cores from shared memory, asynchronously: while the
+//   products of one group run, the warps rank the group before it (two
+//   accumulator sets of 32 registers).
+// - mma.sync: per warp 32 rows (two m16 tiles), passes of 16 centroids, per
+//   k-step one ldmatrix.x4 and four m16n8k16.
+// Either way the accumulator starts at -||c||^2 / 2 (padded centroids at
+// -FLT_MAX), so the product is the rank value w itself, and the best two per
+// row are kept as floats whose lowest 8 mantissa bits are replaced by the
 // centroid index (rank_key): one LOP3 and three FMNMX per product.
 //
 // After the products, per row (the quad's four lanes split the dims):
@@ -48,11 +56,24 @@
 
 namespace qvg::cuda {
 
-constexpr int kTcPad = 8;                // bf16 elements of row padding (ldmatrix without bank conflicts)
-constexpr int kAssignTileRows = 32;      // rows per warp tile (BLK_M: two m16 tiles)
-constexpr int kPassTiles = 2;            // n8 tiles per pass of the products (one ldmatrix.x4 per k-step)
-constexpr int kAssignPass = 8 * kPassTiles;  // centroids per pass (BLK_N)
+constexpr int kPassTiles = 2;            // mma.sync: n8 tiles per pass (one ldmatrix.x4 per k-step)
+constexpr int kAssignPass = 8 * kPassTiles;  // mma.sync: centroids per pass
+constexpr int kWgN = 64;                 // wgmma: centroids per group (the N of m64nNk16)
 constexpr int kAssignMaxCentroids = 256; // ids are one byte
+
+/// Centroids staged for C: a multiple of both kinds' group sizes.
+__host__ __device__ constexpr int assign_c_pad(int c_count) { return (c_count + kWgN - 1) / kWgN * kWgN; }
+static_assert(kWgN % kAssignPass == 0, "a wgmma group is whole mma.sync passes");
+
+/// Element offset of logical chunk m (dims 8 m .. 8 m + 7 in logical order)
+/// of centroid c in the bf16 copy: core matrices (c / 8, m) of 8 rows x 16
+/// bytes, row-major over m. So 16 logical dims of 8 centroids are two core
+/// matrices 128 bytes apart (wgmma's leading-dimension offset) and the next
+/// 8 centroids are D / 8 core matrices on (its stride-dimension offset).
+template <int D>
+__host__ __device__ constexpr int core_chunk(int c, int m) {
+  return ((c >> 3) * (D / 8) + m) * 64 + (c & 7) * 8;
+}
 
 /// Chunk (8 dims) c of the D / 32 chunks that lane t of a quad owns in every
 /// row: pairs of neighbouring chunks, so a lane reads whole 32-byte sectors.
@@ -106,6 +127,69 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, uint
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// wgmma (sm_90a; for other targets the kernel multiplies with mma.sync
+// instead, on the same rows). The products run asynchronously: a group of wgmma is
+// committed, and its accumulators may be read only after a wait for it. The
+// empty asm statements pin registers in place for the compiler (it must not
+// move reads or writes of an accumulator or A fragment across the fence or
+// the wait); ptxas itself tracks the hardware side.
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr bool kHaveWgmma = true;
+#else
+constexpr bool kHaveWgmma = false;
+#endif
+
+template <int N>
+__device__ __forceinline__ void pin_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin_registers(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+/// Shared-memory matrix descriptor of a no-swizzle K-major operand at
+/// shared address `addr`: start address, leading-dimension byte offset
+/// (between core matrices along K) and stride-dimension byte offset (along
+/// N), each in 16-byte units; swizzle bits 0.
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(lead_bytes >> 4) << 16) |
+         (static_cast<uint64_t>(stride_bytes >> 4) << 32);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/// d += a b for the warpgroup: m64n64k16, A (this warp's 16 rows) from
+/// registers, B (64 centroids x 16 dims) from shared memory, fp32
+/// accumulators in the m16n8 fragment order, n8 tile j at d[4 j .. 4 j + 3].
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+#else  // never called: kHaveWgmma is false
+__device__ __forceinline__ void wgmma_fence() {}
+__device__ __forceinline__ void wgmma_commit() {}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {}
+__device__ __forceinline__ void wgmma_m64n64k16(float (&)[32], const uint32_t (&)[4], uint64_t) { __trap(); }
+#endif
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 h2 = __floats2bfloat162_rn(lo, hi);
@@ -175,42 +259,53 @@ __device__ __forceinline__ void load_lane_row(const T* __restrict__ xrow, int t,
 }
 
 /// Shared memory of assign_tc_kernel for C centroids: bf16 (logical order,
-/// padded rows), float (lane order, padded rows), and per centroid
+/// core matrices), float (lane order, padded rows), and per centroid
 /// -||c||^2 / 2, ||c||, ||c - bf16(c)|| and a hash of its values.
 template <int D>
 constexpr size_t assign_tc_smem(int c_count) {
-  const int c_pad = (c_count + kAssignPass - 1) / kAssignPass * kAssignPass;
-  return static_cast<size_t>(c_pad) * ((D + kTcPad) * 2 + (D + 4) * sizeof(float) + 4 * sizeof(float));
+  return static_cast<size_t>(assign_c_pad(c_count)) * (D * 2 + (D + 4) * sizeof(float) + 4 * sizeof(float));
 }
+
+/// Rows of x one loop unit of assign_tc_kernel covers, and the warps that
+/// share it: a warpgroup's 64 rows (wgmma), or a warp's 32 (mma.sync).
+template <bool kWg>
+constexpr int kUnitRows = kWg ? 64 : 32;
+template <bool kWg>
+constexpr int kUnitWarps = kWg ? 4 : 1;
 
 /// Grid (blocks per head, H); block kWarps * 32 (one block per SM: the
 /// shared memory holds a head's centroids twice); dynamic smem assign_tc_smem<D>(C). C <= 256.
-/// Warps take the head's 32-row tiles in turn across the head's blocks.
+/// The loop units (kUnitRows rows) go to the block's warps (warpgroups for
+/// wgmma) in turn across the head's blocks.
 /// Heads with active[h] == 0 are skipped. cent: float centroids [H][C][D].
-/// kProbe != 0 leaves one phase out, for timing by difference only
-/// (bench_assign_probe; the outputs are then wrong): 1 = the exact phase,
-/// 2 = the top-two epilogue, 3 = the tensor-core products.
-template <int D, typename T, int kWarps, int kProbe = 0>
+/// kWg: wgmma products (else mma.sync). kProbe != 0 leaves one phase out,
+/// for timing by difference only (bench_assign_probe; the outputs are then
+/// wrong): 1 = the exact phase, 2 = the top-two epilogue, 3 = the
+/// tensor-core products.
+template <int D, typename T, int kWarps, int kProbe = 0, bool kWg = true>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens, const float* __restrict__ cent, int c_count,
                      const int* __restrict__ active, AssignOutputs out) {
   static_assert(D == 64 || D == 128, "tensor-core assignment: D = 64 or 128");
-  constexpr int kStride = D + kTcPad;  // bf16 elements per smem row
+  static_assert(kWarps % kUnitWarps<kWg> == 0, "wgmma: whole warpgroups");
   constexpr int kFStride = D + 4;      // floats per smem row
-  constexpr int kSteps = D / 16;       // k-steps of the mma
+  constexpr int kSteps = D / 16;       // k-steps of the products
   constexpr int kLaneChunks = D / 32;  // 8-dim chunks per lane per row
+  constexpr int kMT = kWg ? 1 : 2;     // m16 tiles (16 rows) per warp
   constexpr bool kExactInA = std::is_same_v<T, __nv_bfloat16>;
   const int h = blockIdx.y;
   if (active && !active[h]) return;
-  extern __shared__ __align__(16) unsigned char tc_smem[];
-  const int c_pad = (c_count + kAssignPass - 1) / kAssignPass * kAssignPass;
-  __nv_bfloat16* cs = reinterpret_cast<__nv_bfloat16*>(tc_smem);  // (c_pad, kStride), logical order
-  float* cf = reinterpret_cast<float*>(cs + c_pad * kStride);     // (c_pad, kFStride), lane order
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  const int c_pad = assign_c_pad(c_count);
+  __nv_bfloat16* cs = reinterpret_cast<__nv_bfloat16*>(tc_smem);  // core matrices, logical order
+  float* cf = reinterpret_cast<float*>(cs + c_pad * D);           // (c_pad, kFStride), lane order
   float* c_init = cf + c_pad * kFStride;                           // (c_pad): -||c||^2 / 2; -FLT_MAX past C
   float* c_len = c_init + c_pad;                                   // (c_pad): ||c||
   float* c_dev = c_len + c_pad;                                    // (c_pad): ||c - bf16(c)||
   uint32_t* c_hash = reinterpret_cast<uint32_t*>(c_dev + c_pad);   // (c_pad): hash of the values
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // The warp index through a shuffle: the compiler then knows it is the
+  // same across the warp (the loop over units stays uniform for wgmma).
+  const int lane = threadIdx.x & 31, warp = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x >> 5), 0);
   const int g = lane >> 2, t = lane & 3;
   const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
 
@@ -237,7 +332,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       const float2 f = *reinterpret_cast<const float2*>(row + lane_pos(base + 16 * tp));
       w[tp] = pack_bf16x2(f.x, f.y);
     }
-    *reinterpret_cast<uint4*>(cs + c * kStride + 8 * m) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(cs + core_chunk<D>(c, m)) = make_uint4(w[0], w[1], w[2], w[3]);
   }
   for (int c = warp; c < c_pad; c += kWarps) {  // ||c||^2 and ||c - bf16(c)||^2 in float, a fixed order
     float s = 0.0f, e = 0.0f;
@@ -276,24 +371,31 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
     if (dup) c_init[c] = -FLT_MAX;
   }
+  // wgmma reads the bf16 copy through the async proxy: make the generic
+  // stores above visible to it (each thread its own, then the barrier).
+  if constexpr (kWg && kHaveWgmma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
 
   const bool want_dist = out.dist != nullptr, want_resid = out.resid_max != nullptr;
   float x_max = 0.0f, r_max = 0.0f;
-  // This lane's ldmatrix row address for B (rows cp + 8 nt + (lane & 7) +
-  // 8 (lane >> 4), k-offset 8 ((lane >> 3) & 1)); the rest are constants.
-  const uint32_t b_base = smem_u32(cs + ((lane & 7) + 8 * (lane >> 4)) * kStride + 8 * ((lane >> 3) & 1));
+  // mma.sync: this lane's ldmatrix row address for B (centroid cp + (lane &
+  // 7) + 8 (lane >> 4), logical chunk 2 j + ((lane >> 3) & 1)); the rest are
+  // constants. wgmma: the descriptor of centroids 0..63, k-step 0.
+  const uint32_t b_base = smem_u32(cs + core_chunk<D>((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1));
+  const uint64_t desc0 = wgmma_desc(smem_u32(cs), 128u, 128u * (D / 8));
   const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
-  const int64_t n_tiles = (n_tokens + kAssignTileRows - 1) / kAssignTileRows;
-  for (int64_t tile = static_cast<int64_t>(blockIdx.x) * kWarps + warp; tile < n_tiles;
-       tile += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const int64_t n0 = tile * kAssignTileRows;
-    // 1. Rows g, g + 8 of m-tiles 0, 1 into A fragments: chunk c word w of a
-    // row is k-step 2c + w/2, register 2 (w & 1) + (the row is g + 8).
-    uint32_t a[2][kSteps][4];
-    float xn[2][2], xdev[2][2];  // ||x|| and ||x - bf16(x)|| per row (quad sums in a fixed order)
+  constexpr int kUnitsPerBlock = kWarps / kUnitWarps<kWg>;
+  const int64_t n_units = (n_tokens + kUnitRows<kWg> - 1) / kUnitRows<kWg>;
+  // The loop bound is the same for the warps of a unit (wgmma is collective).
+  for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kUnitsPerBlock + warp / kUnitWarps<kWg>; unit < n_units;
+       unit += static_cast<int64_t>(gridDim.x) * kUnitsPerBlock) {
+    const int64_t n0 = unit * kUnitRows<kWg> + (warp % kUnitWarps<kWg>) * 16 * kMT;  // this warp's rows
+    // 1. Rows g, g + 8 of the warp's m16 tiles into A fragments: chunk c word
+    // w of a row is k-step 2c + w/2, register 2 (w & 1) + (the row is g + 8).
+    uint32_t a[kMT][kSteps][4];
+    float xn[kMT][2], xdev[kMT][2];  // ||x|| and ||x - bf16(x)|| per row (quad sums in a fixed order)
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int64_t n = n0 + 16 * i + 8 * r + g;
@@ -334,63 +436,119 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         xdev[i][r] = kExactInA ? 0.0f : sqrtf(quad_sum(e));
       }
 
-    // 2. Products and the best two rank keys of each of the lane's 4 rows.
-    float best[2][2], second[2][2];
+    // 2. Products and the best two rank keys of each of the lane's rows.
+    float best[kMT][2], second[kMT][2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int r = 0; r < 2; ++r) best[i][r] = second[i][r] = -INFINITY;
-    for (int cp = 0; cp < c_pad; cp += kAssignPass) {
-      float acc[2][kPassTiles][4];  // (m-tile, n-tile, fragment): rows g, g+8; columns 2t, 2t+1
-      float2 ci[kPassTiles];
+    // The top two of fragment value v (row half q >> 1) at centroid `index`.
+    auto rank = [&](int i, int q, float v, uint32_t index) {
+      if constexpr (kProbe == 2) {  // timing only: consume the value, no top two
+        best[i][q >> 1] += v;
+      } else {
+        const float k = rank_key(v, index);
+        second[i][q >> 1] = fmaxf(second[i][q >> 1], fminf(best[i][q >> 1], k));
+        best[i][q >> 1] = fmaxf(best[i][q >> 1], k);
+      }
+    };
+    if constexpr (kWg && kHaveWgmma) {
+      // Group cp: accumulators from -||c||^2 / 2, then kSteps wgmma, committed.
+      auto issue = [&](float (&acc)[32], int cp) {
 #pragma unroll
-      for (int nt = 0; nt < kPassTiles; ++nt) ci[nt] = *reinterpret_cast<const float2*>(c_init + cp + 8 * nt + 2 * t);
-      if constexpr (kProbe == 3) {  // timing only: no products
+        for (int j = 0; j < 8; ++j) {
+          const float2 ci = *reinterpret_cast<const float2*>(c_init + cp + 8 * j + 2 * t);
+          acc[4 * j] = acc[4 * j + 2] = ci.x;
+          acc[4 * j + 1] = acc[4 * j + 3] = ci.y;
+        }
+        if constexpr (kProbe == 3) {  // timing only: no products
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
+          for (int k = 0; k < 32; ++k) acc[k] += __uint_as_float(a[0][k & (kSteps - 1)][k >> 3]);
+        } else {
+          pin_registers(acc);
+#pragma unroll
+          for (int j = 0; j < kSteps; ++j) pin_registers(a[0][j]);
+          wgmma_fence();
+#pragma unroll
+          for (int j = 0; j < kSteps; ++j)
+            wgmma_m64n64k16(acc, a[0][j], desc0 + static_cast<uint64_t>(((cp >> 3) * (D / 8) + 2 * j) * 8));
+          wgmma_commit();
+        }
+      };
+      auto epilogue = [&](float (&acc)[32], int cp) {
+        pin_registers(acc);
+        const uint32_t base = static_cast<uint32_t>(cp) | (2u * t);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) rank(0, q, acc[4 * j + q], base | static_cast<uint32_t>(8 * j + (q & 1)));
+      };
+      // Two accumulator sets: group k + 1's products run while group k is
+      // ranked. Each pair is waited for in full before the next (no
+      // accumulator in flight across the loop's back edge, which would make
+      // ptxas wait early); the other warpgroups keep the tensor cores busy
+      // meanwhile.
+      const int groups = c_pad / kWgN;
+      float acc0[32], acc1[32];
+#pragma unroll 1
+      for (int k = 0; k < groups; k += 2) {
+        issue(acc0, k * kWgN);
+        if (k + 1 < groups) {
+          issue(acc1, (k + 1) * kWgN);
+          wgmma_wait<1>();
+          epilogue(acc0, k * kWgN);
+          wgmma_wait<0>();
+          epilogue(acc1, (k + 1) * kWgN);
+        } else {
+          wgmma_wait<0>();
+          epilogue(acc0, k * kWgN);
+        }
+      }
+    } else {
+      for (int cp = 0; cp < c_pad; cp += kAssignPass) {
+        float acc[kMT][kPassTiles][4];  // (m-tile, n-tile, fragment): rows g, g+8; columns 2t, 2t+1
+        float2 ci[kPassTiles];
+#pragma unroll
+        for (int nt = 0; nt < kPassTiles; ++nt) ci[nt] = *reinterpret_cast<const float2*>(c_init + cp + 8 * nt + 2 * t);
+        if constexpr (kProbe == 3) {  // timing only: no products
+#pragma unroll
+          for (int i = 0; i < kMT; ++i)
+#pragma unroll
+            for (int nt = 0; nt < kPassTiles; ++nt)
+#pragma unroll
+              for (int q = 0; q < 4; ++q) acc[i][nt][q] = (q & 1 ? ci[nt].y : ci[nt].x) + __uint_as_float(a[i][q][nt]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kSteps; ++j) {
+            uint32_t b[kPassTiles][2];
+#pragma unroll
+            for (int nt = 0; nt < kPassTiles; nt += 2)
+              ldmatrix_x4(b_base + static_cast<uint32_t>(core_chunk<D>(cp + 8 * nt, 2 * j) * 2), b[nt][0], b[nt][1],
+                          b[nt + 1][0], b[nt + 1][1]);
+#pragma unroll
+            for (int i = 0; i < kMT; ++i)
+#pragma unroll
+              for (int nt = 0; nt < kPassTiles; ++nt) {
+                if (j == 0)
+                  mma_bf16_16816(acc[i][nt], a[i][0], b[nt][0], b[nt][1], ci[nt].x, ci[nt].y, ci[nt].x, ci[nt].y);
+                else
+                  mma_bf16_16816(acc[i][nt], a[i][j], b[nt][0], b[nt][1]);
+              }
+          }
+        }
+        const uint32_t base = static_cast<uint32_t>(cp) | (2u * t);
+#pragma unroll
+        for (int i = 0; i < kMT; ++i)
 #pragma unroll
           for (int nt = 0; nt < kPassTiles; ++nt)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) acc[i][nt][q] = (q & 1 ? ci[nt].y : ci[nt].x) + __uint_as_float(a[i][q][nt]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < kSteps; ++j) {
-          uint32_t b[kPassTiles][2];
-#pragma unroll
-          for (int nt = 0; nt < kPassTiles; nt += 2)
-            ldmatrix_x4(b_base + static_cast<uint32_t>(((cp + 8 * nt) * kStride + 16 * j) * 2), b[nt][0], b[nt][1],
-                        b[nt + 1][0], b[nt + 1][1]);
-#pragma unroll
-          for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int nt = 0; nt < kPassTiles; ++nt) {
-              if (j == 0)
-                mma_bf16_16816(acc[i][nt], a[i][0], b[nt][0], b[nt][1], ci[nt].x, ci[nt].y, ci[nt].x, ci[nt].y);
-              else
-                mma_bf16_16816(acc[i][nt], a[i][j], b[nt][0], b[nt][1]);
-            }
-        }
+            for (int q = 0; q < 4; ++q) rank(i, q, acc[i][nt][q], base | static_cast<uint32_t>(8 * nt + (q & 1)));
       }
-      const uint32_t base = static_cast<uint32_t>(cp) | (2u * t);
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int nt = 0; nt < kPassTiles; ++nt)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            if constexpr (kProbe == 2) {  // timing only: consume acc, no top two
-              best[i][q >> 1] += acc[i][nt][q];
-            } else {
-              const float k = rank_key(acc[i][nt][q], base | static_cast<uint32_t>(8 * nt + (q & 1)));
-              second[i][q >> 1] = fmaxf(second[i][q >> 1], fminf(best[i][q >> 1], k));
-              best[i][q >> 1] = fmaxf(best[i][q >> 1], k);
-            }
-          }
     }
 
     // 3. Per row: the quad's best two, re-ranking, exact distances, maxima.
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float k1 = best[i][r], k2 = second[i][r];
@@ -513,13 +671,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
           pick = second_wins ? i2 : i1;
           if (need_r) {
             // bf16(c) of the pick from shared memory: the value xv[8c + 2q + e]
-            // sits at logical position 16 (2c + q/2) + 8 (q & 1) + 2t + e.
-            const __nv_bfloat16* cb = cs + pick * kStride + 2 * t;
+            // sits at logical position 16 (2c + q/2) + 8 (q & 1) + 2t + e
+            // (logical chunk 2 (2c + q/2) + (q & 1), element 2t + e).
 #pragma unroll
             for (int c = 0; c < kLaneChunks; ++c)
 #pragma unroll
               for (int q = 0; q < 4; ++q) {
-                const uint32_t wd = *reinterpret_cast<const uint32_t*>(cb + 16 * (2 * c + (q >> 1)) + 8 * (q & 1));
+                const uint32_t wd = *reinterpret_cast<const uint32_t*>(
+                    cs + core_chunk<D>(pick, 2 * (2 * c + (q >> 1)) + (q & 1)) + 2 * t);
                 r_max = fmaxf(r_max, fabsf(__fsub_rn(xv[8 * c + 2 * q], __uint_as_float(wd << 16))));
                 r_max = fmaxf(r_max, fabsf(__fsub_rn(xv[8 * c + 2 * q + 1], __uint_as_float(wd & 0xFFFF0000u))));
               }
@@ -540,19 +699,19 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 }
 
 /// Warps per block of the assignment (16 caps the registers at 128; each
-/// lane holds its tile's A fragments: D / 2 registers).
+/// lane holds its rows' A fragments: D / 2 registers per 16 rows).
 constexpr int kAssignWarps = 16;
 
 /// Launch assign_tc_kernel over heads [0, heads) of x ([H][N][D] of T on
 /// the device) with centroids cent ([H][C][D] float). Blocks per head: as
 /// many as fill the device once, at least one. The maxima in `o` must have
 /// been zeroed for the active heads. Returns the first CUDA error.
-template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0>
+template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true>
 cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
                              const AssignOutputs& o, cudaStream_t s) {
   if (c < 1 || c > kAssignMaxCentroids || heads < 1 || heads > 65535 || n < 1) return cudaErrorInvalidValue;
   const size_t smem = assign_tc_smem<D>(c);
-  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe>;
+  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe, kWg>;
   // Every launch: the attribute belongs to the current device's context.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -561,10 +720,11 @@ cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, in
   if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
   if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem)) != cudaSuccess) return e;
   if (per_sm < 1) return cudaErrorInvalidConfiguration;
-  const int64_t tiles = (n + kAssignTileRows - 1) / kAssignTileRows;
+  const int64_t units = (n + kUnitRows<kWg> - 1) / kUnitRows<kWg>;
+  constexpr int kUnitsPerBlock = kWarps / kUnitWarps<kWg>;
   int64_t per_head = static_cast<int64_t>(sms) * per_sm / heads;
   per_head = per_head < 1 ? 1 : per_head;
-  const int64_t useful = (tiles + kWarps - 1) / kWarps;  // more blocks than this would idle
+  const int64_t useful = (units + kUnitsPerBlock - 1) / kUnitsPerBlock;  // more blocks than this would idle
   per_head = per_head > useful ? useful : per_head;
   kernel<<<dim3(static_cast<unsigned>(per_head), static_cast<unsigned>(heads)), kWarps * 32, smem, s>>>(x, n, cent, c,
                                                                                                       active, o);
