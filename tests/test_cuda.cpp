@@ -5,6 +5,7 @@
 
 #include "gpu_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -13,6 +14,7 @@
 #include "qvg/codec.h"
 #include "qvg/cuda.h"
 #include "qvg/data.h"
+#include "qvg/fixed_sum.h"
 #include "qvg/half.h"
 #include "qvg/kmeans.h"
 #include "qvg/metrics.h"
@@ -171,6 +173,131 @@ TEST(Cuda, HalfInputsEncodeLikeTheirFloatValues) {
       EXPECT_EQ(bytes(p1.span_scales), bytes(p2.span_scales)) << what;
       EXPECT_EQ(bytes(p1.centroids), bytes(p2.centroids)) << what;
       EXPECT_EQ(bytes(p1.ids), bytes(p2.ids)) << what;
+    }
+}
+
+// The k-means update's cluster sums (cuda::centroid_sums, the encoder's
+// kernel) equal the CPU's fixed-point sums and counts bit for bit: float,
+// bf16 and f16 input, D = 64 and 128, C = 1, 7 and 256, row counts ending in
+// a partial pass and heads whose ids are not 4-byte aligned (n = 3001), many
+// chunks a head (n = 20000), an inactive head (left untouched), every row in
+// one cluster, exact ties of the rounding to the quantum, zeros, subnormals,
+// and heads whose largest |x| is tiny (the double-precision path) or huge (a
+// quantum above 1).
+TEST(Cuda, CentroidSumsEqualTheCpuFixedPointSums) {
+  REQUIRE_GPU();
+  using cuda::DeviceDType;
+  constexpr int kHeads = 5;  // 0: normal with ties, 1: inactive, 2: tiny, 3: huge, one cluster, 4: zero
+  for (const DeviceDType t : {DeviceDType::f32, DeviceDType::bf16, DeviceDType::f16})
+    for (const int64_t d : {64, 128})
+      for (const auto& shape : std::vector<std::pair<int64_t, int>>{{1, 1}, {3001, 7}, {3001, 256}, {20000, 256}}) {
+        const int64_t n = shape.first;
+        const int cc = shape.second;
+        const std::string what = std::string(t == DeviceDType::f32 ? "f32" : t == DeviceDType::bf16 ? "bf16" : "f16") +
+                                 " d=" + std::to_string(d) + " n=" + std::to_string(n) + " C=" + std::to_string(cc);
+        auto round_to = [&](float v) {
+          if (t == DeviceDType::bf16) return round_bf16(v);
+          if (t == DeviceDType::f16) return round_fp16(std::clamp(v, -6e4f, 6e4f));
+          return v;
+        };
+        std::mt19937 gen(static_cast<unsigned>(n + d + cc));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        const float tiny = t == DeviceDType::f16 ? 1e-6f : 1e-30f, huge = t == DeviceDType::f16 ? 1e4f : 1e20f;
+        const float scale[kHeads] = {3.0f, 1.0f, tiny, huge, 0.0f};
+        HeadTensor x(kHeads, n, d);
+        std::vector<uint8_t> ids(static_cast<size_t>(kHeads * n));
+        for (int64_t h = 0; h < kHeads; ++h)
+          for (int64_t i = 0; i < n; ++i) {
+            ids[static_cast<size_t>(h * n + i)] = h == 3 ? 0 : static_cast<uint8_t>(gen() % static_cast<unsigned>(cc));
+            for (int64_t k = 0; k < d; ++k) x.at(h, i, k) = round_to(scale[h] * nd(gen));
+          }
+        std::vector<unsigned> head_max(kHeads);
+        std::vector<int> e(kHeads);
+        auto find_max = [&] {
+          for (int64_t h = 0; h < kHeads; ++h) {
+            float m = 0.0f;
+            for (int64_t i = 0; i < n * d; ++i) m = std::max(m, std::fabs(x.data[static_cast<size_t>(h * n * d + i)]));
+            std::memcpy(&head_max[h], &m, 4);
+            e[h] = fixed_sum_exponent(m, n);
+          }
+        };
+        find_max();
+        // Below each head's largest |x|: odd multiples of half its quantum
+        // (ties, rounded to even), zeros, subnormals.
+        if (n > 1)
+          for (const int64_t h : {0, 2, 3})
+            for (int64_t k = 0; k < d; ++k) {
+              const float tie = std::ldexp(static_cast<float>(2 * (k % 5) + 1), e[h] - 1) * (k % 2 ? -1.0f : 1.0f);
+              x.at(h, 1, k) = round_to(tie);
+              x.at(h, n - 1, k) = k % 3 == 0 ? 0.0f : round_to((k % 2 ? -1.0f : 1.0f) * 1e-40f * static_cast<float>(k));
+            }
+        find_max();
+        std::vector<uint64_t> want_sums(static_cast<size_t>(kHeads * cc * d), 0);
+        std::vector<int> want_counts(static_cast<size_t>(kHeads * cc), 0);
+        for (int64_t h = 0; h < kHeads; ++h) {
+          if (h == 1) continue;  // inactive
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t slot = h * cc + ids[static_cast<size_t>(h * n + i)];
+            ++want_counts[static_cast<size_t>(slot)];
+            for (int64_t k = 0; k < d; ++k)
+              want_sums[static_cast<size_t>(slot * d + k)] += static_cast<uint64_t>(to_fixed(x.at(h, i, k), e[h]));
+          }
+        }
+        cuda::DeviceBuffer<float> xf;
+        cuda::DeviceBuffer<uint16_t> x16;
+        const void* xd = nullptr;
+        if (t == DeviceDType::f32) {
+          xf.upload(x.data.data(), x.data.size());
+          xd = xf.get();
+        } else {
+          std::vector<uint16_t> h16(x.data.size());
+          for (size_t i = 0; i < h16.size(); ++i)
+            h16[i] = t == DeviceDType::bf16 ? bf16_from_float(x.data[i]) : fp16_from_float(x.data[i]);
+          x16.upload(h16.data(), h16.size());
+          xd = x16.get();
+        }
+        const std::vector<int> active = {1, 0, 1, 1, 1};
+        cuda::DeviceBuffer<uint8_t> ids_d;
+        ids_d.upload(ids.data(), ids.size());
+        cuda::DeviceBuffer<unsigned> max_d;
+        max_d.upload(head_max.data(), head_max.size());
+        cuda::DeviceBuffer<int> active_d;
+        active_d.upload(active.data(), active.size());
+        cuda::DeviceBuffer<unsigned long long> sums_d(want_sums.size());
+        cuda::DeviceBuffer<int> counts_d(want_counts.size());
+        QVG_CUDA_CHECK(cudaMemset(sums_d.get(), 0, sums_d.bytes()));
+        QVG_CUDA_CHECK(cudaMemset(counts_d.get(), 0, counts_d.bytes()));
+        cuda::centroid_sums(xd, t, kHeads, n, static_cast<int>(d), cc, ids_d.get(), max_d.get(), active_d.get(),
+                            sums_d.get(), counts_d.get(), nullptr);
+        std::vector<uint64_t> got_sums(want_sums.size());
+        std::vector<int> got_counts(want_counts.size());
+        QVG_CUDA_CHECK(cudaMemcpy(got_sums.data(), sums_d.get(), sums_d.bytes(), cudaMemcpyDeviceToHost));
+        QVG_CUDA_CHECK(cudaMemcpy(got_counts.data(), counts_d.get(), counts_d.bytes(), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(got_counts, want_counts) << what;
+        size_t wrong = 0;
+        for (size_t i = 0; i < want_sums.size(); ++i) wrong += got_sums[i] != want_sums[i];
+        EXPECT_EQ(wrong, 0u) << what << ": sums differing from the CPU's";
+      }
+}
+
+// The device's random start (cuda::random_rows: the shuffle's draws made in
+// parallel) picks the rows kmeans_random_rows picks, for C up to 256, C = n,
+// n beyond 2^32 and seeds that wrap around 2^64.
+TEST(Cuda, RandomRowsEqualTheCpuShuffle) {
+  REQUIRE_GPU();
+  constexpr int kHeads = 3;
+  for (const auto& [n, cc] : std::vector<std::pair<int64_t, int>>{
+           {1, 1}, {2, 2}, {5, 3}, {17, 16}, {256, 256}, {300, 256}, {1000, 1}, {29640, 256}, {int64_t{1} << 40, 256}})
+    for (const uint64_t seed : {uint64_t{1}, uint64_t{0x9E3779B97F4A7C15ull}, ~uint64_t{0}}) {
+      cuda::DeviceBuffer<int64_t> rows_d(static_cast<size_t>(kHeads * cc));
+      cuda::random_rows(n, cc, kHeads, seed, rows_d.get(), nullptr);
+      std::vector<int64_t> got(rows_d.size());
+      QVG_CUDA_CHECK(cudaMemcpy(got.data(), rows_d.get(), rows_d.bytes(), cudaMemcpyDeviceToHost));
+      for (int h = 0; h < kHeads; ++h) {
+        const std::vector<int64_t> want = kmeans_random_rows(n, cc, seed + static_cast<uint64_t>(h));
+        EXPECT_EQ(std::vector<int64_t>(got.begin() + h * cc, got.begin() + (h + 1) * cc), want)
+            << "n=" << n << " C=" << cc << " seed=" << seed << " head " << h;
+      }
     }
 }
 #endif

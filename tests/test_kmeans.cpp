@@ -215,6 +215,19 @@ TEST(KMeans, RandomRowsAreThePartialFisherYatesShuffle) {
     }
 }
 
+// random_rows_kernel makes the C draws of the shuffle in parallel, draw i
+// from SplitMix64(seed).discard(i): the i-th draw of one generator.
+TEST(KMeans, SplitMix64DiscardSkipsDraws) {
+  for (uint64_t seed : {0ull, 42ull, ~0ull}) {
+    SplitMix64 serial(seed);
+    for (uint64_t i = 0; i < 300; ++i) {
+      SplitMix64 skipped(seed);
+      skipped.discard(i);
+      EXPECT_EQ(skipped.next(), serial.next()) << "seed=" << seed << " draw " << i;
+    }
+  }
+}
+
 TEST(KMeans, RejectsBadArguments) {
   std::vector<float> x(40, 1.0f);
   KMeansParams p;

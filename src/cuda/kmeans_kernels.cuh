@@ -2,9 +2,9 @@
 // Assignment never writes the N x C distance matrix: each block keeps a
 // running (value, index) argmin in registers (here the fp32 CUDA-core
 // version; the tensor-core one is assign_tc.cuh). The update sums each
-// cluster's members in exact 64-bit fixed point (qvg/fixed_sum.h): tokens
-// sorted by (head, id) with a radix sort, run-length sums, integer atomics;
-// integer addition is associative, so the bits equal the CPU reference's.
+// cluster's members in exact 64-bit fixed point (qvg/fixed_sum.h): x read
+// once in order, per-block sums in shared memory, integer atomics; integer
+// addition is associative, so the bits equal the CPU reference's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -128,35 +128,6 @@ __global__ void __launch_bounds__(kAssignThreads) assign_kernel(const T* __restr
   }
 }
 
-/// Sort keys: key = h * 256 + id, value = token index n, for the stable radix sort.
-static __global__ void make_sort_keys_kernel(const uint8_t* __restrict__ ids, int heads, int64_t n_tokens,
-                                      uint32_t* __restrict__ keys, int32_t* __restrict__ vals) {
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= heads * n_tokens) return;
-  keys[g] = static_cast<uint32_t>(g / n_tokens) * 256u + ids[g];
-  vals[g] = static_cast<int32_t>(g % n_tokens);
-}
-
-/// Cluster sums in exact fixed point (qvg/fixed_sum.h): integer addition is
-/// associative, so the atomics below give the same bits as the CPU's loop.
-/// The sorted (key = h * 256 + id, token) pairs are cut into pieces of
-/// kSumPiece, each walked in order by a group of D / V lanes: a lane owns V
-/// = 16 / sizeof(T) consecutive dimensions (one 16-byte load per row), so
-/// the group reads whole rows, kSumInFlight rows at a time (loads before
-/// arithmetic). Each run of equal keys is accumulated in registers and
-/// added to the global sum with one atomic per dimension (runs continue
-/// across pieces: the atomics of the pieces add up). Entries of inactive
-/// heads are neither read nor summed. A block stages the keys and tokens of
-/// its 256 / (D / V) pieces in shared memory. Grid: ceil(H * N /
-/// kSumChunk<T, D>); block kSumThreads.
-constexpr int kSumThreads = 256;
-constexpr int kSumPiece = 64;     // sorted entries per lane group
-constexpr int kSumInFlight = 4;   // rows loaded before any is accumulated
-
-/// Sorted entries per block of centroid_sum_kernel<T, D>.
-template <typename T, int D>
-constexpr int kSumChunk = kSumThreads / (D * static_cast<int>(sizeof(T)) / 16) * kSumPiece;
-
 /// to_fixed(x, e) with scale = 2^-e computed once per head (ldexp costs four
 /// double multiplies a value). The same integer: e = E + L - 62 lies in
 /// [-210, 97] (E in [-148, 128], L in [0, 31]), so 2^-e is a normal double,
@@ -166,73 +137,227 @@ __device__ __forceinline__ int64_t to_fixed_scaled(float x, double scale) {
   return __double2ll_rn(__dmul_rn(static_cast<double>(x), scale));
 }
 
+/// to_fixed(x, e) in single precision, for heads with -e in [-126, 100]
+/// (every head but those of largest |x| below about 2^-(38 + L)); scale =
+/// 2^-e as a float. The same integer as to_fixed_scaled, with one
+/// conversion instead of two (conversions run at 16 a clock per SM on sm_90,
+/// a quarter of the double multiplies' rate): where |x * 2^-e| >= 2^-126
+/// the float product is exact (x has at most 24 significant bits and the
+/// product is below 2^62), so both round the same real number to nearest
+/// even; below 2^-126 both give 0, whatever the float product's rounding or a
+/// flush of a subnormal x to zero (x * 2^-e < 2^-126 * 2^100 < 1/2).
+__device__ __forceinline__ int64_t to_fixed_float(float x, float scale) {
+  return __float2ll_rn(__fmul_rn(x, scale));
+}
+
+/// Whether to_fixed_float serves a head with quantum 2^e.
+__host__ __device__ constexpr bool fixed_float_ok(int e) { return -e >= -126 && -e <= 100; }
+
+/// Cluster sums of the k-means update in exact fixed point (qvg/fixed_sum.h):
+/// sums[h][c][k] += sum of to_fixed(x[h][n][k], e_h) over the rows n with
+/// ids[h][n] == c, counts[h][c] += their number, for the heads with
+/// active[h] != 0 (all if active is null). Integer addition is associative:
+/// any order of the atomics below gives the CPU loop's bits.
+///
+/// The loop it replaces (kmeans.cpp):
+///   for n: c = ids[n]; ++count[c]; for k: sum[c][k] += to_fixed(x[n][k], e)
+///
+/// x is read once, in order, without a sort: block (blockIdx.x, h) owns
+/// dimensions [32 s, 32 s + 32) of head h (s = blockIdx.x % (D / 32)) for a
+/// chunk of chunk_rows rows (blockIdx.x / (D / 32)), and accumulates it in
+/// shared memory (C x 32 sums), then adds its non-zero sums and counts to the
+/// global ones with one 64-bit atomic each. The D / 32 blocks of a chunk are
+/// neighbours in the grid, so together they read whole rows at about the
+/// same time. A lane loads 16 bytes (V = 16 / sizeof(T) values) of the slice
+/// from each of kSumRowsPerLane consecutive rows a pass, one pass ahead of
+/// the one it adds; the L = 32 / V lanes of a row slice are consecutive, a
+/// warp covers V rows a step, and the warp's rows of a pass are consecutive,
+/// so the ids of a lane's rows are one 4-byte load (bytes where the head's
+/// ids are not 4-byte aligned).
+///
+/// Shared-memory sums: 64-bit shared atomicAdd is not native on sm_90 (it
+/// compiles to a load and an ATOMS.CAST.SPIN.64 compare-and-swap loop; the
+/// 64-bit global atomicAdd is a single RED), so each sum is a pair of 32-bit
+/// words (lo, hi) added to with two native 32-bit ATOMS.ADD: the low half,
+/// whose returned old value tells whether it wrapped, then the high half
+/// plus that carry. The pair then holds the sum mod 2^64 (each wrap of the
+/// low word is counted once in the high word, whatever the order), which is
+/// the sum: |sum| <= 2^62. Layout [C][2][32] words: cluster c's low words
+/// at 64 c + k, its high words 32 words on (the same banks).
+///
+/// Banks: at each step every lane of a warp adds to a different bank. Lane
+/// (r = lane / L, q = lane % L) holds dims 32 s + q V + (0..V-1) of row r of
+/// the warp's step; at step i it adds its value for dim q V + (i ^ r), whose
+/// word 64 c + q V + (i ^ r) lies in bank q V + (i ^ r): for each i that is
+/// a different bank for each of the 32 (r, q), whatever the rows' ids (V
+/// rows a step: r < V). The lane's values are permuted in registers first
+/// (value i <- value i ^ r: eight byte permutes a row, permute_words) so
+/// that step i reads the same register in every lane.
+///
+/// Cost a value (bf16, sm_90 SASS): 16-bit unpack, permute share, FMUL, one
+/// F2I (to_fixed_float), address, two ATOMS, carry (IADD3 + IMAD.X): about
+/// 12 instructions; x is read once at the copy bandwidth if the
+/// shared-memory atomics keep up.
+///
+/// Grid (chunks * D / 32, H); block kSumThreads; dynamic shared memory
+/// centroid_sum_smem(C). chunk_rows: a multiple of kSumPassRows<T>.
+constexpr int kSumThreads = 256;
+constexpr int kSumDims = 32;        // dimensions per block: one bank each
+constexpr int kSumRowsPerLane = 4;  // consecutive rows a lane loads per pass
+
+/// Rows per block pass of centroid_sum_kernel<T>: 256 (16-bit T), 128 (float).
+template <typename T>
+constexpr int kSumPassRows = kSumThreads / (kSumDims * static_cast<int>(sizeof(T)) / 16) * kSumRowsPerLane;
+
+/// Dynamic shared memory of centroid_sum_kernel: [C][2][32] words of sums
+/// and C counts (66,560 bytes at C = 256: three blocks an SM).
+constexpr size_t centroid_sum_smem(int c_count) { return static_cast<size_t>(c_count) * (2 * kSumDims + 1) * 4; }
+
+/// Element i of the lane's V values <- element i ^ r (r < V), on the raw
+/// 16-byte word: stage a exchanges within the word pairs (0, 1) and (2, 3)
+/// with selector sa, stage b between them with sb (0x3210 keeps, 0x7654
+/// takes the other word, 0x1032 / 0x5476 the same with 16-bit halves
+/// swapped).
+__device__ __forceinline__ uint4 permute_words(uint4 u, unsigned sa, unsigned sb) {
+  const uint32_t a0 = __byte_perm(u.x, u.y, sa), a1 = __byte_perm(u.y, u.x, sa);
+  const uint32_t a2 = __byte_perm(u.z, u.w, sa), a3 = __byte_perm(u.w, u.z, sa);
+  return make_uint4(__byte_perm(a0, a2, sb), __byte_perm(a1, a3, sb), __byte_perm(a2, a0, sb),
+                    __byte_perm(a3, a1, sb));
+}
+
+/// The rows [n0, n1) of centroid_sum_kernel's block into the shared sums
+/// (acc) and, for the first dimension slice, counts (cnt). kFloat: the head
+/// takes to_fixed_float (scale_f), else to_fixed_scaled (scale_d).
+template <typename T, int D, bool kFloat>
+__device__ __forceinline__ void centroid_sum_rows(const T* __restrict__ xh, const uint8_t* __restrict__ idh,
+                                                  bool ids_aligned, int64_t n0, int64_t n1, int slice,
+                                                  float scale_f, double scale_d, uint32_t* acc, int* cnt) {
+  constexpr int kVals = 16 / static_cast<int>(sizeof(T));  // V: values per lane and row
+  constexpr int kLanes = kSumDims / kVals;                  // L: lanes per row slice (4 or 8)
+  constexpr int kRows = kSumRowsPerLane;
+  constexpr int kPass = kSumPassRows<T>;
+  static_assert(32 / kLanes == kVals, "V rows a warp step: the bank argument needs r < V");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r = lane / kLanes, q = lane % kLanes;
+  // Selectors of the permutation i <- i ^ r (permute_words).
+  unsigned sa, sb;
+  if constexpr (kVals == 8) {  // bits 0, 1 of r: halves and words within a pair; bit 2: the pairs
+    sa = static_cast<unsigned>(0x5476765410323210ull >> (16 * (r & 3))) & 0xFFFFu;
+    sb = (r & 4) ? 0x7654u : 0x3210u;
+  } else {  // bit 0: words within a pair; bit 1: the pairs
+    sa = (r & 1) ? 0x7654u : 0x3210u;
+    sb = (r & 2) ? 0x7654u : 0x3210u;
+  }
+  int dim_bytes[kVals];  // 4 x the dimension (in the lane's V) of the value added at step i
+#pragma unroll
+  for (int i = 0; i < kVals; ++i) dim_bytes[i] = (i ^ r) * 4;
+  const bool count = slice == 0 && q == 0;  // one lane a row counts, in the first slice's blocks
+  char* lane_acc = reinterpret_cast<char*>(acc + q * kVals);  // cluster 0's low words of the lane's dimensions
+  // Rows f < rows of the lane's pass: ids in the bytes of id4, x words in raw.
+  auto add_rows = [&](const uint4* raw, uint32_t id4, int rows) {
+#pragma unroll
+    for (int f = 0; f < kRows; ++f) {
+      if (f >= rows) break;
+      const int c = static_cast<int>((id4 >> (8 * f)) & 255u);
+      if (count) atomicAdd(cnt + c, 1);
+      float v[kVals];
+      word_as_float<T>(permute_words(raw[f], sa, sb), v);
+      char* row_acc = lane_acc + c * (2 * kSumDims * 4);
+#pragma unroll
+      for (int i = 0; i < kVals; ++i) {
+        const auto u = static_cast<uint64_t>(kFloat ? to_fixed_float(v[i], scale_f) : to_fixed_scaled(v[i], scale_d));
+        const auto lo = static_cast<uint32_t>(u), hi = static_cast<uint32_t>(u >> 32);
+        uint32_t* w = reinterpret_cast<uint32_t*>(row_acc + dim_bytes[i]);
+        const uint32_t old = atomicAdd(w, lo);
+        const auto carry = static_cast<uint32_t>((static_cast<uint64_t>(old) + lo) >> 32);  // the low word wrapped
+        atomicAdd(w + kSumDims, hi + carry);
+      }
+    }
+  };
+  // The lane's rows of a pass: n .. n + 3 (consecutive: their ids are one
+  // word). Full passes are loaded one ahead (buffers a and b in turn), so a
+  // lane's next loads are in flight while it adds.
+  int64_t n = n0 + warp * (kVals * kRows) + r * kRows;
+  const T* const xl = xh + slice * kSumDims + q * kVals;
+  auto load_pass = [&](int64_t m, uint4* raw, uint32_t& id4) {
+    const uint8_t* ip = idh + m;
+    if (ids_aligned) {
+      id4 = __ldg(reinterpret_cast<const unsigned*>(ip));
+    } else {
+      id4 = 0;
+#pragma unroll
+      for (int f = 0; f < kRows; ++f) id4 |= static_cast<uint32_t>(__ldg(ip + f)) << (8 * f);
+    }
+    const T* xp = xl + m * D;
+#pragma unroll
+    for (int f = 0; f < kRows; ++f) raw[f] = __ldg(reinterpret_cast<const uint4*>(xp + f * D));
+  };
+  uint4 raw_a[kRows], raw_b[kRows];
+  uint32_t id_a = 0, id_b = 0;
+  bool full = n + kRows <= n1;
+  if (full) load_pass(n, raw_a, id_a);
+  while (full) {
+    n += kPass;
+    full = n + kRows <= n1;
+    if (full) load_pass(n, raw_b, id_b);
+    add_rows(raw_a, id_a, kRows);
+    if (!full) break;
+    n += kPass;
+    full = n + kRows <= n1;
+    if (full) load_pass(n, raw_a, id_a);
+    add_rows(raw_b, id_b, kRows);
+  }
+  if (n < n1) {  // the lane's last pass, cut by the chunk's end
+    const int rows = static_cast<int>(n1 - n);
+    uint32_t id4 = 0;
+#pragma unroll
+    for (int f = 0; f < kRows; ++f) {
+      raw_a[f] = make_uint4(0u, 0u, 0u, 0u);
+      if (f < rows) {
+        id4 |= static_cast<uint32_t>(__ldg(idh + n + f)) << (8 * f);
+        raw_a[f] = __ldg(reinterpret_cast<const uint4*>(xl + (n + f) * D));
+      }
+    }
+    add_rows(raw_a, id4, rows);
+  }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kSumThreads) centroid_sum_kernel(
-    const T* __restrict__ x, int64_t n_tokens, int c_count, const uint32_t* __restrict__ keys,
-    const int32_t* __restrict__ tokens, int64_t count, const unsigned int* __restrict__ head_max,
-    const int* __restrict__ active, unsigned long long* __restrict__ sums, int* __restrict__ counts) {
-  constexpr int kVals = 16 / static_cast<int>(sizeof(T));  // dimensions per lane
-  constexpr int kLanes = D / kVals;                         // lanes per row: 8, 16 or 32
-  static_assert(D % kVals == 0 && 32 % kLanes == 0, "a row spans a power-of-two part of a warp");
-  constexpr int kChunk = kSumChunk<T, D>;
-  __shared__ uint32_t sk[kChunk];
-  __shared__ int32_t st[kChunk];  // token, or -1 for an inactive head
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kChunk;
-  const int len = count - i0 < kChunk ? static_cast<int>(count - i0) : kChunk;
-  for (int i = threadIdx.x; i < len; i += kSumThreads) {
-    const uint32_t key = keys[i0 + i];
-    sk[i] = key;
-    st[i] = (!active || active[key >> 8]) ? tokens[i0 + i] : -1;
-  }
+    const T* __restrict__ x, int64_t n_tokens, int c_count, const uint8_t* __restrict__ ids, int64_t chunk_rows,
+    const unsigned int* __restrict__ head_max, const int* __restrict__ active, unsigned long long* __restrict__ sums,
+    int* __restrict__ counts) {
+  static_assert(D % kSumDims == 0, "whole 32-dimension slices");
+  constexpr int kSlices = D / kSumDims;
+  const int h = blockIdx.y;
+  if (active && !active[h]) return;
+  extern __shared__ uint32_t acc[];                // [C][2][32]: low words, then high words
+  int* cnt = reinterpret_cast<int*>(acc + c_count * 2 * kSumDims);  // [C]
+  for (int i = threadIdx.x; i < c_count * (2 * kSumDims + 1); i += kSumThreads) acc[i] = 0;
   __syncthreads();
-  const int k0 = (threadIdx.x % kLanes) * kVals;
-  const int begin = (threadIdx.x / kLanes) * kSumPiece;
-  const int end = min(begin + kSumPiece, len);
-  int64_t acc[kVals];
-#pragma unroll
-  for (int k = 0; k < kVals; ++k) acc[k] = 0;
-  int run = 0;
-  uint32_t cur = 0xFFFFFFFFu;  // key of the run being accumulated (none yet: no valid key)
-  double scale = 1.0;  // 2^-e of the head of `cur` (fixed_sum_exponent)
-  auto flush = [&] {
-    const int64_t slot = static_cast<int64_t>(cur >> 8) * c_count + static_cast<int>(cur & 255u);
-#pragma unroll
-    for (int k = 0; k < kVals; ++k) {
-      atomicAdd(sums + slot * D + k0 + k, static_cast<unsigned long long>(acc[k]));
-      acc[k] = 0;
-    }
-    if (k0 == 0) atomicAdd(counts + slot, run);
-    run = 0;
-  };
-  for (int j = begin; j < end; j += kSumInFlight) {
-    uint4 raw[kSumInFlight];
-#pragma unroll
-    for (int r = 0; r < kSumInFlight; ++r) {
-      raw[r] = make_uint4(0u, 0u, 0u, 0u);
-      const int tok = j + r < end ? st[j + r] : -1;
-      if (tok >= 0)
-        raw[r] = __ldg(reinterpret_cast<const uint4*>(
-            x + (static_cast<int64_t>(sk[j + r] >> 8) * n_tokens + tok) * D + k0));
-    }
-#pragma unroll
-    for (int r = 0; r < kSumInFlight; ++r) {
-      if (j + r >= end) break;
-      const uint32_t key = sk[j + r];
-      if (key != cur) {
-        if (run > 0) flush();
-        if ((key >> 8) != (cur >> 8))
-          scale = ldexp(1.0, -fixed_sum_exponent(__uint_as_float(head_max[key >> 8]), n_tokens));
-        cur = key;
-      }
-      if (st[j + r] < 0) continue;  // inactive head: run stays 0, nothing is added
-      float v[kVals];
-      word_as_float<T>(raw[r], v);
-#pragma unroll
-      for (int k = 0; k < kVals; ++k) acc[k] += to_fixed_scaled(v[k], scale);
-      ++run;
-    }
+  const int slice = static_cast<int>(blockIdx.x % kSlices);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x / kSlices) * chunk_rows;
+  const int64_t n1 = n0 + chunk_rows < n_tokens ? n0 + chunk_rows : n_tokens;
+  const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
+  const uint8_t* idh = ids + static_cast<int64_t>(h) * n_tokens;
+  const bool ids_aligned = (reinterpret_cast<uintptr_t>(idh) & 3u) == 0;  // n0 and the lanes' rows are multiples of 4
+  const int e = fixed_sum_exponent(__uint_as_float(head_max[h]), n_tokens);
+  if (fixed_float_ok(e))  // the same for the whole block
+    centroid_sum_rows<T, D, true>(xh, idh, ids_aligned, n0, n1, slice, __int_as_float((127 - e) << 23), 0.0, acc,
+                                  cnt);
+  else
+    centroid_sum_rows<T, D, false>(xh, idh, ids_aligned, n0, n1, slice, 0.0f, ldexp(1.0, -e), acc, cnt);
+  __syncthreads();
+  unsigned long long* sh = sums + static_cast<int64_t>(h) * c_count * D + slice * kSumDims;
+  for (int i = threadIdx.x; i < c_count * kSumDims; i += kSumThreads) {
+    const int c = i / kSumDims, k = i % kSumDims;
+    const uint32_t* w = acc + c * (2 * kSumDims) + k;
+    const unsigned long long s = (static_cast<unsigned long long>(w[kSumDims]) << 32) | w[0];
+    if (s != 0) atomicAdd(sh + static_cast<int64_t>(c) * D + k, s);
   }
-  if (run > 0) flush();
+  if (slice == 0)
+    for (int c = threadIdx.x; c < c_count; c += kSumThreads)
+      if (cnt[c] != 0) atomicAdd(counts + static_cast<int64_t>(h) * c_count + c, cnt[c]);
 }
 
 /// New centroid = fixed-point sum / count (empty clusters are left for the
@@ -317,29 +442,52 @@ static __global__ void head_mse_kernel(const float* __restrict__ dist, int64_t n
 }
 
 /// The rows kmeans_random_rows(n, C, seed_base + h) draws, for every head h:
-/// the same partial Fisher-Yates shuffle of 0..n-1 (SplitMix64), its moved
-/// entries in a shared-memory hash table. rows: [H][C]. One block per head;
-/// one thread draws (each draw depends on the last). C <= 256.
+/// the same partial Fisher-Yates shuffle of 0..n-1 (SplitMix64), in
+/// parallel. rows: [H][C]. One block of 256 per head, thread i for step i;
+/// C <= 256.
+///
+/// The loop it replaces (idx = 0..n-1):
+///   for i < C: j[i] = i + rng.below(n - i); swap(idx[i], idx[j[i]]); rows[i] = idx[i]
+/// Draw i is SplitMix64(seed).discard(i).below(...) (one draw a step), so
+/// the j[i] are drawn at once. The swaps then follow from the j alone: step
+/// i reads positions i and j[i] >= i, so positions below i are never read
+/// again, and a position p >= i holds, before step i, p itself unless an
+/// earlier step k wrote it (j[k] == p), and then what position k held before
+/// step k. So rows[i] = j[i] if no k < i has j[k] == j[i]; else, with k the
+/// last such step, what position k held before step k: k, unless a step k'
+/// < k had j[k'] == k (the last one: prev[k]), and then what position k'
+/// held before step k', and so on down the chain k, prev[k], ... to its
+/// end (prev[k] < k, so the chain ends).
 static __global__ void random_rows_kernel(int64_t n, int c, uint64_t seed_base, int64_t* __restrict__ rows) {
-  constexpr int kSlots = 1024;  // > 2 C: at most C entries move
-  __shared__ int64_t key[kSlots], val[kSlots];
-  for (int i = threadIdx.x; i < kSlots; i += blockDim.x) key[i] = -1;
+  __shared__ int64_t js[256];
+  __shared__ int prev[256];  // last step k < i with j[k] == i, or -1
+  const int i = threadIdx.x, h = blockIdx.x;
+  if (i < c) {
+    SplitMix64 rng(seed_base + static_cast<uint64_t>(h));
+    rng.discard(static_cast<uint64_t>(i));
+    js[i] = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
+  }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  const int h = blockIdx.x;
-  SplitMix64 rng(seed_base + static_cast<uint64_t>(h));
-  auto slot = [&](int64_t p) {  // p's slot, or the empty one where it would go
-    uint32_t s = static_cast<uint32_t>((static_cast<uint64_t>(p) * 0x9E3779B97F4A7C15ull) >> 54);
-    while (key[s] != -1 && key[s] != p) s = (s + 1) & (kSlots - 1);
-    return s;
-  };
-  for (int64_t i = 0; i < c; ++i) {
-    const int64_t j = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
-    const uint32_t si = slot(i), sj = slot(j);
-    const int64_t vi = key[si] == i ? val[si] : i, vj = key[sj] == j ? val[sj] : j;
-    key[sj] = j;  // swap(idx[i], idx[j]); idx[i] is not read again
-    val[sj] = vi;
-    rows[static_cast<int64_t>(h) * c + i] = vj;
+  int last = -1;  // last step k < i with j[k] == j[i], or -1
+  if (i < c) {
+    const int64_t ji = js[i];
+    int pv = -1;
+    for (int k = 0; k < i; ++k) {
+      const int64_t jk = js[k];
+      if (jk == ji) last = k;
+      if (jk == i) pv = k;
+    }
+    prev[i] = pv;
+  }
+  __syncthreads();
+  if (i < c) {
+    int64_t v = js[i];
+    if (last >= 0) {
+      int k = last;
+      while (prev[k] >= 0) k = prev[k];
+      v = k;
+    }
+    rows[static_cast<int64_t>(h) * c + i] = v;
   }
 }
 

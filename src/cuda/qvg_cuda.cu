@@ -1,5 +1,3 @@
-#include <cub/device/device_radix_sort.cuh>
-
 #include <algorithm>
 #include <chrono>
 #include <type_traits>
@@ -108,14 +106,37 @@ void launch_residual(const InT* x, const QvgShape& sh, QvgParts p, float* out, c
   check_launch();
 }
 
-/// Sums and counts of every cluster from the sorted (key, token) pairs.
+/// Sums and counts of every cluster (centroid_sum_kernel) of the active heads
+/// of x ([H][N][D] of T) by ids ([H][N]), added to sums ([H][C][D]) and
+/// counts ([H][C]), zeroed by the caller. Chunks per head: as many as fill
+/// the device once (every block then flushes its sums once), at least one.
 template <int D, typename T>
-void launch_centroid_sum(const T* x, int64_t n, int c, int heads, const uint32_t* keys, const int32_t* tokens,
-                         const unsigned* head_max, const int* active, unsigned long long* sums, int* counts,
-                         cudaStream_t s) {
-  const int64_t count = static_cast<int64_t>(heads) * n;
-  centroid_sum_kernel<T, D><<<blocks_for(count, kSumChunk<T, D>), kSumThreads, 0, s>>>(
-      x, n, c, keys, tokens, count, head_max, active, sums, counts);
+void launch_centroid_sum(const T* x, int64_t n, int c, int heads, const uint8_t* ids, const unsigned* head_max,
+                         const int* active, unsigned long long* sums, int* counts, cudaStream_t s) {
+  QVG_CHECK(c >= 1 && c <= 256 && heads >= 1 && heads <= 65535 && n >= 1, "k-means update on the GPU: ", heads,
+            " heads (1 to 65535), ", n, " rows, ", c, " centroids (1 to 256)");
+  const size_t smem = centroid_sum_smem(c);
+  auto* kernel = centroid_sum_kernel<T, D>;
+  // Every launch: the attributes belong to the current device's context. All
+  // of L1 as shared memory (x is streamed once, L1 holds nothing worth
+  // keeping): three blocks an SM at C = 256.
+  QVG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  QVG_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  int dev = 0, sms = 0, per_sm = 0;
+  QVG_CUDA_CHECK(cudaGetDevice(&dev));
+  QVG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  QVG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSumThreads, smem));
+  QVG_CHECK(per_sm >= 1, "k-means update: no block of ", smem, " bytes of shared memory fits an SM");
+  constexpr int kSlices = D / kSumDims;
+  constexpr int64_t kPass = kSumPassRows<T>;
+  const int64_t passes = (n + kPass - 1) / kPass;
+  const int64_t fill = static_cast<int64_t>(sms) * per_sm / (static_cast<int64_t>(heads) * kSlices);
+  const int64_t want = std::clamp<int64_t>(fill, 1, passes);
+  const int64_t chunk_rows = (passes + want - 1) / want * kPass;  // whole passes
+  const int64_t chunks = (n + chunk_rows - 1) / chunk_rows;
+  kernel<<<dim3(static_cast<unsigned>(chunks * kSlices), static_cast<unsigned>(heads)), kSumThreads, smem, s>>>(
+      x, n, c, ids, chunk_rows, head_max, active, sums, counts);
   check_launch();
 }
 
@@ -239,6 +260,32 @@ QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t
   return sh;
 }
 
+void centroid_sums(const void* x, DeviceDType dtype, int heads, int64_t n, int d, int c, const uint8_t* ids,
+                   const unsigned* head_max, const int* active, unsigned long long* sums, int* counts,
+                   cudaStream_t s) {
+  QVG_CHECK(d == 64 || d == 128, "k-means update on the GPU: D = 64 or 128, got ", d);
+  auto run = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xt = static_cast<const T*>(x);
+    if (d == 64)
+      launch_centroid_sum<64>(xt, n, c, heads, ids, head_max, active, sums, counts, s);
+    else
+      launch_centroid_sum<128>(xt, n, c, heads, ids, head_max, active, sums, counts, s);
+  };
+  switch (dtype) {
+    case DeviceDType::f32: return run(Tag<float>{});
+    case DeviceDType::bf16: return run(Tag<__nv_bfloat16>{});
+    case DeviceDType::f16: return run(Tag<__half>{});
+  }
+}
+
+void random_rows(int64_t n, int c, int heads, uint64_t seed_base, int64_t* rows, cudaStream_t s) {
+  QVG_CHECK(c >= 1 && c <= 256 && c <= n, "k-means: cannot draw ", c, " distinct rows from ", n, " (at most 256)");
+  QVG_CHECK(heads >= 1, "k-means random start: ", heads, " heads");
+  random_rows_kernel<<<static_cast<unsigned>(heads), 256, 0, s>>>(n, c, seed_base, rows);
+  check_launch();
+}
+
 void Encoder::quantize_given(const void* x, DeviceDType dtype, const QvgShape& sh, DeviceParts& parts,
                              cudaStream_t stream) {
   head_max_.resize(static_cast<size_t>(sh.heads));
@@ -326,10 +373,6 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   reseeded_.resize(static_cast<size_t>(H));
   taken_.resize(static_cast<size_t>(H * N));
   mse_.resize(static_cast<size_t>(H));
-  keys_.resize(static_cast<size_t>(H * N));
-  keys_sorted_.resize(static_cast<size_t>(H * N));
-  vals_.resize(static_cast<size_t>(H * N));
-  vals_sorted_.resize(static_cast<size_t>(H * N));
   uint8_t* ids = parts.ids + static_cast<int64_t>(stage) * H * N;
   uint16_t* cent_bf16 = parts.centroids + static_cast<int64_t>(stage) * H * C * D;
 
@@ -353,10 +396,8 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
     const uint64_t seed_base = qvg_kmeans_seed(seeds, stage, 0);
     QVG_CHECK(qvg_kmeans_seed(seeds, stage, H - 1) == seed_base + static_cast<uint64_t>(H - 1),
               "k-means seeds are not consecutive across heads");
-    QVG_CHECK(C >= 1 && C <= N, "k-means: cannot draw ", C, " distinct rows from ", N);
     rows_.resize(static_cast<size_t>(H) * C);
-    random_rows_kernel<<<H, 256, 0, stream>>>(N, C, seed_base, rows_.get());
-    check_launch();
+    random_rows(N, C, H, seed_base, rows_.get(), stream);
     gather_rows_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(data, N, D, C, rows_.get(),
                                                                                             H, cent_.get());
     check_launch();
@@ -449,28 +490,16 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   };
   assign();
   record(0);
-  size_t temp_bytes = 0;
-  int end_bit = 8;
-  while ((1 << (end_bit - 8)) < H) ++end_bit;
-  QVG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_.get(), keys_sorted_.get(), vals_.get(),
-                                                 vals_sorted_.get(), static_cast<int>(H * N), 0, end_bit, stream));
-  sort_temp_.resize(temp_bytes);
   for (int it = 1; it <= kp.max_iter; ++it) {
     if (km.check_convergence && std::none_of(active_host.begin(), active_host.end(), [](int a) { return a != 0; }))
       break;
-    make_sort_keys_kernel<<<blocks_for(H * N), kThreads, 0, stream>>>(ids, H, N, keys_.get(), vals_.get());
-    check_launch();
-    QVG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp_bytes, keys_.get(), keys_sorted_.get(),
-                                                   vals_.get(), vals_sorted_.get(), static_cast<int>(H * N), 0,
-                                                   end_bit, stream));
     QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
     QVG_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream));
     if (D == 64)
-      launch_centroid_sum<64>(data, N, C, H, keys_sorted_.get(), vals_sorted_.get(), kmeans_max_.get(), active_.get(),
-                              sums_.get(), counts_.get(), stream);
+      launch_centroid_sum<64>(data, N, C, H, ids, kmeans_max_.get(), active_.get(), sums_.get(), counts_.get(), stream);
     else
-      launch_centroid_sum<128>(data, N, C, H, keys_sorted_.get(), vals_sorted_.get(), kmeans_max_.get(), active_.get(),
-                               sums_.get(), counts_.get(), stream);
+      launch_centroid_sum<128>(data, N, C, H, ids, kmeans_max_.get(), active_.get(), sums_.get(), counts_.get(),
+                               stream);
     if (!dist_in_assign) {  // distances to the old centroids, before the means replace them
       const dim3 grid(static_cast<unsigned>(std::min<int64_t>((N + 63) / 64, 16)), static_cast<unsigned>(H));
       if (D == 64)

@@ -67,6 +67,23 @@ struct GpuKMeansOptions {
   }
 };
 
+/// The k-means update's cluster sums, the kernel the encoder runs (exposed
+/// mainly for tests): for the heads with active[h] != 0 (every head when
+/// active is null), adds to sums[h][c][k] the exact fixed-point sum
+/// (qvg/fixed_sum.h: to_fixed with fixed_sum_exponent(head max, n)) of
+/// x[h][i][k] over the rows i with ids[h][i] == c, and to counts[h][c] their
+/// number. x: [H][N][D] of dtype, D = 64 or 128; ids: [H][N]; head_max: [H],
+/// the float bits of each head's max |x|; sums: [H][C][D]; counts: [H][C];
+/// 1 <= C <= 256, H <= 65535; all on the device. Stream-ordered.
+void centroid_sums(const void* x, DeviceDType dtype, int heads, int64_t n, int d, int c, const uint8_t* ids,
+                   const unsigned* head_max, const int* active, unsigned long long* sums, int* counts,
+                   cudaStream_t stream);
+
+/// rows[h][i] = kmeans_random_rows(n, c, seed_base + h)[i] for h < heads (the
+/// random start of the encoder's k-means; exposed mainly for tests). rows:
+/// [H][C] on the device; 1 <= C <= min(n, 256). Stream-ordered.
+void random_rows(int64_t n, int c, int heads, uint64_t seed_base, int64_t* rows, cudaStream_t stream);
+
 /// Scratch memory reused across encodes.
 class Encoder {
  public:
@@ -91,10 +108,9 @@ class Encoder {
   bool kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
                     cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max = nullptr);
   DeviceBuffer<float> resid_, cent_, cnorm_, dist_;
-  DeviceBuffer<uint32_t> keys_, keys_sorted_, head_max_, kmeans_max_;
+  DeviceBuffer<uint32_t> head_max_, kmeans_max_;
   DeviceBuffer<unsigned long long> sums_;
-  DeviceBuffer<int32_t> vals_, vals_sorted_;
-  DeviceBuffer<uint8_t> sort_temp_, taken_;
+  DeviceBuffer<uint8_t> taken_;
   DeviceBuffer<int> counts_, active_, reseeded_;
   DeviceBuffer<double> mse_;
   DeviceBuffer<int64_t> rows_;

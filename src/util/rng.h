@@ -12,13 +12,18 @@ namespace qvg {
 /// SplitMix64 (Steele, Lea, Flood 2014): 64-bit state, full period.
 class SplitMix64 {
  public:
+  /// The state's step per draw (the golden ratio in 64-bit fixed point).
+  static constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
   QVG_HD explicit SplitMix64(uint64_t seed) : state_(seed) {}
   QVG_HD uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (state_ += kGamma);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
+  /// Skip k draws: the state after them is the state plus k * kGamma, so
+  /// SplitMix64(seed).discard(i) makes draw i of SplitMix64(seed) first.
+  QVG_HD void discard(uint64_t k) { state_ += k * kGamma; }
   /// Uniform in [0, 1) with 53 random bits.
   QVG_HD double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
   /// Uniform integer in [0, n), n > 0 (multiply-shift; bias below 2^-11 for n < 2^53).
