@@ -108,6 +108,12 @@ int main(int argc, char** argv) {
     run("bf16: ids", "16 warps (default)", false, false, false, bf(W16{}, P0{}));
     run("bf16: ids", "8 warps", false, false, false, bf(W8{}, P0{}));
     run("bf16: ids", "12 warps", false, false, false, bf(W12{}, P0{}));
+    run("bf16: ids, wgmma one acc. set", "16 warps", false, false, false, [&](const AssignOutputs& o) {
+      return launch_assign_tc<kD, __nv_bfloat16, 16, 0, true, 1>(xp, kN, cd.get(), kC, kH, nullptr, o, 0);
+    });
+    run("bf16: ids, wgmma one acc. set", "12 warps", false, false, false, [&](const AssignOutputs& o) {
+      return launch_assign_tc<kD, __nv_bfloat16, 12, 0, true, 1>(xp, kN, cd.get(), kC, kH, nullptr, o, 0);
+    });
     run("bf16: ids, mma.sync", "16 warps", false, false, false, bfk(W16{}, P0{}, Sync{}));
     run("bf16: ids, mma.sync", "8 warps", false, false, false, bfk(W8{}, P0{}, Sync{}));
     run("bf16: ids + max|x - c| (last)", "16 warps (default)", false, true, false, bf(W16{}, P0{}));
@@ -115,7 +121,8 @@ int main(int argc, char** argv) {
     run("bf16: ids + dist (convergence)", "16 warps (default)", true, false, false, bf(W16{}, P0{}));
     // Phases left out (timing by difference only: the outputs are wrong).
     std::printf("  phases left out (ids mode, 16 warps; outputs not checked):\n");
-    const char* probe_names[] = {"", "no exact phase", "no top-two epilogue", "no tensor-core products"};
+    const char* probe_names[] = {"", "no exact phase", "no top-two epilogue", "no tensor-core products",
+                                 "no loads of x (made-up rows)"};
     auto probe = [&](int k, auto&& launch) {
       const double ms = timer.median_ms(reps, [&] { QVG_CUDA_CHECK(launch(got.view(false, false, false))); });
       std::printf("  %-34s %-20s %9.4f %9.1f\n", probe_names[k], "16 warps", ms, flop / (ms * 1e9));
@@ -123,6 +130,7 @@ int main(int argc, char** argv) {
     probe(1, bf(W16{}, std::integral_constant<int, 1>{}));
     probe(2, bf(W16{}, std::integral_constant<int, 2>{}));
     probe(3, bf(W16{}, std::integral_constant<int, 3>{}));
+    probe(4, bf(W16{}, std::integral_constant<int, 4>{}));
     std::printf("  the same for the mma.sync products:\n");
     probe(1, bfk(W16{}, std::integral_constant<int, 1>{}, Sync{}));
     probe(2, bfk(W16{}, std::integral_constant<int, 2>{}, Sync{}));

@@ -67,7 +67,13 @@ if [ -n "${QVG_NCU_ASSIGN:-}" ]; then  # where the k-means assignment's time goe
   step "ncu assignment detail"
   ncu --clock-control none -k regex:assign_tc_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --section InstructionStats \
-    --section LaunchStats --section MemoryWorkloadAnalysis build-gpu/bench/bench_assign_probe --reps 1 >"$OUT/ncu_assign.log" 2>&1 || rc=1
+    --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats --section SourceCounters \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    build-gpu/bench/bench_assign_probe --reps 1 >"$OUT/ncu_assign.log" 2>&1 || rc=1
+  echo "stall reasons (warps per issued instruction):"
+  grep -E "issue_stalled" "$OUT/ncu_assign.log" | awk '{print $NF, $1}' | sort -gr | head -12
+  cuobjdump -sass build-gpu/bench/bench_assign_probe 2>/dev/null | awk '/Function :/ { keep = index($0, \
+    "assign_tc_kernelILi128E13__nv_bfloat16Li16ELi0ELb1E") > 0 } keep' >"$OUT/assign_sass.txt"  # the default kernel
   grep -vE "^ *-+ *$|^==PROF==|^ *$|Section:|Metric Name" "$OUT/ncu_assign.log" | grep -E "^    [A-Z]" | cut -c1-110 | head -75
 fi
 step "done rc=$rc"

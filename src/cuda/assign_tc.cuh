@@ -15,8 +15,9 @@
 // registers for all C centroids (D / 2 words a lane per 16 rows). The dot
 // product does not depend on the order of the dims, so the dims are
 // permuted to make those loads whole 16-byte chunks: lane t of a quad owns
-// chunks lane_chunk(t, c) of every row (a 32-byte sector pair), and the
-// centroids are staged in the matching "logical" order (logical_dim).
+// chunks lane_chunk(t, c) = 4 c + t of every row (each load instruction of
+// a quad reads 64 contiguous bytes: two whole sectors), and the centroids
+// are staged in the matching "logical" order (logical_dim).
 //
 // Products, two kinds (kWg):
 // - wgmma (the default): a warpgroup (4 warps, 16 rows each) multiplies its
@@ -76,8 +77,8 @@ __host__ __device__ constexpr int core_chunk(int c, int m) {
 }
 
 /// Chunk (8 dims) c of the D / 32 chunks that lane t of a quad owns in every
-/// row: pairs of neighbouring chunks, so a lane reads whole 32-byte sectors.
-__host__ __device__ constexpr int lane_chunk(int t, int c) { return (c >> 1) * 8 + 2 * t + (c & 1); }
+/// row: the quad's c-th loads are chunks 4 c .. 4 c + 3, 64 contiguous bytes.
+__host__ __device__ constexpr int lane_chunk(int t, int c) { return 4 * c + t; }
 
 /// The dim at logical position k (the k of the mma fragments): lane t's
 /// u-th value (u = 4 j + 2 h + e for k-step j, fragment half h, element e).
@@ -93,12 +94,13 @@ constexpr bool logical_dims_are_a_permutation() {
   for (int k = 0; k < D; ++k) {
     const int p = logical_dim(k);
     if (p < 0 || p >= D || seen[p]) return false;
+    if (k % 2 == 1 && p != logical_dim(k - 1) + 1) return false;  // pairs stay neighbours (float2 staging)
     seen[p] = true;
   }
   return true;
 }
 static_assert(logical_dims_are_a_permutation<64>() && logical_dims_are_a_permutation<128>(),
-              "the logical order of the dims is a permutation");
+              "the logical order of the dims is a permutation of neighbouring pairs");
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -232,25 +234,6 @@ __device__ __forceinline__ V quad_sum(V v) {
   return v + __shfl_xor_sync(0xFFFFFFFFu, v, 2);
 }
 
-/// Position of dim p in a centroid row of the float shared-memory copy: the
-/// lane order, where lane t's chunk c sits at (4 c + t) * 8, so the four
-/// lanes of a quad read 128 contiguous bytes (no bank conflict in a quad).
-__host__ __device__ constexpr int lane_pos(int p) {
-  const int chunk = p >> 3, c = (chunk >> 3) * 2 + (chunk & 1), t = (chunk & 7) >> 1;
-  return (4 * c + t) * 8 + (p & 7);
-}
-
-template <int D>
-constexpr bool lane_positions_invert_lane_chunks() {
-  for (int t = 0; t < 4; ++t)
-    for (int c = 0; c < D / 32; ++c)
-      for (int k = 0; k < 8; ++k)
-        if (lane_pos(lane_chunk(t, c) * 8 + k) != (4 * c + t) * 8 + k) return false;
-  return true;
-}
-static_assert(lane_positions_invert_lane_chunks<64>() && lane_positions_invert_lane_chunks<128>(),
-              "lane_pos inverts lane_chunk");
-
 /// The lane's D / 4 values of a row (chunks lane_chunk(t, c)) as float.
 template <int D, typename T>
 __device__ __forceinline__ void load_lane_row(const T* __restrict__ xrow, int t, float* xv) {
@@ -278,11 +261,13 @@ constexpr int kUnitWarps = kWg ? 4 : 1;
 /// The loop units (kUnitRows rows) go to the block's warps (warpgroups for
 /// wgmma) in turn across the head's blocks.
 /// Heads with active[h] == 0 are skipped. cent: float centroids [H][C][D].
-/// kWg: wgmma products (else mma.sync). kProbe != 0 leaves one phase out,
+/// kWg: wgmma products (else mma.sync); kWgBufs: accumulator sets (2: one
+/// group's products overlap the ranking of the one before; 1: none, fewer
+/// registers). kProbe != 0 leaves one phase out,
 /// for timing by difference only (bench_assign_probe; the outputs are then
 /// wrong): 1 = the exact phase, 2 = the top-two epilogue, 3 = the
-/// tensor-core products.
-template <int D, typename T, int kWarps, int kProbe = 0, bool kWg = true>
+/// tensor-core products, 4 = the loads of x (bf16 only: made-up values).
+template <int D, typename T, int kWarps, int kProbe = 0, bool kWg = true, int kWgBufs = 2>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens, const float* __restrict__ cent, int c_count,
                      const int* __restrict__ active, AssignOutputs out) {
@@ -309,27 +294,24 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const int g = lane >> 2, t = lane & 3;
   const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
 
-  // Stage the head's centroids: float in lane order (16-byte pieces), then
-  // bf16 in logical order from it (logical chunk m of a row holds the pairs
-  // at dims base(m) + 16 t', t' = 0..3: logical_dim), and the norms.
+  // Stage the head's centroids: float (16-byte pieces, padded rows), then
+  // bf16 in logical order from it (the pairs at logical k = 8 m + 2 i sit
+  // at dims logical_dim(k), logical_dim(k) + 1), and the norms.
 #pragma unroll 4
   for (int i = threadIdx.x; i < c_pad * (D / 4); i += blockDim.x) {
-    const int c = i / (D / 4), q = i % (D / 4);  // q: 16-byte piece of the lane-order row
-    const int piece = q >> 1;                     // 8-float piece 4 cc + t
-    const int src = lane_chunk(piece & 3, piece >> 2) * 8 + 4 * (q & 1);
-    const float4 v = c < c_count ? __ldg(reinterpret_cast<const float4*>(ch + static_cast<int64_t>(c) * D + src))
+    const int c = i / (D / 4), q = i % (D / 4);  // q: 16-byte piece of the row
+    const float4 v = c < c_count ? __ldg(reinterpret_cast<const float4*>(ch + static_cast<int64_t>(c) * D + 4 * q))
                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     *reinterpret_cast<float4*>(cf + c * kFStride + 4 * q) = v;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < c_pad * (D / 8); i += blockDim.x) {
     const int c = i / (D / 8), m = i % (D / 8);
-    const int base = (m >> 3) * 64 + ((m >> 2) & 1) * 8 + ((2 * m) & 7);
     const float* row = cf + c * kFStride;
     uint32_t w[4];
 #pragma unroll
     for (int tp = 0; tp < 4; ++tp) {
-      const float2 f = *reinterpret_cast<const float2*>(row + lane_pos(base + 16 * tp));
+      const float2 f = *reinterpret_cast<const float2*>(row + logical_dim(8 * m + 2 * tp));
       w[tp] = pack_bf16x2(f.x, f.y);
     }
     *reinterpret_cast<uint4*>(cs + core_chunk<D>(c, m)) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -376,7 +358,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   if constexpr (kWg && kHaveWgmma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
 
-  const bool want_dist = out.dist != nullptr, want_resid = out.resid_max != nullptr;
+  const bool want_dist = out.dist != nullptr, want_resid = out.resid_max != nullptr, want_xmax = out.x_max != nullptr;
   float x_max = 0.0f, r_max = 0.0f;
   // mma.sync: this lane's ldmatrix row address for B (centroid cp + (lane &
   // 7) + 8 (lane >> 4), logical chunk 2 j + ((lane >> 3) & 1)); the rest are
@@ -403,16 +385,31 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         float s = 0.0f, e = 0.0f;
 #pragma unroll
         for (int c = 0; c < kLaneChunks; ++c) {
-          float v[8];
           uint32_t wd[4];
           if constexpr (kExactInA) {
-            const uint4 u = n < n_tokens ? __ldg(reinterpret_cast<const uint4*>(xr + lane_chunk(t, c) * 8))
-                                         : make_uint4(0u, 0u, 0u, 0u);
+            uint4 u = make_uint4(0u, 0u, 0u, 0u);
+            if constexpr (kProbe == 4) {  // timing only: no loads (finite bf16 pairs from the row index)
+              const uint32_t z = (static_cast<uint32_t>(n) * 0x9E3779B1u + c) & 0x3F7F3F7Fu;
+              u = make_uint4(z, z ^ 0x00010001u, z ^ 0x00020002u, z ^ 0x00030003u);
+            } else if (n < n_tokens) {
+              u = __ldg(reinterpret_cast<const uint4*>(xr + lane_chunk(t, c) * 8));
+            }
             wd[0] = u.x, wd[1] = u.y, wd[2] = u.z, wd[3] = u.w;
+            // ||x||^2 from the words read as floats: the high value with the
+            // low one's bits below it, |hi| <= |.| < |hi| (1 + 2^-7), so an
+            // upper bound (all the re-ranking bound needs) without masking.
 #pragma unroll
-            for (int q = 0; q < 4; ++q)
-              v[2 * q] = __uint_as_float(wd[q] << 16), v[2 * q + 1] = __uint_as_float(wd[q] & 0xFFFF0000u);
+            for (int q = 0; q < 4; ++q) {
+              const float hi = __uint_as_float(wd[q]), lo = __uint_as_float(wd[q] << 16);
+              s = fmaf(hi, hi, fmaf(lo, lo, s));
+            }
+            if (want_xmax)
+#pragma unroll
+              for (int q = 0; q < 4; ++q)
+                x_max = fmaxf(x_max, fmaxf(fabsf(__uint_as_float(wd[q] << 16)),
+                                           fabsf(__uint_as_float(wd[q] & 0xFFFF0000u))));
           } else {
+            float v[8];
 #pragma unroll
             for (int k = 0; k < 8; ++k) v[k] = 0.0f;
             if (n < n_tokens) load8_as_float(xr + lane_chunk(t, c) * 8, v);
@@ -423,11 +420,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
               const float d1 = v[2 * q + 1] - __uint_as_float(wd[q] & 0xFFFF0000u);
               e = fmaf(d0, d0, fmaf(d1, d1, e));
             }
-          }
 #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            s = fmaf(v[k], v[k], s);
-            x_max = fmaxf(x_max, fabsf(v[k]));  // always (no branch); written when wanted
+            for (int k = 0; k < 8; ++k) {
+              s = fmaf(v[k], v[k], s);
+              if (want_xmax) x_max = fmaxf(x_max, fabsf(v[k]));
+            }
           }
 #pragma unroll
           for (int q = 0; q < 4; ++q) a[i][2 * c + (q >> 1)][2 * (q & 1) + r] = wd[q];
@@ -442,7 +439,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int r = 0; r < 2; ++r) best[i][r] = second[i][r] = -INFINITY;
-    // The top two of fragment value v (row half q >> 1) at centroid `index`.
+    // The top two of fragment value v (row half q >> 1) at centroid `index`
+    // less this lane's 2t (added after the products: one key bits pattern
+    // per product, an immediate).
     auto rank = [&](int i, int q, float v, uint32_t index) {
       if constexpr (kProbe == 2) {  // timing only: consume the value, no top two
         best[i][q >> 1] += v;
@@ -477,19 +476,26 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       };
       auto epilogue = [&](float (&acc)[32], int cp) {
         pin_registers(acc);
-        const uint32_t base = static_cast<uint32_t>(cp) | (2u * t);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) rank(0, q, acc[4 * j + q], base | static_cast<uint32_t>(8 * j + (q & 1)));
+          for (int q = 0; q < 4; ++q) rank(0, q, acc[4 * j + q], static_cast<uint32_t>(cp + 8 * j + (q & 1)));
       };
       // Two accumulator sets: group k + 1's products run while group k is
-      // ranked. Each pair is waited for in full before the next (no
-      // accumulator in flight across the loop's back edge, which would make
-      // ptxas wait early); the other warpgroups keep the tensor cores busy
-      // meanwhile.
-      const int groups = c_pad / kWgN;
+      // ranked. Each pair is waited for in full before the next: no
+      // accumulator is in flight across the loop's back edge (and the loop
+      // is not unrolled), either of which makes ptxas inject waits early;
+      // the other warpgroups keep the tensor cores busy meanwhile.
       float acc0[32], acc1[32];
+      const int groups = c_pad / kWgN;
+      if constexpr (kWgBufs == 1) {
+#pragma unroll 1
+        for (int k = 0; k < groups; ++k) {
+          issue(acc0, k * kWgN);
+          wgmma_wait<0>();
+          epilogue(acc0, k * kWgN);
+        }
+      } else
 #pragma unroll 1
       for (int k = 0; k < groups; k += 2) {
         issue(acc0, k * kWgN);
@@ -536,13 +542,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
               }
           }
         }
-        const uint32_t base = static_cast<uint32_t>(cp) | (2u * t);
 #pragma unroll
         for (int i = 0; i < kMT; ++i)
 #pragma unroll
           for (int nt = 0; nt < kPassTiles; ++nt)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) rank(i, q, acc[i][nt][q], base | static_cast<uint32_t>(8 * nt + (q & 1)));
+            for (int q = 0; q < 4; ++q) rank(i, q, acc[i][nt][q], static_cast<uint32_t>(cp + 8 * nt + (q & 1)));
       }
     }
 
@@ -551,7 +556,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float k1 = best[i][r], k2 = second[i][r];
+        // This lane's columns: index bits 1, 2 (free in every key's index).
+        // -inf is no key (nothing but NaN seen) and stays -inf.
+        auto lane_key = [&](float k) { return k == -INFINITY ? k : __uint_as_float(__float_as_uint(k) | (2u * t)); };
+        float k1 = lane_key(best[i][r]), k2 = lane_key(second[i][r]);
 #pragma unroll
         for (int off = 1; off < 4; off <<= 1) {  // the quad's lanes hold different centroids: distinct keys
           const float o1 = __shfl_xor_sync(0xFFFFFFFFu, k1, off), o2 = __shfl_xor_sync(0xFFFFFFFFu, k2, off);
@@ -606,8 +614,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             for (int k = 0; k < D / 4; ++k) xv[k] = 0.0f;
             if (live && (want_dist || want_resid || rerank)) load_lane_row<D>(xh + n * D, t, xv);
           }
-          // The float centroids in shared memory, lane order: lane t's chunk
-          // c at (4 c + t) * 8.
+          // The float centroids in shared memory, dim order: lane t's chunk
+          // c at lane_chunk(t, c) * 8 = (4 c + t) * 8.
           const float* c1 = cf + i1 * kFStride + 8 * t;
           const float* c2 = cf + i2 * kFStride + 8 * t;  // i2 < c_pad: a padded row reads zeros
           bool second_wins = false, exact_cmp = false;
@@ -706,12 +714,12 @@ constexpr int kAssignWarps = 16;
 /// the device) with centroids cent ([H][C][D] float). Blocks per head: as
 /// many as fill the device once, at least one. The maxima in `o` must have
 /// been zeroed for the active heads. Returns the first CUDA error.
-template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true>
+template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true, int kWgBufs = 2>
 cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
                              const AssignOutputs& o, cudaStream_t s) {
   if (c < 1 || c > kAssignMaxCentroids || heads < 1 || heads > 65535 || n < 1) return cudaErrorInvalidValue;
   const size_t smem = assign_tc_smem<D>(c);
-  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe, kWg>;
+  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe, kWg, kWgBufs>;
   // Every launch: the attribute belongs to the current device's context.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
