@@ -108,12 +108,6 @@ int main(int argc, char** argv) {
     run("bf16: ids", "16 warps (default)", false, false, false, bf(W16{}, P0{}));
     run("bf16: ids", "8 warps", false, false, false, bf(W8{}, P0{}));
     run("bf16: ids", "12 warps", false, false, false, bf(W12{}, P0{}));
-    run("bf16: ids, wgmma one acc. set", "16 warps", false, false, false, [&](const AssignOutputs& o) {
-      return launch_assign_tc<kD, __nv_bfloat16, 16, 0, true, 1>(xp, kN, cd.get(), kC, kH, nullptr, o, 0);
-    });
-    run("bf16: ids, wgmma one acc. set", "12 warps", false, false, false, [&](const AssignOutputs& o) {
-      return launch_assign_tc<kD, __nv_bfloat16, 12, 0, true, 1>(xp, kN, cd.get(), kC, kH, nullptr, o, 0);
-    });
     run("bf16: ids, mma.sync", "16 warps", false, false, false, bfk(W16{}, P0{}, Sync{}));
     run("bf16: ids, mma.sync", "8 warps", false, false, false, bfk(W8{}, P0{}, Sync{}));
     run("bf16: ids + max|x - c| (last)", "16 warps (default)", false, true, false, bf(W16{}, P0{}));

@@ -261,13 +261,11 @@ constexpr int kUnitWarps = kWg ? 4 : 1;
 /// The loop units (kUnitRows rows) go to the block's warps (warpgroups for
 /// wgmma) in turn across the head's blocks.
 /// Heads with active[h] == 0 are skipped. cent: float centroids [H][C][D].
-/// kWg: wgmma products (else mma.sync); kWgBufs: accumulator sets (2: one
-/// group's products overlap the ranking of the one before; 1: none, fewer
-/// registers). kProbe != 0 leaves one phase out,
+/// kWg: wgmma products (else mma.sync). kProbe != 0 leaves one phase out,
 /// for timing by difference only (bench_assign_probe; the outputs are then
 /// wrong): 1 = the exact phase, 2 = the top-two epilogue, 3 = the
 /// tensor-core products, 4 = the loads of x (bf16 only: made-up values).
-template <int D, typename T, int kWarps, int kProbe = 0, bool kWg = true, int kWgBufs = 2>
+template <int D, typename T, int kWarps, int kProbe = 0, bool kWg = true>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens, const float* __restrict__ cent, int c_count,
                      const int* __restrict__ active, AssignOutputs out) {
@@ -297,7 +295,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   // Stage the head's centroids: float (16-byte pieces, padded rows), then
   // bf16 in logical order from it (the pairs at logical k = 8 m + 2 i sit
   // at dims logical_dim(k), logical_dim(k) + 1), and the norms.
-#pragma unroll 4
+#pragma unroll 8
   for (int i = threadIdx.x; i < c_pad * (D / 4); i += blockDim.x) {
     const int c = i / (D / 4), q = i % (D / 4);  // q: 16-byte piece of the row
     const float4 v = c < c_count ? __ldg(reinterpret_cast<const float4*>(ch + static_cast<int64_t>(c) * D + 4 * q))
@@ -316,22 +314,25 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
     *reinterpret_cast<uint4*>(cs + core_chunk<D>(c, m)) = make_uint4(w[0], w[1], w[2], w[3]);
   }
-  for (int c = warp; c < c_pad; c += kWarps) {  // ||c||^2 and ||c - bf16(c)||^2 in float, a fixed order
+  // ||c||^2 and ||c - bf16(c)||^2 in float and a hash of the values: eight
+  // lanes a centroid (D / 8 dims each, then three shuffles; a fixed order).
+  for (int i = threadIdx.x; i < c_pad * 8; i += blockDim.x) {
+    const int c = i >> 3, part = i & 7;  // the eight lanes of a centroid are neighbours
     float s = 0.0f, e = 0.0f;
     uint32_t hv = 0u;
 #pragma unroll
-    for (int k = lane; k < D; k += 32) {
+    for (int k = part; k < D; k += 8) {
       const float v = cf[c * kFStride + k], dv = v - __bfloat162float(__float2bfloat16_rn(v));  // exact
       s = fmaf(v, v, s);
       e = fmaf(dv, dv, e);
       hv = (hv ^ __float_as_uint(v + 0.0f)) * 0x9E3779B1u;  // v + 0: -0 hashes as +0 (equal values)
     }
-    for (int off = 16; off > 0; off >>= 1) {
+    for (int off = 4; off > 0; off >>= 1) {  // c_pad * 8 is a multiple of 32: whole warps
       s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
       e += __shfl_xor_sync(0xFFFFFFFFu, e, off);
       hv ^= __shfl_xor_sync(0xFFFFFFFFu, hv, off) * 0x85EBCA6Bu;
     }
-    if (lane == 0) {
+    if (part == 0) {
       c_init[c] = c < c_count ? -0.5f * s : -FLT_MAX;
       c_len[c] = sqrtf(s);
       c_dev[c] = sqrtf(e);
@@ -342,10 +343,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   // A centroid equal to one of lower index is never the answer (ties go to
   // the lower index): it ranks with the padding. So exact ties of two or
   // more equal centroids need no re-ranking. Equal values hash alike; the
-  // rows are then compared value by value.
-  for (int c = threadIdx.x; c < c_count; c += blockDim.x) {
+  // rows are then compared value by value. Two threads a centroid, each
+  // half of the lower indices (the last thread's loop is the prologue's
+  // longest); both may mark it.
+  for (int i = threadIdx.x; i < c_count * 2; i += blockDim.x) {
+    const int c = i >> 1;
     bool dup = false;
-    for (int o = 0; o < c && !dup; ++o) {
+    for (int o = i & 1; o < c && !dup; o += 2) {
       if (c_hash[o] != c_hash[c]) continue;
       bool same = true;
       for (int k = 0; k < D && same; ++k) same = cf[o * kFStride + k] == cf[c * kFStride + k];
@@ -434,21 +438,28 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
 
     // 2. Products and the best two rank keys of each of the lane's rows.
-    float best[kMT][2], second[kMT][2];
+    // kChains chains of (best, second) per row (chain p), merged after the
+    // products: with two (wgmma: registers to spare), twice the independent
+    // FMNMX a lane has in flight.
+    constexpr int kChains = kWg ? 2 : 1;
+    float best[kMT][2][kChains], second[kMT][2][kChains];
 #pragma unroll
     for (int i = 0; i < kMT; ++i)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) best[i][r] = second[i][r] = -INFINITY;
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int p = 0; p < kChains; ++p) best[i][r][p] = second[i][r][p] = -INFINITY;
     // The top two of fragment value v (row half q >> 1) at centroid `index`
-    // less this lane's 2t (added after the products: one key bits pattern
-    // per product, an immediate).
-    auto rank = [&](int i, int q, float v, uint32_t index) {
+    // less this lane's 2t (added after the products), in chain p % kChains.
+    auto rank = [&](int i, int q, int p, float v, uint32_t index) {
+      float& b = best[i][q >> 1][p % kChains];
+      float& sec = second[i][q >> 1][p % kChains];
       if constexpr (kProbe == 2) {  // timing only: consume the value, no top two
-        best[i][q >> 1] += v;
+        b += v;
       } else {
         const float k = rank_key(v, index);
-        second[i][q >> 1] = fmaxf(second[i][q >> 1], fminf(best[i][q >> 1], k));
-        best[i][q >> 1] = fmaxf(best[i][q >> 1], k);
+        sec = fmaxf(sec, fminf(b, k));
+        b = fmaxf(b, k);
       }
     };
     if constexpr (kWg && kHaveWgmma) {
@@ -479,36 +490,20 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) rank(0, q, acc[4 * j + q], static_cast<uint32_t>(cp + 8 * j + (q & 1)));
+          for (int q = 0; q < 4; ++q) rank(0, q, j & 1, acc[4 * j + q], static_cast<uint32_t>(cp + 8 * j + (q & 1)));
       };
-      // Two accumulator sets: group k + 1's products run while group k is
-      // ranked. Each pair is waited for in full before the next: no
-      // accumulator is in flight across the loop's back edge (and the loop
-      // is not unrolled), either of which makes ptxas inject waits early;
-      // the other warpgroups keep the tensor cores busy meanwhile.
-      float acc0[32], acc1[32];
-      const int groups = c_pad / kWgN;
-      if constexpr (kWgBufs == 1) {
+      // One accumulator set: the warpgroup waits for a group's products and
+      // ranks them; the other warpgroups keep the tensor cores busy
+      // meanwhile (measured faster than two sets, whose ranking of one set
+      // ptxas scheduled after the wait for the next anyway, with more
+      // registers). Not unrolled: ptxas then hoists the groups' loads and
+      // spills.
+      float acc[32];
 #pragma unroll 1
-        for (int k = 0; k < groups; ++k) {
-          issue(acc0, k * kWgN);
-          wgmma_wait<0>();
-          epilogue(acc0, k * kWgN);
-        }
-      } else
-#pragma unroll 1
-      for (int k = 0; k < groups; k += 2) {
-        issue(acc0, k * kWgN);
-        if (k + 1 < groups) {
-          issue(acc1, (k + 1) * kWgN);
-          wgmma_wait<1>();
-          epilogue(acc0, k * kWgN);
-          wgmma_wait<0>();
-          epilogue(acc1, (k + 1) * kWgN);
-        } else {
-          wgmma_wait<0>();
-          epilogue(acc0, k * kWgN);
-        }
+      for (int k = 0; k < c_pad / kWgN; ++k) {
+        issue(acc, k * kWgN);
+        wgmma_wait<0>();
+        epilogue(acc, k * kWgN);
       }
     } else {
       for (int cp = 0; cp < c_pad; cp += kAssignPass) {
@@ -547,7 +542,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
           for (int nt = 0; nt < kPassTiles; ++nt)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) rank(i, q, acc[i][nt][q], static_cast<uint32_t>(cp + 8 * nt + (q & 1)));
+            for (int q = 0; q < 4; ++q) rank(i, q, nt & 1, acc[i][nt][q], static_cast<uint32_t>(cp + 8 * nt + (q & 1)));
       }
     }
 
@@ -559,7 +554,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         // This lane's columns: index bits 1, 2 (free in every key's index).
         // -inf is no key (nothing but NaN seen) and stays -inf.
         auto lane_key = [&](float k) { return k == -INFINITY ? k : __uint_as_float(__float_as_uint(k) | (2u * t)); };
-        float k1 = lane_key(best[i][r]), k2 = lane_key(second[i][r]);
+        float b = best[i][r][0], sc = second[i][r][0];
+#pragma unroll
+        for (int p = 1; p < kChains; ++p) {  // merge the chains: distinct keys (distinct indices)
+          sc = fmaxf(fmaxf(sc, second[i][r][p]), fminf(b, best[i][r][p]));
+          b = fmaxf(b, best[i][r][p]);
+        }
+        float k1 = lane_key(b), k2 = lane_key(sc);
 #pragma unroll
         for (int off = 1; off < 4; off <<= 1) {  // the quad's lanes hold different centroids: distinct keys
           const float o1 = __shfl_xor_sync(0xFFFFFFFFu, k1, off), o2 = __shfl_xor_sync(0xFFFFFFFFu, k2, off);
@@ -714,12 +715,12 @@ constexpr int kAssignWarps = 16;
 /// the device) with centroids cent ([H][C][D] float). Blocks per head: as
 /// many as fill the device once, at least one. The maxima in `o` must have
 /// been zeroed for the active heads. Returns the first CUDA error.
-template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true, int kWgBufs = 2>
+template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true>
 cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
                              const AssignOutputs& o, cudaStream_t s) {
   if (c < 1 || c > kAssignMaxCentroids || heads < 1 || heads > 65535 || n < 1) return cudaErrorInvalidValue;
   const size_t smem = assign_tc_smem<D>(c);
-  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe, kWg, kWgBufs>;
+  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe, kWg>;
   // Every launch: the attribute belongs to the current device's context.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
