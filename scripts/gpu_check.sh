@@ -7,7 +7,7 @@
 # comparison on random data), QVG_SKIP_BENCH, QVG_SKIP_PROBE (bench_decode_probe), QVG_SKIP_RUNTIME (the model's
 # QVG-over-BF16 overhead runs), QVG_SKIP_NCU, QVG_NCU_DECODE (ncu detail of
 # the decode kernels), QVG_SKIP_ASSIGN (bench_assign_probe), QVG_NCU_ASSIGN (ncu
-# detail of the k-means assignment).
+# detail of the k-means assignment), QVG_NCU_KERNELS (a regex: ncu detail of those encode kernels).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/qvg-gpu-out}
@@ -75,6 +75,15 @@ if [ -n "${QVG_NCU_ASSIGN:-}" ]; then  # where the k-means assignment's time goe
   cuobjdump -sass build-gpu/bench/bench_assign_probe 2>/dev/null | awk '/Function :/ { keep = index($0, \
     "assign_tc_kernelILi128E13__nv_bfloat16Li16ELi0ELb1E") > 0 } keep' >"$OUT/assign_sass.txt"  # the default kernel
   grep -vE "^ *-+ *$|^==PROF==|^ *$|Section:|Metric Name" "$OUT/ncu_assign.log" | grep -E "^    [A-Z]" | cut -c1-110 | head -75
+fi
+if [ -n "${QVG_NCU_KERNELS:-}" ]; then  # detail of the encode kernels matching this regex (one launch each)
+  step "ncu kernel detail: ${QVG_NCU_KERNELS}"
+  ncu --clock-control none -k "regex:${QVG_NCU_KERNELS}" --launch-count 3 --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    build-gpu/bench/bench_cuda --profile >"$OUT/ncu_kernels.log" 2>&1 || rc=1
+  grep -E "^  [a-zA-Z_:]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Issued Warp|Eligible Warps|issue_stalled_(long|wait|math|barrier|short|mio|lg|not_sel|selected|dispatch)" \
+    "$OUT/ncu_kernels.log" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | cut -c1-110 | head -80
 fi
 step "done rc=$rc"
 exit $rc

@@ -384,8 +384,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        // Rows past N read row N - 1 (no zeroing; their results are
+        // dropped, and a copy of a row leaves the maxima as they are).
         const int64_t n = n0 + 16 * i + 8 * r + g;
-        const T* xr = xh + n * D;
+        const T* xr = xh + (n < n_tokens ? n : n_tokens - 1) * D;
         float s = 0.0f, e = 0.0f;
 #pragma unroll
         for (int c = 0; c < kLaneChunks; ++c) {
@@ -395,7 +397,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             if constexpr (kProbe == 4) {  // timing only: no loads (finite bf16 pairs from the row index)
               const uint32_t z = (static_cast<uint32_t>(n) * 0x9E3779B1u + c) & 0x3F7F3F7Fu;
               u = make_uint4(z, z ^ 0x00010001u, z ^ 0x00020002u, z ^ 0x00030003u);
-            } else if (n < n_tokens) {
+            } else {
               u = __ldg(reinterpret_cast<const uint4*>(xr + lane_chunk(t, c) * 8));
             }
             wd[0] = u.x, wd[1] = u.y, wd[2] = u.z, wd[3] = u.w;
@@ -414,9 +416,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
                                            fabsf(__uint_as_float(wd[q] & 0xFFFF0000u))));
           } else {
             float v[8];
-#pragma unroll
-            for (int k = 0; k < 8; ++k) v[k] = 0.0f;
-            if (n < n_tokens) load8_as_float(xr + lane_chunk(t, c) * 8, v);
+            load8_as_float(xr + lane_chunk(t, c) * 8, v);
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
               wd[q] = pack_bf16x2(v[2 * q], v[2 * q + 1]);
