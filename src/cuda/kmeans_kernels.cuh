@@ -177,13 +177,16 @@ __host__ __device__ constexpr bool fixed_float_ok(int e) { return -e >= -126 && 
 ///
 /// Shared-memory sums: 64-bit shared atomicAdd is not native on sm_90 (it
 /// compiles to a load and an ATOMS.CAST.SPIN.64 compare-and-swap loop; the
-/// 64-bit global atomicAdd is a single RED), so each sum is a pair of 32-bit
-/// words (lo, hi) added to with two native 32-bit ATOMS.ADD: the low half,
-/// whose returned old value tells whether it wrapped, then the high half
-/// plus that carry. The pair then holds the sum mod 2^64 (each wrap of the
-/// low word is counted once in the high word, whatever the order), which is
-/// the sum: |sum| <= 2^62. Layout [C][2][32] words: cluster c's low words
-/// at 64 c + k, its high words 32 words on (the same banks).
+/// 64-bit global atomicAdd is a single RED), so each sum is three 32-bit
+/// words added to with native 32-bit adds that return nothing (no latency
+/// to wait for; an earlier lo/hi pair whose carry came from the returned
+/// old value spent most of its time waiting on it): the value u = hi 2^32
+/// + mid 2^16 + lo (lo, mid in [0, 2^16), hi = u >> 32 arithmetic). The lo
+/// and mid sums of at most 2^16 rows (chunk_rows <= kSumMaxChunk) are exact
+/// in 32 bits; hi's may wrap: hi_sum 2^32 + mid_sum 2^16 + lo_sum mod 2^64
+/// is the sum mod 2^64, which is the sum: |sum| <= 2^62. Layout [C][3][32]
+/// words: cluster c's lo words at 96 c + k, mid and hi 32 and 64 words on
+/// (the same banks).
 ///
 /// Banks: at each step every lane of a warp adds to a different bank. Lane
 /// (r = lane / L, q = lane % L) holds dims 32 s + q V + (0..V-1) of row r of
@@ -200,18 +203,20 @@ __host__ __device__ constexpr bool fixed_float_ok(int e) { return -e >= -126 && 
 /// shared-memory atomics keep up.
 ///
 /// Grid (chunks * D / 32, H); block kSumThreads; dynamic shared memory
-/// centroid_sum_smem(C). chunk_rows: a multiple of kSumPassRows<T>.
-constexpr int kSumThreads = 256;
+/// centroid_sum_smem(C). chunk_rows: a multiple of kSumPassRows<T>, at most
+/// kSumMaxChunk.
+constexpr int kSumThreads = 512;
+constexpr int64_t kSumMaxChunk = 1 << 16;  // rows a block: its lo and mid sums stay exact
 constexpr int kSumDims = 32;        // dimensions per block: one bank each
 constexpr int kSumRowsPerLane = 4;  // consecutive rows a lane loads per pass
 
-/// Rows per block pass of centroid_sum_kernel<T>: 256 (16-bit T), 128 (float).
+/// Rows per block pass of centroid_sum_kernel<T>: 512 (16-bit T), 256 (float).
 template <typename T>
 constexpr int kSumPassRows = kSumThreads / (kSumDims * static_cast<int>(sizeof(T)) / 16) * kSumRowsPerLane;
 
-/// Dynamic shared memory of centroid_sum_kernel: [C][2][32] words of sums
-/// and C counts (66,560 bytes at C = 256: three blocks an SM).
-constexpr size_t centroid_sum_smem(int c_count) { return static_cast<size_t>(c_count) * (2 * kSumDims + 1) * 4; }
+/// Dynamic shared memory of centroid_sum_kernel: [C][3][32] words of sums
+/// and C counts (99,328 bytes at C = 256: two blocks an SM).
+constexpr size_t centroid_sum_smem(int c_count) { return static_cast<size_t>(c_count) * (3 * kSumDims + 1) * 4; }
 
 /// Element i of the lane's V values <- element i ^ r (r < V), on the raw
 /// 16-byte word: stage a exchanges within the word pairs (0, 1) and (2, 3)
@@ -262,15 +267,14 @@ __device__ __forceinline__ void centroid_sum_rows(const T* __restrict__ xh, cons
       if (count) atomicAdd(cnt + c, 1);
       float v[kVals];
       word_as_float<T>(permute_words(raw[f], sa, sb), v);
-      char* row_acc = lane_acc + c * (2 * kSumDims * 4);
+      char* row_acc = lane_acc + c * (3 * kSumDims * 4);
 #pragma unroll
       for (int i = 0; i < kVals; ++i) {
         const auto u = static_cast<uint64_t>(kFloat ? to_fixed_float(v[i], scale_f) : to_fixed_scaled(v[i], scale_d));
-        const auto lo = static_cast<uint32_t>(u), hi = static_cast<uint32_t>(u >> 32);
         uint32_t* w = reinterpret_cast<uint32_t*>(row_acc + dim_bytes[i]);
-        const uint32_t old = atomicAdd(w, lo);
-        const auto carry = static_cast<uint32_t>((static_cast<uint64_t>(old) + lo) >> 32);  // the low word wrapped
-        atomicAdd(w + kSumDims, hi + carry);
+        atomicAdd(w, static_cast<uint32_t>(u) & 0xFFFFu);                           // lo
+        atomicAdd(w + kSumDims, static_cast<uint32_t>(u >> 16) & 0xFFFFu);          // mid
+        atomicAdd(w + 2 * kSumDims, static_cast<uint32_t>(u >> 32));               // hi (mod 2^32)
       }
     }
   };
@@ -331,9 +335,9 @@ __global__ void __launch_bounds__(kSumThreads) centroid_sum_kernel(
   constexpr int kSlices = D / kSumDims;
   const int h = blockIdx.y;
   if (active && !active[h]) return;
-  extern __shared__ uint32_t acc[];                // [C][2][32]: low words, then high words
-  int* cnt = reinterpret_cast<int*>(acc + c_count * 2 * kSumDims);  // [C]
-  for (int i = threadIdx.x; i < c_count * (2 * kSumDims + 1); i += kSumThreads) acc[i] = 0;
+  extern __shared__ uint32_t acc[];                // [C][3][32]: lo, mid, hi words
+  int* cnt = reinterpret_cast<int*>(acc + c_count * 3 * kSumDims);  // [C]
+  for (int i = threadIdx.x; i < c_count * (3 * kSumDims + 1); i += kSumThreads) acc[i] = 0;
   __syncthreads();
   const int slice = static_cast<int>(blockIdx.x % kSlices);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x / kSlices) * chunk_rows;
@@ -351,8 +355,9 @@ __global__ void __launch_bounds__(kSumThreads) centroid_sum_kernel(
   unsigned long long* sh = sums + static_cast<int64_t>(h) * c_count * D + slice * kSumDims;
   for (int i = threadIdx.x; i < c_count * kSumDims; i += kSumThreads) {
     const int c = i / kSumDims, k = i % kSumDims;
-    const uint32_t* w = acc + c * (2 * kSumDims) + k;
-    const unsigned long long s = (static_cast<unsigned long long>(w[kSumDims]) << 32) | w[0];
+    const uint32_t* w = acc + c * (3 * kSumDims) + k;
+    const unsigned long long s = (static_cast<unsigned long long>(w[2 * kSumDims]) << 32) +
+                                 (static_cast<unsigned long long>(w[kSumDims]) << 16) + w[0];
     if (s != 0) atomicAdd(sh + static_cast<int64_t>(c) * D + k, s);
   }
   if (slice == 0)

@@ -119,7 +119,7 @@ void launch_centroid_sum(const T* x, int64_t n, int c, int heads, const uint8_t*
   auto* kernel = centroid_sum_kernel<T, D>;
   // Every launch: the attributes belong to the current device's context. All
   // of L1 as shared memory (x is streamed once, L1 holds nothing worth
-  // keeping): three blocks an SM at C = 256.
+  // keeping): two blocks an SM at C = 256.
   QVG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   QVG_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
@@ -132,8 +132,9 @@ void launch_centroid_sum(const T* x, int64_t n, int c, int heads, const uint8_t*
   constexpr int64_t kPass = kSumPassRows<T>;
   const int64_t passes = (n + kPass - 1) / kPass;
   const int64_t fill = static_cast<int64_t>(sms) * per_sm / (static_cast<int64_t>(heads) * kSlices);
-  const int64_t want = std::clamp<int64_t>(fill, 1, passes);
-  const int64_t chunk_rows = (passes + want - 1) / want * kPass;  // whole passes
+  constexpr int64_t kMaxPasses = kSumMaxChunk / kPass;  // a block's lo and mid sums stay exact
+  const int64_t want = std::clamp<int64_t>(std::max(fill, (passes + kMaxPasses - 1) / kMaxPasses), 1, passes);
+  const int64_t chunk_rows = (passes + want - 1) / want * kPass;  // whole passes, at most kSumMaxChunk
   const int64_t chunks = (n + chunk_rows - 1) / chunk_rows;
   kernel<<<dim3(static_cast<unsigned>(chunks * kSlices), static_cast<unsigned>(heads)), kSumThreads, smem, s>>>(
       x, n, c, ids, chunk_rows, head_max, active, sums, counts);
