@@ -22,9 +22,9 @@
 // Products, two kinds (kWg):
 // - wgmma (the default): a warpgroup (4 warps, 16 rows each) multiplies its
 //   64 rows by groups of 64 centroids, m64n64k16 with A from registers and B
-//   read by the tensor cores from shared memory, asynchronously: while the
-//   products of one group run, the warps rank the group before it (two
-//   accumulator sets of 32 registers).
+//   read by the tensor cores from shared memory; one accumulator set of 32
+//   registers, waited for and ranked group by group (the SM's other
+//   warpgroups keep the tensor cores busy meanwhile).
 // - mma.sync: per warp 32 rows (two m16 tiles), passes of 16 centroids, per
 //   k-step one ldmatrix.x4 and four m16n8k16.
 // Either way the accumulator starts at -||c||^2 / 2 (padded centroids at
@@ -402,8 +402,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             }
             wd[0] = u.x, wd[1] = u.y, wd[2] = u.z, wd[3] = u.w;
             // ||x||^2 from the words read as floats: the high value with the
-            // low one's bits below it, |hi| <= |.| < |hi| (1 + 2^-7), so an
-            // upper bound (all the re-ranking bound needs) without masking.
+            // low one's bits below it, |.| >= |hi| (and < |hi| (1 + 2^-7) for
+            // normal hi), so an upper bound, all the re-ranking bound needs,
+            // without masking. Inputs are finite (checked by the codec).
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
               const float hi = __uint_as_float(wd[q]), lo = __uint_as_float(wd[q] << 16);

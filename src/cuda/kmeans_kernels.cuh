@@ -191,16 +191,16 @@ __host__ __device__ constexpr bool fixed_float_ok(int e) { return -e >= -126 && 
 /// Banks: at each step every lane of a warp adds to a different bank. Lane
 /// (r = lane / L, q = lane % L) holds dims 32 s + q V + (0..V-1) of row r of
 /// the warp's step; at step i it adds its value for dim q V + (i ^ r), whose
-/// word 64 c + q V + (i ^ r) lies in bank q V + (i ^ r): for each i that is
+/// word 96 c + q V + (i ^ r) lies in bank q V + (i ^ r): for each i that is
 /// a different bank for each of the 32 (r, q), whatever the rows' ids (V
 /// rows a step: r < V). The lane's values are permuted in registers first
 /// (value i <- value i ^ r: eight byte permutes a row, permute_words) so
 /// that step i reads the same register in every lane.
 ///
 /// Cost a value (bf16, sm_90 SASS): 16-bit unpack, permute share, FMUL, one
-/// F2I (to_fixed_float), address, two ATOMS, carry (IADD3 + IMAD.X): about
-/// 12 instructions; x is read once at the copy bandwidth if the
-/// shared-memory atomics keep up.
+/// F2I (to_fixed_float), address, three shared atomics without return;
+/// x is read once, and the shared-memory atomic pipe is the limit (ncu: MIO
+/// throttle; 124 us at LongCat, docs/BENCHMARKS.md).
 ///
 /// Grid (chunks * D / 32, H); block kSumThreads; dynamic shared memory
 /// centroid_sum_smem(C). chunk_rows: a multiple of kSumPassRows<T>, at most
@@ -327,7 +327,7 @@ __device__ __forceinline__ void centroid_sum_rows(const T* __restrict__ xh, cons
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kSumThreads) centroid_sum_kernel(
+__global__ void __launch_bounds__(kSumThreads, 2) centroid_sum_kernel(
     const T* __restrict__ x, int64_t n_tokens, int c_count, const uint8_t* __restrict__ ids, int64_t chunk_rows,
     const unsigned int* __restrict__ head_max, const int* __restrict__ active, unsigned long long* __restrict__ sums,
     int* __restrict__ counts) {
