@@ -327,7 +327,7 @@ __device__ __forceinline__ void centroid_sum_rows(const T* __restrict__ xh, cons
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kSumThreads, 2) centroid_sum_kernel(
+__global__ void __launch_bounds__(kSumThreads) centroid_sum_kernel(
     const T* __restrict__ x, int64_t n_tokens, int c_count, const uint8_t* __restrict__ ids, int64_t chunk_rows,
     const unsigned int* __restrict__ head_max, const int* __restrict__ active, unsigned long long* __restrict__ sums,
     int* __restrict__ counts) {
