@@ -30,7 +30,8 @@
 // Either way the accumulator starts at -||c||^2 / 2 (padded centroids at
 // -FLT_MAX), so the product is the rank value w itself, and the best two per
 // row are kept as floats whose lowest 8 mantissa bits are replaced by the
-// centroid index (rank_key): one LOP3 and three FMNMX per product.
+// centroid index (rank_key): two LOP3 (the group's offset is not an
+// immediate) and three FMNMX per product.
 //
 // After the products, per row (the quad's four lanes split the dims):
 // - the best two of the quad (shuffles);
@@ -232,6 +233,12 @@ template <typename V>
 __device__ __forceinline__ V quad_sum(V v) {
   v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
   return v + __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+}
+
+/// Four floats of a 16-byte aligned row piece (one 16-byte load).
+__device__ __forceinline__ void load_float4(const float* p, float (&v)[4]) {
+  const float4 u = *reinterpret_cast<const float4*>(p);
+  v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
 }
 
 /// The lane's D / 4 values of a row (chunks lane_chunk(t, c)) as float.
@@ -633,9 +640,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             for (int c = 0; c < kLaneChunks; ++c)
 #pragma unroll
               for (int h4 = 0; h4 < 2; ++h4) {
-                const float4 u = *reinterpret_cast<const float4*>(c1 + 32 * c + 4 * h4);
-                const float4 v = *reinterpret_cast<const float4*>(c2 + 32 * c + 4 * h4);
-                const float p[4] = {u.x, u.y, u.z, u.w}, q[4] = {v.x, v.y, v.z, v.w};
+                float p[4], q[4];
+                load_float4(c1 + 32 * c + 4 * h4, p);
+                load_float4(c2 + 32 * c + 4 * h4, q);
 #pragma unroll
                 for (int k = 0; k < 4; ++k) {
                   const float dc = p[k] - q[k], mid = 0.5f * (p[k] + q[k]), xk = xv[8 * c + 4 * h4 + k];
@@ -661,13 +668,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             for (int c = 0; c < kLaneChunks; ++c)
 #pragma unroll
               for (int h4 = 0; h4 < 2; ++h4) {
-                const float4 u = *reinterpret_cast<const float4*>(ca + 32 * c + 4 * h4);
-                const float p[4] = {u.x, u.y, u.z, u.w};
+                float p[4];
+                load_float4(ca + 32 * c + 4 * h4, p);
 #pragma unroll
                 for (int k = 0; k < 4; ++k) add_sq_diff(da, xv[8 * c + 4 * h4 + k], p[k]);
                 if (any_b) {
-                  const float4 v = *reinterpret_cast<const float4*>(c2 + 32 * c + 4 * h4);
-                  const float q[4] = {v.x, v.y, v.z, v.w};
+                  float q[4];
+                  load_float4(c2 + 32 * c + 4 * h4, q);
 #pragma unroll
                   for (int k = 0; k < 4; ++k) add_sq_diff(db, xv[8 * c + 4 * h4 + k], q[k]);
                 }
