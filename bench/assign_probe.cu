@@ -5,10 +5,15 @@
 // shapes (warps per block), and both kinds of products (wgmma, the default,
 // and mma.sync). Every variant's ids and distances
 // are checked against the default's (they compute the same function).
+// Then the k-means update's cluster sums on the default's ids (C = 256):
+// the bucket kernel (the encoder's) against the shared-atomic one, bf16 and
+// float input, time and whether their sums and counts are the same bits.
 //   bench_assign_probe [--reps N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -16,6 +21,7 @@
 
 #include "bench_data.h"
 #include "cuda/assign_tc.cuh"
+#include "cuda/qvg_cuda.h"
 #include "cuda_timer.h"
 #include "qvg/half.h"
 
@@ -159,6 +165,54 @@ int main(int argc, char** argv) {
                                                                   got.view(false, false, false), 0)));
       });
       std::printf("  %-34s %-20s %9.4f %9.1f\n", "float: ids, mma.sync", "16 warps", ms, flop / (ms * 1e9));
+    }
+    // The k-means update's cluster sums on the default's ids: both kernels,
+    // each from zeroed sums for the comparison (the timed calls just keep
+    // adding: integer sums, the time is the same).
+    {
+      std::printf("cluster sums (k-means update) on the default's ids, C=256 (%.0f MB of bf16 x):\n",
+                  2.0 * kH * kN * kD / 1e6);
+      std::printf("  %-34s %9s %9s %9s %9s  %s\n", "input", "atomics", "buckets", "ratio", "GB/s", "same sums");
+      const size_t n_sums = static_cast<size_t>(kH) * kC * kD, n_counts = static_cast<size_t>(kH) * kC;
+      DeviceBuffer<unsigned long long> sums_a(n_sums), sums_b(n_sums);
+      DeviceBuffer<int> counts_a(n_counts), counts_b(n_counts);
+      DeviceBuffer<unsigned> hmax;
+      auto sums_case = [&](const char* name, const void* xp, DeviceDType dtype, const std::vector<float>& xv,
+                           double bytes) {
+        std::vector<unsigned> hm(kH);
+        for (int h = 0; h < kH; ++h) {
+          float m = 0.0f;
+          for (int64_t i = 0; i < kN * kD; ++i) m = std::max(m, std::fabs(xv[static_cast<size_t>(h) * kN * kD + i]));
+          std::memcpy(&hm[h], &m, 4);
+        }
+        hmax.upload(hm.data(), hm.size());
+        auto call = [&](SumKernel k, DeviceBuffer<unsigned long long>& sums, DeviceBuffer<int>& counts) {
+          centroid_sums(xp, dtype, kH, kN, kD, kC, ref.ids.get(), hmax.get(), nullptr, sums.get(), counts.get(), 0, k);
+        };
+        const double ms_a = timer.median_ms(reps, [&] { call(SumKernel::atomics, sums_a, counts_a); });
+        const double ms_b = timer.median_ms(reps, [&] { call(SumKernel::buckets, sums_b, counts_b); });
+        for (auto* b : {&sums_a, &sums_b}) QVG_CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
+        for (auto* b : {&counts_a, &counts_b}) QVG_CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
+        call(SumKernel::atomics, sums_a, counts_a);
+        call(SumKernel::buckets, sums_b, counts_b);
+        std::vector<unsigned long long> sa(n_sums), sb(n_sums);
+        std::vector<int> ca(n_counts), cb(n_counts);
+        sums_a.download(sa.data(), n_sums);
+        sums_b.download(sb.data(), n_sums);
+        counts_a.download(ca.data(), n_counts);
+        counts_b.download(cb.data(), n_counts);
+        QVG_CUDA_CHECK(cudaDeviceSynchronize());
+        int64_t rows = 0;
+        for (const int v : cb) rows += v;
+        const bool same = sa == sb && ca == cb && rows == int64_t{kH} * kN;
+        bad += !same;
+        std::printf("  %-34s %9.4f %9.4f %9.2f %9.0f  %s\n", name, ms_a, ms_b, ms_a / ms_b, bytes / (ms_b * 1e6),
+                    same ? "yes" : "NO");
+      };
+      std::vector<float> xbv(xb.size());
+      for (size_t i = 0; i < xb.size(); ++i) xbv[i] = bf16_to_float(xb[i]);
+      sums_case("bf16", xd.get(), DeviceDType::bf16, xbv, 2.0 * kH * kN * kD);
+      sums_case("float", xf.get(), DeviceDType::f32, x.data, 4.0 * kH * kN * kD);
     }
     if (bad) {
       std::fprintf(stderr, "bench_assign_probe: %d variant(s) disagree with the default\n", bad);

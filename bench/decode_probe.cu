@@ -1,6 +1,7 @@
 // Decode-kernel probe: every decode kernel and variant at the LongCat shape
-// [1, 32, 29640, 128] (bf16 out), next to what the device does with the same
-// bytes and no arithmetic, in one process:
+// [1, 32, 29640, 128] and the Self-Forcing span [1, 12, 37440, 128] (bf16
+// out), next to what the device does with the same bytes and no arithmetic,
+// in one process:
 //   - copy: cudaMemcpy of 2 GiB (bytes read + written), the benchmark's yardstick;
 //   - memset of the decode's output size (write-only rate at this size);
 //   - write-only kernels: the tile kernel's geometry, stores only, with units
@@ -127,98 +128,109 @@ int main(int argc, char** argv) {
       });
       copy_gbs = 2.0 * copy_bytes / (ms * 1e6);
     }
-    const HeadTensor x = bench::random_normal(32, 29640, kD, 42);
-    const std::vector<uint16_t> xb = bench::to_bf16(x);
-    DeviceBuffer<uint16_t> xd, out(xb.size()), ref(xb.size());
-    xd.upload(xb.data(), xb.size());
-    const double out_bytes = static_cast<double>(out.bytes());
-    std::printf("copy %.0f GB/s; LongCat [1,32,29640,128] bf16 out, %.1f MB written\n\n", copy_gbs, out_bytes / 1e6);
-    std::printf("%-12s %-28s %9s %9s %8s\n", "method", "kernel", "ms", "GB/s", "%copy");
     std::string json = "[\n";
-    auto row = [&](const std::string& method, const std::string& kernel, double ms, double bytes) {
-      const double gbs = bytes / (ms * 1e6);
-      std::printf("%-12s %-28s %9.4f %9.0f %7.1f%%\n", method.c_str(), kernel.c_str(), ms, gbs, 100.0 * gbs / copy_gbs);
-      std::fflush(stdout);
-      char buf[320];
-      std::snprintf(buf, sizeof buf,
-                    "  {\"method\": \"%s\", \"kernel\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, \"gbs\": %.1f, "
-                    "\"copy_gbs\": %.1f},\n",
-                    method.c_str(), kernel.c_str(), ms, bytes, gbs, copy_gbs);
-      json += buf;
-    };
-    // Reference points with the decode's output size.
-    row("-", "memset (write only)", timer.median_ms(reps, [&] {
-          QVG_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes()));
-        }), out_bytes);
-    row("-", "memcpy of the output size", timer.median_ms(reps, [&] {
-          QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice));
-        }), 2 * out_bytes);
-    const int64_t per_head = x.tokens * kD;
-    // Blocks for units of `vals` values, U per thread.
-    auto wgrid = [&](int vals, int u) {
-      const unsigned per_block = kTileThreads * u;
-      return dim3((static_cast<unsigned>(per_head / vals) + per_block - 1) / per_block, 32);
-    };
-    const dim3 g2 = wgrid(16, 2);
-    row("-", "write-only v16 U=1", timer.median_ms(reps, [&] {
-          write_only_kernel<16, 1><<<wgrid(16, 1), kTileThreads>>>(out.get(), per_head);
-        }), out_bytes);
-    row("-", "write-only v16 U=2", timer.median_ms(reps, [&] {
-          write_only_kernel<16, 2><<<g2, kTileThreads>>>(out.get(), per_head);
-        }), out_bytes);
-    row("-", "write-only v8 U=1", timer.median_ms(reps, [&] {
-          write_only_kernel<8, 1><<<wgrid(8, 1), kTileThreads>>>(out.get(), per_head);
-        }), out_bytes);
-    row("-", "write-only v8 U=2", timer.median_ms(reps, [&] {
-          write_only_kernel<8, 2><<<wgrid(8, 2), kTileThreads>>>(out.get(), per_head);
-        }), out_bytes);
-    DeviceBuffer<uint32_t> codes(static_cast<size_t>(32 * per_head / 16));
-    QVG_CUDA_CHECK(cudaMemset(codes.get(), 0x5A, codes.bytes()));
-    row("-", "read+write kernel U=2", timer.median_ms(reps, [&] {
-          read_write_kernel<2><<<g2, kTileThreads>>>(codes.get(), out.get(), per_head);
-        }), out_bytes + codes.bytes());
     int failures = 0;
-    for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
-      const CodecConfig c = parse_codec_spec(spec);
-      const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
-      const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
-      Encoder enc;
-      DeviceParts parts;
-      enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
-      const double bytes = out_bytes + double(parts.codes.bytes() + parts.scales.bytes() + parts.span_scales.bytes() +
-                                              parts.centroids.bytes() + parts.ids.bytes());
-      const QvgParts p = parts.view();
-      const std::string m = spec.substr(0, spec.find(':'));
-      auto* o = reinterpret_cast<__nv_bfloat16*>(out.get());
-      decode(sh, p, ref.get(), DeviceDType::bf16, nullptr, DecodeKernel::vals16);
-      std::vector<uint16_t> want(xb.size()), got(xb.size());
-      ref.download(want.data(), want.size());
-      auto check = [&](const char* name) {
-        out.download(got.data(), got.size());
-        QVG_CUDA_CHECK(cudaDeviceSynchronize());
-        if (std::memcmp(want.data(), got.data(), want.size() * 2) != 0) {
-          std::printf("MISMATCH: %s %s differs from decode_kernel\n", m.c_str(), name);
-          ++failures;
+    struct ProbeShape {
+      const char* name;
+      int heads;
+      int64_t tokens;
+    };
+    for (const ProbeShape shape : {ProbeShape{"LongCat", 32, 29640}, ProbeShape{"Self-Forcing", 12, 37440}}) {
+      const HeadTensor x = bench::random_normal(shape.heads, shape.tokens, kD, 42);
+      const std::vector<uint16_t> xb = bench::to_bf16(x);
+      DeviceBuffer<uint16_t> xd, out(xb.size()), ref(xb.size());
+      xd.upload(xb.data(), xb.size());
+      const double out_bytes = static_cast<double>(out.bytes());
+      std::printf("\ncopy %.0f GB/s; %s [1,%d,%lld,128] bf16 out, %.1f MB written\n\n", copy_gbs, shape.name,
+                  shape.heads, static_cast<long long>(shape.tokens), out_bytes / 1e6);
+      std::printf("%-12s %-28s %9s %9s %8s\n", "method", "kernel", "ms", "GB/s", "%copy");
+      auto row = [&](const std::string& method, const std::string& kernel, double ms, double bytes) {
+        const double gbs = bytes / (ms * 1e6);
+        std::printf("%-12s %-28s %9.4f %9.0f %7.1f%%\n", method.c_str(), kernel.c_str(), ms, gbs,
+                    100.0 * gbs / copy_gbs);
+        std::fflush(stdout);
+        char buf[400];
+        std::snprintf(buf, sizeof buf,
+                      "  {\"shape\": \"%s\", \"method\": \"%s\", \"kernel\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, "
+                      "\"gbs\": %.1f, \"copy_gbs\": %.1f},\n",
+                      shape.name, method.c_str(), kernel.c_str(), ms, bytes, gbs, copy_gbs);
+        json += buf;
+      };
+      // Reference points with the decode's output size.
+      row("-", "memset (write only)", timer.median_ms(reps, [&] {
+            QVG_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes()));
+          }), out_bytes);
+      row("-", "memcpy of the output size", timer.median_ms(reps, [&] {
+            QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice));
+          }), 2 * out_bytes);
+      const int64_t per_head = x.tokens * kD;
+      // Blocks for units of `vals` values, U per thread.
+      auto wgrid = [&](int vals, int u) {
+        const unsigned per_block = kTileThreads * u;
+        return dim3((static_cast<unsigned>(per_head / vals) + per_block - 1) / per_block, shape.heads);
+      };
+      const dim3 g2 = wgrid(16, 2);
+      row("-", "write-only v16 U=1", timer.median_ms(reps, [&] {
+            write_only_kernel<16, 1><<<wgrid(16, 1), kTileThreads>>>(out.get(), per_head);
+          }), out_bytes);
+      row("-", "write-only v16 U=2", timer.median_ms(reps, [&] {
+            write_only_kernel<16, 2><<<g2, kTileThreads>>>(out.get(), per_head);
+          }), out_bytes);
+      row("-", "write-only v8 U=1", timer.median_ms(reps, [&] {
+            write_only_kernel<8, 1><<<wgrid(8, 1), kTileThreads>>>(out.get(), per_head);
+          }), out_bytes);
+      row("-", "write-only v8 U=2", timer.median_ms(reps, [&] {
+            write_only_kernel<8, 2><<<wgrid(8, 2), kTileThreads>>>(out.get(), per_head);
+          }), out_bytes);
+      DeviceBuffer<uint32_t> codes(static_cast<size_t>(shape.heads * per_head / 16));
+      QVG_CUDA_CHECK(cudaMemset(codes.get(), 0x5A, codes.bytes()));
+      row("-", "read+write kernel U=2", timer.median_ms(reps, [&] {
+            read_write_kernel<2><<<g2, kTileThreads>>>(codes.get(), out.get(), per_head);
+          }), out_bytes + codes.bytes());
+      for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
+        const CodecConfig c = parse_codec_spec(spec);
+        const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
+        const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
+        Encoder enc;
+        DeviceParts parts;
+        enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
+        const double bytes = out_bytes + double(parts.codes.bytes() + parts.scales.bytes() + parts.span_scales.bytes() +
+                                                parts.centroids.bytes() + parts.ids.bytes());
+        const QvgParts p = parts.view();
+        const std::string m = spec.substr(0, spec.find(':'));
+        auto* o = reinterpret_cast<__nv_bfloat16*>(out.get());
+        decode(sh, p, ref.get(), DeviceDType::bf16, nullptr, DecodeKernel::vals16);
+        std::vector<uint16_t> want(xb.size()), got(xb.size());
+        ref.download(want.data(), want.size());
+        auto check = [&](const char* name) {
+          out.download(got.data(), got.size());
+          QVG_CUDA_CHECK(cudaDeviceSynchronize());
+          if (std::memcmp(want.data(), got.data(), want.size() * 2) != 0) {
+            std::printf("MISMATCH: %s %s differs from decode_kernel\n", m.c_str(), name);
+            ++failures;
+          }
+          QVG_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // poison for the next variant
+        };
+        for (const auto& [name, k] : {std::pair{"vals16", DecodeKernel::vals16},
+                                      std::pair{"vals8", DecodeKernel::vals8}, std::pair{"rows", DecodeKernel::rows},
+                                      std::pair{"tile", DecodeKernel::tile},
+                                      std::pair{"automatic (default)", DecodeKernel::automatic}}) {
+          const DecodeKernel kernel = k;  // a lambda may not capture a structured binding in C++17
+          row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, kernel); }),
+              bytes);
+          check(name);
         }
-        QVG_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // poison for the next variant
-      };
-      for (const auto& [name, k] : {std::pair{"vals16", DecodeKernel::vals16}, std::pair{"vals8", DecodeKernel::vals8},
-                                    std::pair{"rows", DecodeKernel::rows}, std::pair{"tile (default)", DecodeKernel::tile}}) {
-        const DecodeKernel kernel = k;  // a lambda may not capture a structured binding in C++17
-        row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, kernel); }),
-            bytes);
-        check(name);
+        auto tile = [&](const char* name, auto launch) {
+          row(m, name, timer.median_ms(reps, launch), bytes);
+          check(name);
+        };
+        tile("tile v16 U=1", [&] { launch_tile_any<1, 16>(sh, p, o); });
+        tile("tile v16 U=2", [&] { launch_tile_any<2, 16>(sh, p, o); });
+        tile("tile v16 U=4", [&] { launch_tile_any<4, 16>(sh, p, o); });
+        tile("tile v8 U=1", [&] { launch_tile_any<1, 8>(sh, p, o); });
+        tile("tile v8 U=2", [&] { launch_tile_any<2, 8>(sh, p, o); });
+        tile("tile v8 U=4", [&] { launch_tile_any<4, 8>(sh, p, o); });
       }
-      auto tile = [&](const char* name, auto launch) {
-        row(m, name, timer.median_ms(reps, launch), bytes);
-        check(name);
-      };
-      tile("tile v16 U=1", [&] { launch_tile_any<1, 16>(sh, p, o); });
-      tile("tile v16 U=2", [&] { launch_tile_any<2, 16>(sh, p, o); });
-      tile("tile v16 U=4", [&] { launch_tile_any<4, 16>(sh, p, o); });
-      tile("tile v8 U=1", [&] { launch_tile_any<1, 8>(sh, p, o); });
-      tile("tile v8 U=2", [&] { launch_tile_any<2, 8>(sh, p, o); });
-      tile("tile v8 U=4", [&] { launch_tile_any<4, 8>(sh, p, o); });
     }
     if (json.size() > 2) json.erase(json.size() - 2, 1);
     json += "]\n";

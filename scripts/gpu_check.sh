@@ -29,14 +29,14 @@ done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
 step "compute-sanitizer memcheck"
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
-  --gtest_filter='Cuda.QuantizeGiven*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.CacheReadDevice*:Cuda.KMeansMatchesCpu*:Cuda.WarmStart*:Cuda.EncodeEquals*:Cuda.Assignment*' \
+  --gtest_filter='Cuda.QuantizeGiven*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.DecodeOfARange*:Cuda.CentroidSums*:Cuda.CacheReadDevice*:Cuda.KMeansMatchesCpu*:Cuda.WarmStart*:Cuda.EncodeEquals*:Cuda.Assignment*' \
   >"$OUT/sanitizer.log" 2>&1 || rc=1
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_baselines --gtest_brief=1 \
   >>"$OUT/sanitizer.log" 2>&1 || rc=1
 grep -E "tests from .* ran|PASSED|SKIPPED|FAILED|ERROR SUMMARY" "$OUT/sanitizer.log"
 step "compute-sanitizer racecheck"
 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
-  --gtest_filter='Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.KMeansMatchesCpu*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
+  --gtest_filter='Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.DecodeOfARange*:Cuda.CentroidSums*:Cuda.KMeansMatchesCpu*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
 grep -E "RACECHECK SUMMARY" "$OUT/sanitizer.log"
 step "decode probe"
 [ -n "${QVG_SKIP_PROBE:-}" ] || build-gpu/bench/bench_decode_probe --reps "${QVG_BENCH_REPS:-20}" --json "$OUT/decode_probe.json" 2>&1 | tee "$OUT/decode_probe.log" || rc=1

@@ -123,9 +123,12 @@ TEST(Cuda, DecodeKernelsAgree) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
     for (int64_t n : {1, 5, 777})
-      for (const std::string spec : {"rtn", "rtn-int4:block=16", "qvg:centroids=1", "qvg-pro-int4:centroids=1"}) {
+      for (const std::string spec : {"rtn", "rtn-int4:block=16", "qvg:centroids=1", "qvg-pro-int4:centroids=1",
+                                     "qvg:centroids=4", "qvg-pro:centroids=4,block=32"}) {
+        const CodecConfig c = parse_codec_spec(spec);
+        if (c.method == Method::qvg && c.kmeans.centroids > n) continue;  // more centroids than tokens: an error
         const HeadTensor x = blobs(3, n, d, 3, static_cast<unsigned>(n), 0.7f);
-        const EncodedTensor e = make_codec(parse_codec_spec(spec))->encode(x);
+        const EncodedTensor e = make_codec(c)->encode(x);
         HeadTensor cpu;
         make_codec(e.config)->decode(e, cpu);
         for (DecodeKernel k : {DecodeKernel::tile, DecodeKernel::rows, DecodeKernel::vals16, DecodeKernel::vals8}) {
@@ -138,6 +141,54 @@ TEST(Cuda, DecodeKernelsAgree) {
 }
 
 #if QVG_WITH_CUDA
+// A token range decoded into a larger destination (the streaming cache's
+// read): the tile and vals16 kernels write the whole-tensor decode's rows of
+// the range at the destination's rows and nothing else (long and short
+// ranges, 1 and 4 stages).
+TEST(Cuda, DecodeOfARangeWritesOnlyItsRows) {
+  REQUIRE_GPU();
+  for (const std::string spec : {"rtn", "qvg:centroids=8,init=random", "qvg-pro:centroids=8,init=random,iters=2"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    const HeadTensor x = blobs(3, 3001, 128, 6, 5, 0.6f);
+    const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
+    cuda::GpuKMeansOptions km;
+    km.params = c.kmeans;
+    cuda::DeviceBuffer<float> xd;
+    xd.upload(x.data.data(), x.data.size());
+    cuda::Encoder enc;
+    cuda::DeviceParts parts;
+    enc.encode(xd.get(), cuda::DeviceDType::f32, sh, km, parts, nullptr);
+    cuda::DeviceBuffer<uint16_t> whole_d(x.data.size());
+    cuda::decode(sh, parts.view(), whole_d.get(), cuda::DeviceDType::bf16, nullptr);
+    std::vector<uint16_t> whole(x.data.size());
+    whole_d.download(whole.data(), whole.size());
+    for (const cuda::DecodeRange r : {cuda::DecodeRange{17, 2900, 3100, 150}, cuda::DecodeRange{1000, 7, 20, 3}})
+      for (const DecodeKernel k : {DecodeKernel::tile, DecodeKernel::vals16}) {
+        cuda::DeviceBuffer<uint16_t> out(static_cast<size_t>(x.heads * r.out_tokens * x.dim));
+        QVG_CUDA_CHECK(cudaMemset(out.get(), 0xA5, out.bytes()));
+        cuda::decode_range(sh, parts.view(), r, out.get(), cuda::DeviceDType::bf16, nullptr, k);
+        std::vector<uint16_t> got(out.bytes() / 2);
+        out.download(got.data(), got.size());
+        size_t wrong = 0, touched = 0;
+        for (int64_t h = 0; h < x.heads; ++h)
+          for (int64_t t = 0; t < r.out_tokens; ++t) {
+            const bool in = t >= r.out_offset && t < r.out_offset + r.count;
+            for (int64_t j = 0; j < x.dim; ++j) {
+              const uint16_t v = got[(h * r.out_tokens + t) * x.dim + j];
+              if (in)
+                wrong += v != whole[(h * x.tokens + r.begin + t - r.out_offset) * x.dim + j];
+              else
+                touched += v != 0xA5A5;
+            }
+          }
+        const std::string what = spec + " range " + std::to_string(r.begin) + "+" + std::to_string(r.count) +
+                                 " kernel " + std::to_string(static_cast<int>(k));
+        EXPECT_EQ(wrong, 0u) << what << ": rows differ from the whole decode's";
+        EXPECT_EQ(touched, 0u) << what << ": rows outside the range were written";
+      }
+  }
+}
+
 // 16-bit inputs are clustered and quantized as they are (no float copy):
 // the same bytes as encoding their exact float values.
 TEST(Cuda, HalfInputsEncodeLikeTheirFloatValues) {
@@ -176,18 +227,22 @@ TEST(Cuda, HalfInputsEncodeLikeTheirFloatValues) {
     }
 }
 
-// The k-means update's cluster sums (cuda::centroid_sums, the encoder's
-// kernel) equal the CPU's fixed-point sums and counts bit for bit: float,
-// bf16 and f16 input, D = 64 and 128, C = 1, 7 and 256, row counts ending in
-// a partial pass and heads whose ids are not 4-byte aligned (n = 3001), many
-// chunks a head (n = 20000), an inactive head (left untouched), every row in
-// one cluster, exact ties of the rounding to the quantum, zeros, subnormals,
-// and heads whose largest |x| is tiny (the double-precision path) or huge (a
+// The k-means update's cluster sums (cuda::centroid_sums: the bucket kernel
+// the encoder runs, with the launcher's chunks, the largest (8192 rows) and
+// odd ones (777), and the shared-atomic kernel) equal the CPU's fixed-point sums and
+// counts bit for bit: float, bf16 and f16 input, D = 64 and 128, C = 1, 7
+// and 256, row counts ending in a partial pass and heads whose ids are not
+// 4-byte aligned (n = 3001: one chunk shorter than the largest), many chunks
+// a head (n = 20000: the last one shorter), an inactive head (left
+// untouched), every row in one cluster, 90 % of the rows in one (the last)
+// cluster, exact ties of the rounding to the quantum, zeros, subnormals, and
+// heads whose largest |x| is tiny (the double-precision path) or huge (a
 // quantum above 1).
 TEST(Cuda, CentroidSumsEqualTheCpuFixedPointSums) {
   REQUIRE_GPU();
   using cuda::DeviceDType;
-  constexpr int kHeads = 5;  // 0: normal with ties, 1: inactive, 2: tiny, 3: huge, one cluster, 4: zero
+  // 0: normal with ties, 1: inactive, 2: tiny, 3: huge, one cluster, 4: zero, 5: one cluster of 90 %
+  constexpr int kHeads = 6;
   for (const DeviceDType t : {DeviceDType::f32, DeviceDType::bf16, DeviceDType::f16})
     for (const int64_t d : {64, 128})
       for (const auto& shape : std::vector<std::pair<int64_t, int>>{{1, 1}, {3001, 7}, {3001, 256}, {20000, 256}}) {
@@ -203,12 +258,15 @@ TEST(Cuda, CentroidSumsEqualTheCpuFixedPointSums) {
         std::mt19937 gen(static_cast<unsigned>(n + d + cc));
         std::normal_distribution<float> nd(0.0f, 1.0f);
         const float tiny = t == DeviceDType::f16 ? 1e-6f : 1e-30f, huge = t == DeviceDType::f16 ? 1e4f : 1e20f;
-        const float scale[kHeads] = {3.0f, 1.0f, tiny, huge, 0.0f};
+        const float scale[kHeads] = {3.0f, 1.0f, tiny, huge, 0.0f, 1.0f};
         HeadTensor x(kHeads, n, d);
         std::vector<uint8_t> ids(static_cast<size_t>(kHeads * n));
         for (int64_t h = 0; h < kHeads; ++h)
           for (int64_t i = 0; i < n; ++i) {
-            ids[static_cast<size_t>(h * n + i)] = h == 3 ? 0 : static_cast<uint8_t>(gen() % static_cast<unsigned>(cc));
+            const unsigned r = gen();
+            ids[static_cast<size_t>(h * n + i)] = h == 3                 ? 0
+                                                  : h == 5 && r % 10 != 0 ? static_cast<uint8_t>(cc - 1)
+                                                                          : static_cast<uint8_t>(r % static_cast<unsigned>(cc));
             for (int64_t k = 0; k < d; ++k) x.at(h, i, k) = round_to(scale[h] * nd(gen));
           }
         std::vector<unsigned> head_max(kHeads);
@@ -256,7 +314,7 @@ TEST(Cuda, CentroidSumsEqualTheCpuFixedPointSums) {
           x16.upload(h16.data(), h16.size());
           xd = x16.get();
         }
-        const std::vector<int> active = {1, 0, 1, 1, 1};
+        const std::vector<int> active = {1, 0, 1, 1, 1, 1};
         cuda::DeviceBuffer<uint8_t> ids_d;
         ids_d.upload(ids.data(), ids.size());
         cuda::DeviceBuffer<unsigned> max_d;
@@ -265,18 +323,27 @@ TEST(Cuda, CentroidSumsEqualTheCpuFixedPointSums) {
         active_d.upload(active.data(), active.size());
         cuda::DeviceBuffer<unsigned long long> sums_d(want_sums.size());
         cuda::DeviceBuffer<int> counts_d(want_counts.size());
-        QVG_CUDA_CHECK(cudaMemset(sums_d.get(), 0, sums_d.bytes()));
-        QVG_CUDA_CHECK(cudaMemset(counts_d.get(), 0, counts_d.bytes()));
-        cuda::centroid_sums(xd, t, kHeads, n, static_cast<int>(d), cc, ids_d.get(), max_d.get(), active_d.get(),
-                            sums_d.get(), counts_d.get(), nullptr);
-        std::vector<uint64_t> got_sums(want_sums.size());
-        std::vector<int> got_counts(want_counts.size());
-        QVG_CUDA_CHECK(cudaMemcpy(got_sums.data(), sums_d.get(), sums_d.bytes(), cudaMemcpyDeviceToHost));
-        QVG_CUDA_CHECK(cudaMemcpy(got_counts.data(), counts_d.get(), counts_d.bytes(), cudaMemcpyDeviceToHost));
-        EXPECT_EQ(got_counts, want_counts) << what;
-        size_t wrong = 0;
-        for (size_t i = 0; i < want_sums.size(); ++i) wrong += got_sums[i] != want_sums[i];
-        EXPECT_EQ(wrong, 0u) << what << ": sums differing from the CPU's";
+        const std::pair<cuda::SumKernel, int64_t> variants[] = {
+            {cuda::SumKernel::buckets, 0},
+            {cuda::SumKernel::buckets, 8192},
+            {cuda::SumKernel::buckets, 777},
+            {cuda::SumKernel::atomics, 0}};
+        for (const auto& [kernel, chunk] : variants) {
+          const std::string which = what + (kernel == cuda::SumKernel::atomics ? " atomics" : " buckets") +
+                                    (chunk ? " chunk=" + std::to_string(chunk) : "");
+          QVG_CUDA_CHECK(cudaMemset(sums_d.get(), 0, sums_d.bytes()));
+          QVG_CUDA_CHECK(cudaMemset(counts_d.get(), 0, counts_d.bytes()));
+          cuda::centroid_sums(xd, t, kHeads, n, static_cast<int>(d), cc, ids_d.get(), max_d.get(), active_d.get(),
+                              sums_d.get(), counts_d.get(), nullptr, kernel, chunk);
+          std::vector<uint64_t> got_sums(want_sums.size());
+          std::vector<int> got_counts(want_counts.size());
+          QVG_CUDA_CHECK(cudaMemcpy(got_sums.data(), sums_d.get(), sums_d.bytes(), cudaMemcpyDeviceToHost));
+          QVG_CUDA_CHECK(cudaMemcpy(got_counts.data(), counts_d.get(), counts_d.bytes(), cudaMemcpyDeviceToHost));
+          EXPECT_EQ(got_counts, want_counts) << which;
+          size_t wrong = 0;
+          for (size_t i = 0; i < want_sums.size(); ++i) wrong += got_sums[i] != want_sums[i];
+          EXPECT_EQ(wrong, 0u) << which << ": sums differing from the CPU's";
+        }
       }
 }
 

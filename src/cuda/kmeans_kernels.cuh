@@ -2,15 +2,20 @@
 // Assignment never writes the N x C distance matrix: each block keeps a
 // running (value, index) argmin in registers (here the fp32 CUDA-core
 // version; the tensor-core one is assign_tc.cuh). The update sums each
-// cluster's members in exact 64-bit fixed point (qvg/fixed_sum.h): x read
-// once in order, per-block sums in shared memory, integer atomics; integer
-// addition is associative, so the bits equal the CPU reference's.
+// cluster's members in exact 64-bit fixed point (qvg/fixed_sum.h), in either
+// of two kernels: centroid_bucket_sum_kernel (the encoder's: a block sorts
+// its rows by cluster in shared memory, warps sum a cluster's rows in
+// registers) or centroid_sum_kernel (x read once in order, per-block sums in
+// shared memory with integer atomics). Integer addition is associative, so
+// both give the CPU reference's bits.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cuda_fp16.h>
+
+#include <cub/block/block_scan.cuh>
 
 #include <cfloat>
 #include <cstdint>
@@ -200,7 +205,9 @@ __host__ __device__ constexpr bool fixed_float_ok(int e) { return -e >= -126 && 
 /// Cost a value (bf16, sm_90 SASS): 16-bit unpack, permute share, FMUL, one
 /// F2I (to_fixed_float), address, three shared atomics without return;
 /// x is read once, and the shared-memory atomic pipe is the limit (ncu: MIO
-/// throttle; 124 us at LongCat, docs/BENCHMARKS.md).
+/// throttle; 124 us at LongCat bf16, 134 us float, docs/BENCHMARKS.md).
+/// Kept for comparison (SumKernel::atomics); the encoder runs
+/// centroid_bucket_sum_kernel, which has no shared-memory atomic a value.
 ///
 /// Grid (chunks * D / 32, H); block kSumThreads; dynamic shared memory
 /// centroid_sum_smem(C). chunk_rows: a multiple of kSumPassRows<T>, at most
@@ -363,6 +370,273 @@ __global__ void __launch_bounds__(kSumThreads) centroid_sum_kernel(
   if (slice == 0)
     for (int c = threadIdx.x; c < c_count; c += kSumThreads)
       if (cnt[c] != 0) atomicAdd(counts + static_cast<int64_t>(h) * c_count + c, cnt[c]);
+}
+
+/// Cluster sums of the k-means update without shared-memory atomics per
+/// value: the same function as centroid_sum_kernel (sums[h][c][k] += the
+/// sum of to_fixed(x[h][n][k], e_h) over the rows n with ids[h][n] == c,
+/// counts[h][c] += their number, for the heads with active[h] != 0, all if
+/// active is null; sums and counts zeroed by the caller), the same
+/// conversions (to_fixed_float where fixed_float_ok(e), else
+/// to_fixed_scaled), so the same bits as the CPU loop it replaces:
+///   for n: c = ids[n]; ++count[c]; for k: sum[c][k] += to_fixed(x[n][k], e)
+///
+/// Block (chunk, h) owns rows [n0, n0 + rows) of head h, rows <= chunk_rows
+/// <= kBucketRows (the last chunk of a head may be shorter). It sorts them by
+/// cluster in shared memory, then its warps sum runs of rows of one cluster
+/// in 64-bit registers:
+///  1. Counting sort of the chunk's row offsets (16 bits: kBucketRows <=
+///     2^16). The ids are read once into registers; a histogram over the 256
+///     possible ids (per warp and step, the lanes holding the same id elect
+///     one that adds their number: __match_any_sync, so a cluster that holds
+///     most rows costs no serialised atomics), an exclusive scan of it
+///     (cub::BlockScan) gives each cluster's start in bucket[], and a second
+///     pass with the same aggregation scatters the offsets (order inside a
+///     bucket arbitrary: integer sums do not depend on it). The block adds
+///     the cluster sizes to counts with one atomic each.
+///  2. bucket[] (cluster order) is cut into kBucketWarps equal ranges, one a
+///     warp: balanced however unequal the clusters (a cluster holding every
+///     row is summed by all warps, each its share). A warp walks its range
+///     in groups of at most U rows of one cluster. Lane l owns dimensions
+///     [V l, V l + V) (V = D / 32), so a group is U whole rows, one
+///     contiguous V sizeof(T)-byte load a lane and row (kBucketLaneBytes a
+///     lane and group in flight); the next group's loads are issued before
+///     the current group's adds (two buffers), across cluster ends too.
+///     Each value: unpack, FMUL, F2I (to_fixed_float), 64-bit add into the
+///     lane's int64 sums. A subset of a head's rows cannot overflow them:
+///     |sum| <= n 2^(62 - L) <= 2^62 for all n rows of the head already.
+///  3. Where a cluster's run ends (or the warp's range), the lane's V sums go
+///     through the warp's shared stage so that lane l then holds dimensions
+///     l + 32 j: each 64-bit global atomicAdd (a native RED) of the warp
+///     then covers 256 contiguous bytes (8 sectors, not 32). Zero sums are
+///     skipped.
+///
+/// What limits it (estimates, not measured yet): reading x once (243 MB at
+/// LongCat bf16, about 60 us at copy speed; the rows of a chunk are read in
+/// cluster order, 256-byte pieces of a 1 MB chunk, not one stream); the F2I
+/// conversions (16 a clock per SM: about 33 us at LongCat); the REDs, at
+/// most C D a chunk plus D a warp boundary (8.4 M at LongCat, 1/14 of the
+/// values); the sort phase, during which the block has no loads of x in
+/// flight (another block of the SM does).
+///
+/// Grid (chunks, H), chunk_rows <= kBucketRows rows each (launch_centroid_sum
+/// picks them); block kBucketThreads; static shared memory 37 KB at D = 128
+/// (29 KB at D = 64): the bucket list (2 kBucketRows bytes), 2 x 257
+/// counters, the stages (8 D bytes a warp) and the scan's storage, so the
+/// registers, not shared memory, bound the blocks an SM. Needs ids < C (rows
+/// with larger ids are left out) and x 16-byte aligned.
+///
+/// 512 threads: 16 steps a thread sort a chunk of 8192 ids, and 16 warps
+/// keep 32-64 KB of x in flight a block (2 KB a warp and group: 8 rows bf16,
+/// 4 float at D = 128; two groups while the adds run); with 64 registers
+/// (the plain bound's choice, no spills on sm_90a) two blocks an SM, 32
+/// warps. 256 threads would take 32 steps a thread to sort 8192 ids (or
+/// twice the chunks, so twice the REDs, for the same steps); 1024 would
+/// leave one block an SM, whose sort phase then has no other block's loads
+/// to overlap.
+constexpr int kBucketThreads = 512;
+constexpr int kBucketWarps = kBucketThreads / 32;
+constexpr int kBucketRows = 8192;       // largest chunk: 16 KB of 16-bit offsets
+constexpr int kBucketMinRows = 2048;    // chunks are not split below this to fill the device (C D REDs a chunk)
+constexpr int kBucketBins = 256;        // every uint8 id has a bin
+constexpr int kBucketLaneBytes = 64;    // bytes of x a lane loads a group: U = 64 / (V sizeof(T)) rows
+static_assert(kBucketRows <= 65536, "16-bit row offsets");
+static_assert(kBucketThreads >= kBucketBins && kBucketRows % kBucketThreads == 0, "a bin a thread in the scan");
+
+/// The kBytes (4, 8 or 16) bytes of x a lane loads from one row.
+template <int kBytes>
+struct LaneWords {
+  uint32_t w[kBytes / 4];
+};
+
+template <int kBytes>
+__device__ __forceinline__ LaneWords<kBytes> load_lane_words(const void* p) {
+  LaneWords<kBytes> r;
+  if constexpr (kBytes == 4) {
+    r.w[0] = __ldg(static_cast<const unsigned*>(p));
+  } else if constexpr (kBytes == 8) {
+    const uint2 u = __ldg(static_cast<const uint2*>(p));
+    r.w[0] = u.x, r.w[1] = u.y;
+  } else {
+    static_assert(kBytes == 16, "4, 8 or 16 bytes a lane");
+    const uint4 u = __ldg(static_cast<const uint4*>(p));
+    r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
+  }
+  return r;
+}
+
+/// The V values of T in u -> float (exact), as word_as_float.
+template <typename T, int V>
+__device__ __forceinline__ void lane_words_as_float(const LaneWords<V * static_cast<int>(sizeof(T))>& u, float* v) {
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = __uint_as_float(u.w[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V / 2; ++i) {
+      T lo, hi;
+      *reinterpret_cast<uint16_t*>(&lo) = static_cast<uint16_t>(u.w[i] & 0xFFFFu);
+      *reinterpret_cast<uint16_t*>(&hi) = static_cast<uint16_t>(u.w[i] >> 16);
+      v[2 * i] = load_as_float(&lo);
+      v[2 * i + 1] = load_as_float(&hi);
+    }
+  }
+}
+
+/// One warp's range [p, p_end) of centroid_bucket_sum_kernel's bucket list
+/// (phases 2 and 3). xc: row 0 of the chunk; start: the clusters' starts in
+/// bucket (start[c_count] >= p_end); stage: the warp's D int64; sh: sums of
+/// the head ([C][D]). kFloat: the head takes to_fixed_float (scale_f), else
+/// to_fixed_scaled (scale_d).
+template <typename T, int D, bool kFloat>
+__device__ __forceinline__ void bucket_sum_range(const T* __restrict__ xc, const uint16_t* bucket, const int* start,
+                                                 int c_count, int p, int p_end, float scale_f, double scale_d,
+                                                 int64_t* stage, unsigned long long* __restrict__ sh) {
+  constexpr int kV = D / 32;                                 // V: dimensions a lane
+  constexpr int kBytes = kV * static_cast<int>(sizeof(T));   // bytes a lane and row
+  constexpr int kU = kBucketLaneBytes / kBytes;              // U: rows a group (8 bf16 / 4 float at D = 128)
+  using Words = LaneWords<kBytes>;
+  const int lane = threadIdx.x & 31;
+  // The cluster of position p: start[c] <= p < start[c + 1] (so not empty).
+  int lo = 0, hi = c_count;  // start[lo] <= p < start[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (start[mid] <= p) lo = mid;
+    else hi = mid;
+  }
+  int c = lo;                                // cluster of the current group
+  int seg_end = min(start[c + 1], p_end);    // end of its run in this range
+  int m = min(kU, seg_end - p);              // rows of the current group: [p, p + m)
+  int64_t acc[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) acc[i] = 0;
+  const T* xl = xc + lane * kV;
+  auto load = [&](int q, int rows, Words* buf) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (u < rows) buf[u] = load_lane_words<kBytes>(xl + static_cast<int>(bucket[q + u]) * D);
+  };
+  auto add = [&](const Words* buf, int rows) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (u >= rows) break;
+      float v[kV];
+      lane_words_as_float<T, kV>(buf[u], v);
+#pragma unroll
+      for (int i = 0; i < kV; ++i)
+        acc[i] += kFloat ? to_fixed_float(v[i], scale_f) : to_fixed_scaled(v[i], scale_d);
+    }
+  };
+  auto flush = [&](int cl) {  // lane l: dims V l + i -> stage -> dims l + 32 j
+#pragma unroll
+    for (int i = 0; i < kV; ++i) stage[lane * kV + i] = acc[i], acc[i] = 0;
+    __syncwarp();
+    unsigned long long* sc = sh + cl * D + lane;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int64_t s = stage[lane + 32 * j];
+      if (s != 0) atomicAdd(sc + 32 * j, static_cast<unsigned long long>(s));  // two's complement: mod 2^64
+    }
+    __syncwarp();  // the stage is free again
+  };
+  // Issue the next group's loads into nxt, add cur, flush where cur ends its
+  // cluster's run; false when the range is done.
+  auto step = [&](const Words* cur, Words* nxt) {
+    const int q = p + m, cl = c;
+    const bool run_done = q == seg_end;
+    if (run_done && q < p_end) {  // the next non-empty cluster (q < start[c_count])
+      ++c;
+      while (start[c + 1] <= q) ++c;
+      seg_end = min(start[c + 1], p_end);
+    }
+    const int nm = q < p_end ? min(kU, seg_end - q) : 0;
+    load(q, nm, nxt);
+    add(cur, m);
+    if (run_done) flush(cl);
+    p = q, m = nm;
+    return nm > 0;
+  };
+  Words a[kU], b[kU];
+  load(p, m, a);
+  while (step(a, b) && step(b, a)) {
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kBucketThreads) centroid_bucket_sum_kernel(
+    const T* __restrict__ x, int64_t n_tokens, int c_count, const uint8_t* __restrict__ ids, int chunk_rows,
+    const unsigned int* __restrict__ head_max, const int* __restrict__ active, unsigned long long* __restrict__ sums,
+    int* __restrict__ counts) {
+  static_assert(D == 64 || D == 128, "V = D / 32 dimensions a lane: 2 or 4");
+  using Scan = cub::BlockScan<int, kBucketThreads>;
+  constexpr int kSteps = kBucketRows / kBucketThreads;  // ids a thread
+  static_assert(kSteps % 4 == 0, "ids packed four a register");
+  __shared__ uint16_t bucket[kBucketRows];               // row offsets, by cluster
+  __shared__ int cursor[kBucketBins];                    // histogram, then scatter cursors
+  __shared__ int start[kBucketBins + 1];                 // bucket c: [start[c], start[c + 1])
+  __shared__ __align__(16) int64_t stage[kBucketWarps][D];
+  __shared__ typename Scan::TempStorage scan_tmp;
+  const int h = blockIdx.y;
+  if (active && !active[h]) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int e = fixed_sum_exponent(__uint_as_float(head_max[h]), n_tokens);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * chunk_rows;
+  const int rows = static_cast<int>(n_tokens - n0 < chunk_rows ? n_tokens - n0 : chunk_rows);
+  const uint8_t* idc = ids + static_cast<int64_t>(h) * n_tokens + n0;
+  if (tid < kBucketBins) cursor[tid] = 0;
+  // Row j kBucketThreads + tid's id in byte j % 4 of id4[j / 4] (0 past the
+  // chunk's end); the id a step takes part in the warp's matching with:
+  // kBucketBins past the end (a group of its own, never counted).
+  uint32_t id4[kSteps / 4];
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) {
+    const int r = j * kBucketThreads + tid;
+    const uint32_t v = r < rows ? static_cast<uint32_t>(__ldg(idc + r)) : 0u;
+    id4[j / 4] = (j % 4 ? id4[j / 4] : 0u) | v << (8 * (j % 4));
+  }
+  auto id_of = [&](int j) {
+    return j * kBucketThreads + tid < rows ? (id4[j / 4] >> (8 * (j % 4))) & 255u : static_cast<unsigned>(kBucketBins);
+  };
+  __syncthreads();
+  const unsigned below = (1u << lane) - 1u;  // the lanes under this one
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) {
+    if (j * kBucketThreads + warp * 32 >= rows) break;  // the same for the whole warp
+    const unsigned id = id_of(j);
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, id);  // the lanes with the same id
+    if (id < kBucketBins && (peers & below) == 0) atomicAdd(cursor + id, __popc(peers));
+  }
+  __syncthreads();
+  const int size = tid < kBucketBins ? cursor[tid] : 0;
+  int first = 0;
+  Scan(scan_tmp).ExclusiveSum(size, first);
+  if (tid < kBucketBins) start[tid] = first, cursor[tid] = first;  // each thread its own bin: no race
+  if (tid == kBucketBins - 1) start[kBucketBins] = first + size;
+  if (tid < c_count && size != 0) atomicAdd(counts + static_cast<int64_t>(h) * c_count + tid, size);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) {
+    if (j * kBucketThreads + warp * 32 >= rows) break;
+    const unsigned id = id_of(j);
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, id);
+    const int leader = __ffs(peers) - 1;
+    int base = 0;
+    if (lane == leader && id < kBucketBins) base = atomicAdd(cursor + id, __popc(peers));
+    base = __shfl_sync(0xFFFFFFFFu, base, leader);
+    if (id < kBucketBins) bucket[base + __popc(peers & below)] = static_cast<uint16_t>(j * kBucketThreads + tid);
+  }
+  __syncthreads();
+  const int valid = start[c_count];  // rows with ids below C: all of them
+  const int per_warp = (valid + kBucketWarps - 1) / kBucketWarps;
+  const int p = min(warp * per_warp, valid), p_end = min(p + per_warp, valid);
+  if (p >= p_end) return;
+  const T* xc = x + (static_cast<int64_t>(h) * n_tokens + n0) * D;
+  unsigned long long* sh = sums + static_cast<int64_t>(h) * c_count * D;
+  if (fixed_float_ok(e))  // the same for the whole block
+    bucket_sum_range<T, D, true>(xc, bucket, start, c_count, p, p_end, __int_as_float((127 - e) << 23), 0.0,
+                                 stage[warp], sh);
+  else
+    bucket_sum_range<T, D, false>(xc, bucket, start, c_count, p, p_end, 0.0f, ldexp(1.0, -e), stage[warp], sh);
 }
 
 /// New centroid = fixed-point sum / count (empty clusters are left for the

@@ -106,15 +106,49 @@ void launch_residual(const InT* x, const QvgShape& sh, QvgParts p, float* out, c
   check_launch();
 }
 
-/// Sums and counts of every cluster (centroid_sum_kernel) of the active heads
-/// of x ([H][N][D] of T) by ids ([H][N]), added to sums ([H][C][D]) and
-/// counts ([H][C]), zeroed by the caller. Chunks per head: as many as fill
-/// the device once (every block then flushes its sums once), at least one.
+/// Sums and counts of every cluster of the active heads of x ([H][N][D] of T)
+/// by ids ([H][N]), added to sums ([H][C][D]) and counts ([H][C]), zeroed by
+/// the caller, with either kernel (the same bits; automatic: SumKernel).
+///
+/// buckets (centroid_bucket_sum_kernel): chunks of at most kBucketRows rows
+/// (its 16-bit offsets and shared bucket list), and more where the heads
+/// alone do not fill the device once (sms x blocks an SM / H chunks a head),
+/// but not below kBucketMinRows rows (each chunk adds up to C x D sums with
+/// global atomics); the rows shared out evenly (the last chunk at most
+/// chunks - 1 rows short), so that the blocks of a wave take about the same
+/// time. At LongCat (H = 32, N = 29640, 132 SMs x 2 blocks): 8 chunks of
+/// 3705 rows, 256 blocks in one wave. chunk_rows > 0 (tests) fixes the
+/// chunk instead.
+///
+/// atomics (centroid_sum_kernel): chunks per head as many as fill the device
+/// once (every block then flushes its sums once), at least one.
 template <int D, typename T>
 void launch_centroid_sum(const T* x, int64_t n, int c, int heads, const uint8_t* ids, const unsigned* head_max,
-                         const int* active, unsigned long long* sums, int* counts, cudaStream_t s) {
+                         const int* active, unsigned long long* sums, int* counts, cudaStream_t s,
+                         SumKernel which = SumKernel::automatic, int64_t fixed_chunk = 0) {
+  if (which == SumKernel::automatic) which = sizeof(T) == 2 ? SumKernel::buckets : SumKernel::atomics;
   QVG_CHECK(c >= 1 && c <= 256 && heads >= 1 && heads <= 65535 && n >= 1, "k-means update on the GPU: ", heads,
             " heads (1 to 65535), ", n, " rows, ", c, " centroids (1 to 256)");
+  QVG_CHECK(fixed_chunk >= 0 && fixed_chunk <= kBucketRows, "k-means update: chunks of 1 to ", kBucketRows,
+            " rows, got ", fixed_chunk);
+  if (which == SumKernel::buckets) {
+    auto* kernel = centroid_bucket_sum_kernel<T, D>;
+    int dev = 0, sms = 0, per_sm = 0;
+    QVG_CUDA_CHECK(cudaGetDevice(&dev));
+    QVG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    QVG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBucketThreads, 0));
+    QVG_CHECK(per_sm >= 1, "k-means update: no bucket-sum block fits an SM");
+    const int64_t least = (n + kBucketRows - 1) / kBucketRows;
+    const int64_t fill = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm / heads);
+    const int64_t chunks = std::max(least, std::min(fill, (n + kBucketMinRows - 1) / kBucketMinRows));
+    const int64_t chunk_rows = fixed_chunk > 0 ? fixed_chunk : (n + chunks - 1) / chunks;
+    const int64_t blocks = (n + chunk_rows - 1) / chunk_rows;
+    QVG_CHECK(blocks <= 0x7FFFFFFF, "k-means update: ", n, " rows are too many");
+    kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads)), kBucketThreads, 0, s>>>(
+        x, n, c, ids, static_cast<int>(chunk_rows), head_max, active, sums, counts);
+    check_launch();
+    return;
+  }
   const size_t smem = centroid_sum_smem(c);
   auto* kernel = centroid_sum_kernel<T, D>;
   // Every launch: the attributes belong to the current device's context. All
@@ -263,15 +297,15 @@ QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t
 
 void centroid_sums(const void* x, DeviceDType dtype, int heads, int64_t n, int d, int c, const uint8_t* ids,
                    const unsigned* head_max, const int* active, unsigned long long* sums, int* counts,
-                   cudaStream_t s) {
+                   cudaStream_t s, SumKernel kernel, int64_t chunk_rows) {
   QVG_CHECK(d == 64 || d == 128, "k-means update on the GPU: D = 64 or 128, got ", d);
   auto run = [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xt = static_cast<const T*>(x);
     if (d == 64)
-      launch_centroid_sum<64>(xt, n, c, heads, ids, head_max, active, sums, counts, s);
+      launch_centroid_sum<64>(xt, n, c, heads, ids, head_max, active, sums, counts, s, kernel, chunk_rows);
     else
-      launch_centroid_sum<128>(xt, n, c, heads, ids, head_max, active, sums, counts, s);
+      launch_centroid_sum<128>(xt, n, c, heads, ids, head_max, active, sums, counts, s, kernel, chunk_rows);
   };
   switch (dtype) {
     case DeviceDType::f32: return run(Tag<float>{});

@@ -67,17 +67,29 @@ struct GpuKMeansOptions {
   }
 };
 
+/// The kernels of the k-means update's cluster sums (kmeans_kernels.cuh; the
+/// same bits). `buckets`: each block sorts its chunk of rows by cluster in
+/// shared memory and warps sum a cluster's rows in registers. `atomics`: x
+/// read in order, every value added to shared-memory sums with three 32-bit
+/// atomics. `automatic` (the encoder's): buckets for 16-bit x, atomics for
+/// float x, the faster of the two for each on the H200 (LongCat, C = 256:
+/// bf16 0.099 vs 0.134 ms, float 0.154 vs 0.145 ms; docs/BENCHMARKS.md).
+enum class SumKernel { automatic, buckets, atomics };
+
 /// The k-means update's cluster sums, the kernel the encoder runs (exposed
 /// mainly for tests): for the heads with active[h] != 0 (every head when
 /// active is null), adds to sums[h][c][k] the exact fixed-point sum
 /// (qvg/fixed_sum.h: to_fixed with fixed_sum_exponent(head max, n)) of
 /// x[h][i][k] over the rows i with ids[h][i] == c, and to counts[h][c] their
-/// number. x: [H][N][D] of dtype, D = 64 or 128; ids: [H][N]; head_max: [H],
-/// the float bits of each head's max |x|; sums: [H][C][D]; counts: [H][C];
-/// 1 <= C <= 256, H <= 65535; all on the device. Stream-ordered.
+/// number. x: [H][N][D] of dtype (16-byte aligned), D = 64 or 128; ids:
+/// [H][N], each below C; head_max: [H], the float bits of each head's max
+/// |x|; sums: [H][C][D]; counts: [H][C]; 1 <= C <= 256, H <= 65535; all on
+/// the device. chunk_rows: rows a block of the buckets kernel (1 to 8192;
+/// 0: the launcher's choice, chunks that fill the device), for tests of the
+/// chunk edges; the atomics kernel ignores it. Stream-ordered.
 void centroid_sums(const void* x, DeviceDType dtype, int heads, int64_t n, int d, int c, const uint8_t* ids,
                    const unsigned* head_max, const int* active, unsigned long long* sums, int* counts,
-                   cudaStream_t stream);
+                   cudaStream_t stream, SumKernel kernel = SumKernel::automatic, int64_t chunk_rows = 0);
 
 /// rows[h][i] = kmeans_random_rows(n, c, seed_base + h)[i] for h < heads (the
 /// random start of the encoder's k-means; exposed mainly for tests). rows:

@@ -288,8 +288,9 @@ __global__ void __launch_bounds__(kEncTileThreads) residual_absmax_tile_kernel(c
 /// value, the same codes, mostly without its IEEE division (the division,
 /// rint and float -> int made the pass instruction-bound). With s in [2^-100,
 /// 2^100], q = x * RN(1/s) is within 3 * 2^-24 |x/s| + 2^-149 of fl(x/s),
-/// the quotient quantize_value rounds: below 2^-17 for |q| <= 32.25, and
-/// the midrise offset h adds two half-ulps (<= 2^-19 each) on both sides.
+/// the quotient quantize_value rounds: below 2^-17 for |q| <= 32.25 (every
+/// q that matters: the codes span at most [-8, 15]), and the midrise offset
+/// h adds two half-ulps (<= 2^-19 each) on both sides.
 /// So where q (+ h) lies more than 2^-14 from every half-integer, no
 /// half-integer separates it from the exact value and both round to the same
 /// integer; beyond +-32.25 both clamp alike. Otherwise (or s outside the
@@ -304,15 +305,21 @@ __device__ __forceinline__ void quantize16(const float (&v)[16], float s, LevelR
   const int bias = sym ? 1 << (BITS - 1) : 0;
   const float h = sym ? 0.0f : 0.5f * static_cast<float>((1 << BITS) - 1);
   const float r = __frcp_rn(s);
+  // q is clamped to [lo - 1/4, hi + 1/4] before rounding, which rounds it
+  // into [lo, hi] already (no integer clamp): where q lies beyond a bound,
+  // so (within 2^-17) does x/s + h, and both rules give that bound's code.
+  // Inside, q is the value the rounding above describes. The code is then
+  // t's bits minus (kMagic's bits - bias), added into w (disjoint bits).
+  const float q_lo = static_cast<float>(lo) - 0.25f, q_hi = static_cast<float>(hi) + 0.25f;
+  const int code_base = __float_as_int(kMagic) - bias;
   bool redo = !(s >= 0x1p-100f && s <= 0x1p100f);
   w[0] = w[1] = 0u;
 #pragma unroll
   for (int k = 0; k < 16; ++k) {
-    const float q = __fadd_rn(fminf(fmaxf(__fmul_rn(v[k], r), -32.25f), 32.25f), h);
+    const float q = fminf(fmaxf(__fadd_rn(__fmul_rn(v[k], r), h), q_lo), q_hi);
     const float t = __fadd_rn(q, kMagic);
     redo |= fabsf(__fsub_rn(q, __fsub_rn(t, kMagic))) >= 0.5f - 0x1p-14f;  // near a half-integer
-    const int u = min(max(__float_as_int(t) - __float_as_int(kMagic), lo), hi) + bias;
-    w[k / kPerWord] |= static_cast<uint32_t>(u) << (BITS * (k % kPerWord));
+    w[k / kPerWord] += static_cast<uint32_t>(__float_as_int(t) - code_base) << (BITS * (k % kPerWord));
   }
   if (redo) {  // rare: the exact rule
     w[0] = w[1] = 0u;
@@ -452,13 +459,17 @@ __device__ __forceinline__ void store_vals(OutT* o, const float* v) {
       w[i] = static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&lo)) |
              (static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&hi)) << 16);
     }
+    // __stwb (a plain write-back store of a uint4) rather than q[j] = ...:
+    // from the assignment nvcc 13.0 sometimes emits four st.global.u32 (when
+    // it cannot prove the address 16-byte aligned after splitting the
+    // struct), so one warp store instruction writes 4 bytes in every 16.
     uint4* q = reinterpret_cast<uint4*>(o);
 #pragma unroll
-    for (int j = 0; j < VALS / 8; ++j) q[j] = make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
+    for (int j = 0; j < VALS / 8; ++j) __stwb(q + j, make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]));
   } else {
     float4* q = reinterpret_cast<float4*>(o);
 #pragma unroll
-    for (int i = 0; i < VALS / 4; ++i) q[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    for (int i = 0; i < VALS / 4; ++i) __stwb(q + i, make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]));
   }
 }
 
