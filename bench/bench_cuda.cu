@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
         DeviceBuffer<uint16_t> xd;
         xd.upload(xb.data(), xb.size());
         DeviceBuffer<uint16_t> out(xb.size());
-        for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
+        // The last: QVG with its default k-means++ start (on the GPU).
+        for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random", "qvg:iters=2"}) {
           const CodecConfig c = parse_codec_spec(spec);
           const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
           const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);

@@ -193,7 +193,8 @@ TEST(Cuda, DecodeOfARangeWritesOnlyItsRows) {
 // the same bytes as encoding their exact float values.
 TEST(Cuda, HalfInputsEncodeLikeTheirFloatValues) {
   REQUIRE_GPU();
-  for (const std::string spec : {"rtn", "qvg:centroids=16,init=random", "qvg-pro:centroids=8,init=random,iters=3"})
+  for (const std::string spec : {"rtn", "qvg:centroids=16,init=random", "qvg-pro:centroids=8,init=random,iters=3",
+                                 "qvg:centroids=8,iters=2"})  // the last: a k-means++ start
     for (const bool bf16 : {true, false}) {
       const CodecConfig c = parse_codec_spec(spec);
       HeadTensor x = blobs(3, 999, 128, 12, 11, 0.5f);
@@ -497,6 +498,28 @@ TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
       }
     }
   }
+}
+
+// The k-means++ start on the GPU (kmeanspp_kernel) picks the CPU's centres
+// where no pick is a near-tie of the running distance sums: with iters=0 the
+// encoded centroids are the start's, rounded to bf16. Blob data; all points
+// (n <= 64 C) and a subsample (n > 64 C); repeated runs give the same bytes.
+TEST(Cuda, KMeansPlusPlusStartMatchesCpu) {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (int64_t n : {300, 5000}) {
+      const HeadTensor x = blobs(2, n, d, 16, static_cast<unsigned>(n + d));
+      for (const std::string spec : {"qvg:centroids=16,iters=0", "qvg:centroids=5,iters=0,seed=7"}) {
+        const CodecConfig c = parse_codec_spec(spec);
+        const EncodedTensor cpu = make_codec(c)->encode(x);
+        const EncodedTensor gpu = make_codec(c, Backend::cuda)->encode(x);
+        const EncodedTensor again = make_codec(c, Backend::cuda)->encode(x);
+        const std::string what = spec + " d=" + std::to_string(d) + " n=" + std::to_string(n);
+        expect_same_parts(cpu, gpu, what);
+        EXPECT_EQ(gpu.centroids, again.centroids) << what << ": repeated GPU runs";
+        EXPECT_EQ(gpu.ids, again.ids) << what << ": repeated GPU runs";
+      }
+    }
 }
 
 // The bf16 ranking of the tensor-core assignment must hand close calls to the

@@ -52,6 +52,19 @@ double kmeans_assign_ref(const float* x, int64_t n, int64_t d, const float* cent
 /// C entries of a seeded partial Fisher-Yates shuffle (SplitMix64(seed)).
 std::vector<int64_t> kmeans_random_rows(int64_t n, int c, uint64_t seed);
 
+/// Where k-means++ (kmeans_init_ref, `kmeanspp`) starts: the subsample it
+/// runs on (rows, ascending: all n rows when n <= 64 * C, else a seeded
+/// partial Fisher-Yates of 64 * C rows), the sample index of the first
+/// centre, and how many SplitMix64(seed) draws these took (each later centre
+/// draws one more, except where every point already coincides with a centre).
+/// Shared by the CPU reference and the GPU k-means++.
+struct KMeansPPStart {
+  std::vector<int64_t> rows;
+  int64_t first = 0;
+  uint64_t draws = 0;
+};
+KMeansPPStart kmeanspp_start(int64_t n, int c, uint64_t seed);
+
 /// Initial centroids (C x d) by the seeded rule: `random` takes C distinct
 /// points (seeded partial Fisher-Yates); `kmeanspp` runs k-means++ on a seeded
 /// subsample of at most 64 * C points (all points when n <= 64 * C).

@@ -92,6 +92,31 @@ std::vector<int64_t> kmeans_random_rows(int64_t n, int c, uint64_t seed) {
   return rows;
 }
 
+KMeansPPStart kmeanspp_start(int64_t n, int c, uint64_t seed) {
+  QVG_CHECK(n > 0 && c > 0, "k-means++: ", n, " points, ", c, " centroids");
+  SplitMix64 rng(seed);
+  KMeansPPStart s;
+  const int64_t m = std::min<int64_t>(n, kPlusPlusPointsPerCentroid * c);
+  s.rows.resize(static_cast<size_t>(n));
+  std::iota(s.rows.begin(), s.rows.end(), 0);
+  if (m < n) {
+    for (int64_t i = 0; i < m; ++i)
+      std::swap(s.rows[i], s.rows[i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)))]);
+    // Ascending, by marking the drawn rows (O(n); a sort of the m rows took
+    // ~0.7 ms a head at n = 29,640, m = 16,384).
+    std::vector<uint8_t> drawn(static_cast<size_t>(n), 0);
+    for (int64_t i = 0; i < m; ++i) drawn[s.rows[i]] = 1;
+    s.rows.resize(static_cast<size_t>(m));
+    int64_t k = 0;
+    for (int64_t r = 0; r < n; ++r)
+      if (drawn[r]) s.rows[k++] = r;
+    s.draws = static_cast<uint64_t>(m);
+  }
+  s.first = static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)));
+  ++s.draws;
+  return s;
+}
+
 std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, KMeansInit init,
                                    uint64_t seed) {
   check_args(x, n, d, c);
@@ -105,15 +130,10 @@ std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, 
   // k-means++ on a seeded subsample of at most kPlusPlusPointsPerCentroid * c
   // points: the first centre uniform, each next one with probability
   // proportional to the squared distance to the nearest chosen centre.
-  const int64_t m = std::min<int64_t>(n, kPlusPlusPointsPerCentroid * c);
-  std::vector<int64_t> sample(static_cast<size_t>(n));
-  std::iota(sample.begin(), sample.end(), 0);
-  if (m < n) {
-    for (int64_t i = 0; i < m; ++i)
-      std::swap(sample[i], sample[i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)))]);
-    sample.resize(static_cast<size_t>(m));
-    std::sort(sample.begin(), sample.end());
-  }
+  const KMeansPPStart start = kmeanspp_start(n, c, seed);
+  const std::vector<int64_t>& sample = start.rows;
+  const auto m = static_cast<int64_t>(sample.size());
+  rng.discard(start.draws);
   // Sampled points as one matrix; squared distances to a new centre come from
   // one matrix-vector product: ||x||^2 - 2 x.c + ||c||^2 (clamped at 0).
   RowMat xs(m, d);
@@ -121,7 +141,7 @@ std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, 
   const Eigen::VectorXf xnorm = xs.rowwise().squaredNorm();
   std::vector<float> best(static_cast<size_t>(m), std::numeric_limits<float>::infinity());
   Eigen::VectorXf dots(m);
-  int64_t pick = static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)));
+  int64_t pick = start.first;
   for (int64_t k = 0; k < c; ++k) {
     std::copy_n(xs.row(pick).data(), d, cent.data() + k * d);
     if (k + 1 == c) break;

@@ -5,6 +5,7 @@
 #include "cuda/assign_tc.cuh"
 #include "cuda/decode_tile.cuh"
 #include "cuda/kmeans_kernels.cuh"
+#include "cuda/kmeanspp.cuh"
 #include "cuda/qvg_cuda.h"
 #include "cuda/qvg_kernels.cuh"
 #include "qvg/half.h"
@@ -412,7 +413,7 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   uint16_t* cent_bf16 = parts.centroids + static_cast<int64_t>(stage) * H * C * D;
 
   // Start: warm (previous span's BF16 centroids), random rows (same rows as
-  // the CPU), or k-means++ computed by the CPU reference on the residual.
+  // the CPU), or k-means++ on the residual (the CPU reference's rule).
   KMeansParams kp = km.params;
   CodecConfig seeds;
   seeds.kmeans.seed = kp.seed;
@@ -437,24 +438,37 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
                                                                                             H, cent_.get());
     check_launch();
   } else {
-    std::vector<float> hr(static_cast<size_t>(H * N * D));
-    if constexpr (sizeof(T) == 4) {
-      QVG_CUDA_CHECK(cudaMemcpyAsync(hr.data(), data, hr.size() * 4, cudaMemcpyDeviceToHost, stream));
-      QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
-    } else {  // 16-bit input: widen on the host (exact)
-      std::vector<uint16_t> h16(hr.size());
-      QVG_CUDA_CHECK(cudaMemcpyAsync(h16.data(), data, h16.size() * 2, cudaMemcpyDeviceToHost, stream));
-      QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
-      for (size_t i = 0; i < hr.size(); ++i)
-        hr[i] = std::is_same_v<T, __half> ? fp16_to_float(h16[i]) : bf16_to_float(h16[i]);
-    }
-    std::vector<float> hc(static_cast<size_t>(H) * C * D);
+    // k-means++: its start (the subsample, the first centre, their draws:
+    // kmeanspp_start, as the CPU reference) on the host, its C - 1
+    // sequential steps on the device (kmeanspp_kernel).
+    QVG_CHECK(N <= INT32_MAX, "k-means++ on the GPU: ", N, " tokens (at most 2^31 - 1)");
+    std::vector<int> pp_rows;
+    std::vector<int64_t> pp_first(static_cast<size_t>(H));
+    std::vector<uint64_t> pp_seeds(static_cast<size_t>(H)), pp_draws(static_cast<size_t>(H));
+    int m = 0;
     for (int h = 0; h < H; ++h) {
-      const auto c = kmeans_init_ref(hr.data() + static_cast<int64_t>(h) * N * D, N, D, C, KMeansInit::kmeanspp,
-                                     qvg_kmeans_seed(seeds, stage, h));
-      std::copy(c.begin(), c.end(), hc.begin() + static_cast<int64_t>(h) * C * D);
+      pp_seeds[h] = qvg_kmeans_seed(seeds, stage, h);
+      const KMeansPPStart st = kmeanspp_start(N, C, pp_seeds[h]);
+      if (h == 0) {
+        m = static_cast<int>(st.rows.size());
+        pp_rows.resize(static_cast<size_t>(H) * m);
+      }
+      std::copy(st.rows.begin(), st.rows.end(), pp_rows.begin() + static_cast<int64_t>(h) * m);
+      pp_first[h] = st.first;
+      pp_draws[h] = st.draws;
     }
-    cent_.upload(hc.data(), hc.size(), stream);
+    pp_rows_.upload(pp_rows.data(), pp_rows.size(), stream);
+    pp_first_.upload(pp_first.data(), pp_first.size(), stream);
+    pp_seeds_.upload(pp_seeds.data(), pp_seeds.size(), stream);
+    pp_draws_.upload(pp_draws.data(), pp_draws.size(), stream);
+    const dim3 grid(kPPBlocks, static_cast<unsigned>(H));
+    if (D == 64)
+      kmeanspp_kernel<T, 64><<<grid, kPPThreads, kmeanspp_smem(m), stream>>>(
+          data, N, pp_rows_.get(), m, C, pp_first_.get(), pp_seeds_.get(), pp_draws_.get(), cent_.get());
+    else
+      kmeanspp_kernel<T, 128><<<grid, kPPThreads, kmeanspp_smem(m), stream>>>(
+          data, N, pp_rows_.get(), m, C, pp_first_.get(), pp_seeds_.get(), pp_draws_.get(), cent_.get());
+    check_launch();
   }
 
   // Largest |x| of each head's points: the fixed-point quantum of the update

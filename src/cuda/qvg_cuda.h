@@ -125,7 +125,9 @@ class Encoder {
   DeviceBuffer<uint8_t> taken_;
   DeviceBuffer<int> counts_, active_, reseeded_;
   DeviceBuffer<double> mse_;
-  DeviceBuffer<int64_t> rows_;
+  DeviceBuffer<int64_t> rows_, pp_first_;
+  DeviceBuffer<int> pp_rows_;                  // k-means++ samples [H][m]
+  DeviceBuffer<uint64_t> pp_seeds_, pp_draws_;  // k-means++ seeds and the draws of their start
 };
 
 /// Fused decode into out ([H][N][D] of dtype on the device) with the chosen
