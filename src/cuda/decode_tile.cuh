@@ -28,6 +28,88 @@ constexpr int kTileThreads = 256;
 /// the gathers dominate (4 stages) and costs where they do not.
 constexpr int tile_units(int stages) { return stages == 0 ? 1 : stages == 1 ? 2 : 4; }
 constexpr int kTileMaxStages = 4;
+/// Whether the default decode of `stages` stages takes split units
+/// (decode_split_body): at one stage only, where it measured faster.
+constexpr bool tile_split(int stages) { return stages == 1; }
+
+/// decode_tile_kernel with SPLIT: unit c (< D/16) of a row is the two pieces
+/// of 8 values [8c, 8c + 8) and [D/2 + 8c, D/2 + 8c + 8), so the D/16 lanes
+/// of a row read and write whole 128-byte lines with each 16-byte load or
+/// store instruction (D = 128: 8 lanes x 16 bytes), where the contiguous
+/// 16-value unit spreads each instruction over every other 16 bytes of 256.
+/// The price: two code loads and two scale loads a unit instead of one.
+/// Measured (bench_decode_probe, H200, docs/BENCHMARKS.md): faster at one
+/// stage (LongCat QVG 78.3 -> 80.9 % of copy at U = 2), slower without
+/// stages (RTN 84.5 -> 81.1 %, U = 1) and at four (QVG-Pro 60.5 -> 58.3 %,
+/// U = 4): launch_decode_tile takes it for one stage only. Same values, same
+/// order of operations: the same bits.
+template <int BITS, int D, int S, int U, typename OutT>
+__device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
+                                                  const DecodeRange& range, int block_shift) {
+  constexpr int kUnitsPerRow = D / 16;
+  constexpr int kRowBytes = D * BITS / 8;
+  constexpr int kPieceBytes = BITS;  // 8 codes of BITS bits
+  constexpr int kHalf = D / 2;       // the second piece's offset in values
+  const int h = blockIdx.y;
+  const uint32_t units = static_cast<uint32_t>(range.count) * kUnitsPerRow;
+  const uint32_t first = blockIdx.x * (kTileThreads * U) + threadIdx.x;
+  const int64_t row0 = static_cast<int64_t>(h) * sh.tokens + range.begin;
+  const int nblocks = D >> block_shift;
+  const uint8_t* codes = p.codes + row0 * kRowBytes;
+  const uint8_t* scales = p.scales + row0 * nblocks * scale_bytes(sh.scale_format);
+  const uint8_t* ids = p.ids + row0;
+  const int64_t stage_ids = static_cast<int64_t>(sh.heads) * sh.tokens;
+  const float span = __ldg(p.span_scales + h);
+  OutT* o = out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset) * D;
+  uint32_t w[U][2];
+  uint16_t sc[U][2];
+  uint32_t id[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint32_t i = min(first + u * kTileThreads, units - 1);  // dead units repeat the last
+    const uint32_t n = i / kUnitsPerRow, c = i % kUnitsPerRow;
+    uint32_t a[2], b[2];
+    load_code_words<BITS, 8>(codes + n * kRowBytes + c * kPieceBytes, a);
+    load_code_words<BITS, 8>(codes + n * kRowBytes + (kHalf / 8 + c) * kPieceBytes, b);
+    if constexpr (BITS == 2) {  // 16 codes in one word: the first piece's in the low half
+      w[u][0] = a[0] | (b[0] << 16);
+      w[u][1] = 0u;
+    } else {
+      w[u][0] = a[0];
+      w[u][1] = b[0];
+    }
+    sc[u][0] = load_block_scale(scales, static_cast<int64_t>(n * nblocks + ((8 * c) >> block_shift)), sh.scale_format);
+    sc[u][1] = load_block_scale(scales, static_cast<int64_t>(n * nblocks + ((kHalf + 8 * c) >> block_shift)),
+                                sh.scale_format);
+    id[u] = 0;
+#pragma unroll
+    for (int st = 0; st < S; ++st) id[u] |= static_cast<uint32_t>(__ldg(ids + st * stage_ids + n)) << (8 * st);
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint32_t i = first + u * kTileThreads;
+    if (i >= units) break;
+    const uint32_t n = i / kUnitsPerRow, c = i % kUnitsPerRow;
+    float cen[S > 0 ? S : 1][16];
+#pragma unroll
+    for (int st = 0; st < S; ++st) {
+      const uint32_t cid = (id[u] >> (8 * st)) & 0xFFu;
+      const uint16_t* crow = p.centroids + ((static_cast<int64_t>(st) * sh.heads + h) * sh.centroids + cid) * D;
+      load_bf16_vals<8>(crow + 8 * c, cen[st]);
+      load_bf16_vals<8>(crow + kHalf + 8 * c, cen[st] + 8);
+    }
+    float v[16];
+    unpack_codes<BITS, 16>(w[u], v);
+    dequantize_codes<BITS, 8>(v, decode_block_scale(sc[u][0], span, sh.scale_format), sh.levels);
+    dequantize_codes<BITS, 8>(v + 8, decode_block_scale(sc[u][1], span, sh.scale_format), sh.levels);
+#pragma unroll
+    for (int st = S - 1; st >= 0; --st)
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], cen[st][k]);
+    store_vals<OutT, 8>(o + (n * D + 8 * c), v);
+    store_vals<OutT, 8>(o + (n * D + kHalf + 8 * c), v + 8);
+  }
+}
 
 /// Grid: (ceil(range.count * D/VALS / (256 * U)), H); block 256. Units are
 /// numbered row-major within the head: unit i is token i / (D/VALS), values
@@ -35,12 +117,17 @@ constexpr int kTileMaxStages = 4;
 /// (32-bit in-head offsets) and sh.block >= 16 (a unit never straddles two
 /// scale blocks). block_shift = log2(sh.block). VALS comes last so launchers
 /// written before it existed keep meaning 16.
-template <int BITS, int D, int S, int U, typename OutT, int VALS = 16>
+template <int BITS, int D, int S, int U, typename OutT, int VALS = 16, bool SPLIT = false>
 __global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                                   DecodeRange range, int block_shift) {
   static_assert(D == 64 || D == 128, "tile decode: D = 64 or 128");
   static_assert(S >= 0 && S <= kTileMaxStages, "tile decode: up to 4 stages");
   static_assert(VALS == 8 || VALS == 16, "tile decode: units of 8 or 16 values");
+  static_assert(!SPLIT || VALS == 16, "tile decode: split units are two pieces of 8 values");
+  if constexpr (SPLIT) {
+    decode_split_body<BITS, D, S, U, OutT>(sh, p, out, range, block_shift);
+    return;
+  }
   constexpr int kUnitsPerRow = D / VALS;
   constexpr int kRowBytes = D * BITS / 8;
   constexpr int kUnitBytes = VALS * BITS / 8;  // packed codes of one unit

@@ -168,14 +168,14 @@ __global__ void __cluster_dims__(kPPBlocks, 1, 1) __launch_bounds__(kPPThreads)
     double offset = 0.0, slice = 0.0;
     Scan(scan_tmp).ExclusiveSum(ts, offset, slice);
     if (tid == 0) {
-      for (int q = 0; q < kPPBlocks; ++q) cluster.map_shared_rank(part_sum, q)[b] = slice;
+      for (int rank = 0; rank < kPPBlocks; ++rank) cluster.map_shared_rank(part_sum, rank)[b] = slice;
       block_pick = m;
     }
     cluster.sync();
     double total = 0.0, before = 0.0;
-    for (int q = 0; q < kPPBlocks; ++q) {
-      if (q == b) before = total;
-      total += part_sum[q];
+    for (int rank = 0; rank < kPPBlocks; ++rank) {
+      if (rank == b) before = total;
+      total += part_sum[rank];
     }
     if (!(total > 0.0)) {  // every point coincides with a centre: take the next one (no draw)
       pick = (pick + 1) % m;
@@ -194,10 +194,10 @@ __global__ void __cluster_dims__(kPPBlocks, 1, 1) __launch_bounds__(kPPThreads)
     }
     __syncthreads();
     if (tid == 0)
-      for (int q = 0; q < kPPBlocks; ++q) cluster.map_shared_rank(part_pick, q)[b] = block_pick;
+      for (int rank = 0; rank < kPPBlocks; ++rank) cluster.map_shared_rank(part_pick, rank)[b] = block_pick;
     cluster.sync();
     int p = m;
-    for (int q = 0; q < kPPBlocks; ++q) p = min(p, part_pick[q]);
+    for (int rank = 0; rank < kPPBlocks; ++rank) p = min(p, part_pick[rank]);
     pick = p < m ? p : m - 1;
   }
 }

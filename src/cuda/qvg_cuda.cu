@@ -227,7 +227,8 @@ void launch_decode_tile_ds(const QvgShape& sh, QvgParts p, const DecodeRange& ra
   constexpr int kPerBlock = kTileThreads * U;
   const int64_t units = range.count * (D / 16);
   const dim3 grid(static_cast<unsigned>((units + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(sh.heads));
-  decode_tile_kernel<BITS, D, S, U, OutT><<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift(sh));
+  decode_tile_kernel<BITS, D, S, U, OutT, 16, tile_split(S)><<<grid, kTileThreads, 0, s>>>(sh, p, out, range,
+                                                                                         block_shift(sh));
 }
 
 template <int BITS, int D, typename OutT>
