@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "qvg/common.h"
@@ -212,6 +214,31 @@ TEST(KMeans, RandomRowsAreThePartialFisherYatesShuffle) {
         std::swap(idx[i], idx[i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)))]);
       idx.resize(static_cast<size_t>(c));
       EXPECT_EQ(kmeans_random_rows(n, c, seed), idx) << "n=" << n << " c=" << c << " seed=" << seed;
+    }
+}
+
+// The k-means++ start (shared by the CPU reference and the GPU k-means++):
+// all rows when n <= 64 C, else the random start's rows for 64 C (the same
+// shuffle) in ascending order; the first centre is the next draw.
+TEST(KMeans, PlusPlusStartIsTheSortedShuffleAndTheNextDraw) {
+  for (const auto& [n, c] : std::vector<std::pair<int64_t, int>>{{1, 1}, {64, 1}, {65, 1}, {300, 4}, {29640, 256}})
+    for (uint64_t seed : {3ull, 0x9E3779B97F4A7C15ull}) {
+      const KMeansPPStart s = kmeanspp_start(n, c, seed);
+      const int64_t m = std::min<int64_t>(n, 64 * c);
+      std::vector<int64_t> want(static_cast<size_t>(m));
+      std::iota(want.begin(), want.end(), 0);
+      uint64_t draws = 0;
+      if (m < n) {
+        want = kmeans_random_rows(n, static_cast<int>(m), seed);
+        std::sort(want.begin(), want.end());
+        draws = static_cast<uint64_t>(m);
+      }
+      const std::string what = "n=" + std::to_string(n) + " c=" + std::to_string(c);
+      EXPECT_EQ(s.rows, want) << what;
+      SplitMix64 rng(seed);
+      rng.discard(draws);
+      EXPECT_EQ(s.first, static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)))) << what;
+      EXPECT_EQ(s.draws, draws + 1) << what;
     }
 }
 
