@@ -19,9 +19,10 @@ bool cuda_available(std::string* why = nullptr);
 /// tensors in and out; device buffers inside). Decodes are bit-identical to
 /// the CPU reference's float decode.
 /// - qvg, rtn: encode and decode on the device. Encodes are byte-identical
-///   to the CPU reference given the same k-means ids. The k-means++ start is
-///   computed by the CPU reference (then identical to the CPU's); random and
-///   warm starts run on the device.
+///   to the CPU reference given the same k-means ids. Every start runs on
+///   the device: random and warm starts (the CPU's rows / centroids) and
+///   k-means++ (the CPU's rule; its centres equal the CPU's except where a
+///   pick is a near-tie of the running distance sums).
 /// - kivi, quarot, bf16: encode runs the CPU reference (the same bytes by
 ///   definition); decode runs on the device and needs dim a multiple of 16
 ///   (quarot: a power of two up to 512), else it throws qvg::Error.

@@ -102,7 +102,9 @@ class Encoder {
   /// Encode x ([H][N][D] of dtype on the device) into parts (allocated here).
   /// stats (optional): [S*H] k-means statistics, filled when
   /// check_convergence. Stream-ordered; returns after queueing unless
-  /// statistics or a host-side start (k-means++) need the host.
+  /// statistics or a warm start (copied through the host) need the host; a
+  /// k-means++ start draws its subsample on the host (kmeanspp_start) and
+  /// uploads it first.
   void encode(const void* x, DeviceDType dtype, const QvgShape& sh, const GpuKMeansOptions& km, DeviceParts& parts,
               cudaStream_t stream, std::vector<KMeansStats>* stats = nullptr);
 
