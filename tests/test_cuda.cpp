@@ -504,8 +504,26 @@ TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
 // where no pick is a near-tie of the running distance sums: with iters=0 the
 // encoded centroids are the start's, rounded to bf16. Blob data; all points
 // (n <= 64 C) and a subsample (n > 64 C); repeated runs give the same bytes.
+// Then the small shapes: C = 1, fewer points than the cluster's 8 blocks, and
+// identical rows (every point soon coincides with a centre: whichever rows
+// are picked, the centroids and ids are the same on both sides).
 TEST(Cuda, KMeansPlusPlusStartMatchesCpu) {
   REQUIRE_GPU();
+  for (const auto& [n, spec] : std::vector<std::pair<int64_t, std::string>>{
+           {5, "qvg:centroids=2,iters=0"}, {7, "qvg:centroids=1,iters=0"}, {40, "qvg:centroids=1,iters=1"}}) {
+    const HeadTensor x = blobs(2, n, 64, 2, static_cast<unsigned>(n));
+    const CodecConfig c = parse_codec_spec(spec);
+    expect_same_parts(make_codec(c)->encode(x), make_codec(c, Backend::cuda)->encode(x),
+                      spec + " n=" + std::to_string(n));
+  }
+  {
+    HeadTensor x = blobs(2, 50, 128, 3, 9);
+    for (int64_t h = 0; h < x.heads; ++h)  // every row of a head is its first row
+      for (int64_t t = 1; t < x.tokens; ++t)
+        std::copy_n(x.data.begin() + h * x.tokens * x.dim, x.dim, x.data.begin() + (h * x.tokens + t) * x.dim);
+    const CodecConfig c = parse_codec_spec("qvg:centroids=3,iters=0");
+    expect_same_parts(make_codec(c)->encode(x), make_codec(c, Backend::cuda)->encode(x), "identical rows");
+  }
   for (int64_t d : {64, 128})
     for (int64_t n : {300, 5000}) {
       const HeadTensor x = blobs(2, n, d, 16, static_cast<unsigned>(n + d));

@@ -150,8 +150,14 @@ __global__ void __cluster_dims__(kPPBlocks, 1, 1) __launch_bounds__(kPPThreads)
     float cv[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) cv[i] = centre[q * kPer + i];
+    // ||c||^2 in ||x||^2's order (the lane's values, then the group's tree):
+    // a point equal to the centre has dot == ||x||^2 == ||c||^2 bit for bit
+    // and so a distance of exactly 0 (never picked again, and the "every
+    // point is a centre" rule sees exact zeros).
     float cn = 0.0f;
-    for (int i = 0; i < D; ++i) cn = fmaf(centre[i], centre[i], cn);  // ||c||^2, the same in every thread
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) cn = fmaf(cv[i], cv[i], cn);
+    cn = kmeanspp_group_sum<kL>(cn);
     // best = min(best, max(0, (||x||^2 - 2 x.c) + ||c||^2)), rounded as the CPU's.
     kmeanspp_rows<T, D, kWarps>(xh, rb, mine, [&](int r, const float (&v)[kPer]) {
       float dot = 0.0f;

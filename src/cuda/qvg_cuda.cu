@@ -442,7 +442,8 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
     // k-means++: its start (the subsample, the first centre, their draws:
     // kmeanspp_start, as the CPU reference) on the host, its C - 1
     // sequential steps on the device (kmeanspp_kernel).
-    QVG_CHECK(N <= INT32_MAX, "k-means++ on the GPU: ", N, " tokens (at most 2^31 - 1)");
+    QVG_CHECK(N <= INT32_MAX && H <= 65535, "k-means++ on the GPU: ", N, " tokens (at most 2^31 - 1), ", H,
+              " heads (at most 65535)");
     std::vector<int> pp_rows;
     std::vector<int64_t> pp_first(static_cast<size_t>(H));
     std::vector<uint64_t> pp_seeds(static_cast<size_t>(H)), pp_draws(static_cast<size_t>(H));

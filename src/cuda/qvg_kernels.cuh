@@ -293,8 +293,10 @@ __global__ void __launch_bounds__(kEncTileThreads) residual_absmax_tile_kernel(c
 /// h adds two half-ulps (<= 2^-19 each) on both sides.
 /// So where q (+ h) lies more than 2^-14 from every half-integer, no
 /// half-integer separates it from the exact value and both round to the same
-/// integer; beyond +-32.25 both clamp alike. Otherwise (or s outside the
-/// range, s = 0 included) the unit is redone with quantize_value itself.
+/// integer. q + h is clamped to [lo - 1/4, hi + 1/4] first: beyond a bound
+/// (any |x/s|, infinity included) both rules give that bound's code, and a
+/// clamped q lies 1/4 from an integer. Otherwise (or s outside the range, s
+/// = 0 included) the unit is redone with quantize_value itself.
 template <int BITS>
 __device__ __forceinline__ void quantize16(const float (&v)[16], float s, LevelRule levels, uint32_t (&w)[2]) {
   constexpr int kPerWord = 32 / BITS;
