@@ -53,13 +53,14 @@ int main(int argc, char** argv) {
     QVG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
     if (profile) {
-      // One encode of QVG and QVG-Pro and one decode at the LongCat shape, for
-      // a per-kernel profile (ncu --print-summary per-kernel).
+      // One encode of QVG, QVG-Pro and QVG with its k-means++ start, each
+      // followed by two decodes, at the LongCat shape, for a per-kernel
+      // profile (scripts/ncu_summary.py).
       const HeadTensor x = random_normal(32, 29640, 128, 7);
       const std::vector<uint16_t> xb = to_bf16(x);
       DeviceBuffer<uint16_t> xd, out(xb.size());
       xd.upload(xb.data(), xb.size());
-      for (const std::string spec : {"qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
+      for (const std::string spec : {"qvg:iters=2,init=random", "qvg-pro:iters=5,init=random", "qvg:iters=2"}) {
         const CodecConfig c = parse_codec_spec(spec);
         const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
         const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-kernel GPU times from `ncu --csv --metrics gpu__time_duration.sum` of
 `bench_cuda --profile` (one QVG encode, two decodes, one QVG-Pro encode, two
-decodes). Prints, for each encode, its kernels in launch order of first use:
+decodes, one QVG encode with its k-means++ start, two decodes). Prints, for each encode, its kernels in launch order of first use:
 launches, total and mean microseconds, and the encode's total.
   ncu_summary.py NCU_CSV_LOG
 """
@@ -48,7 +48,9 @@ def main(path):
             cur.append((name, us))
     if cur:
         segments.append(cur)
-    for label, seg in zip(["QVG encode (LongCat, iters=2)", "QVG-Pro encode (LongCat, iters=5)"], segments):
+    labels = ["QVG encode (LongCat, iters=2)", "QVG-Pro encode (LongCat, iters=5)",
+              "QVG encode, k-means++ start (LongCat, iters=2)"]
+    for label, seg in zip(labels, segments):
         agg = {}
         for name, us in seg:
             n, t = agg.get(name, (0, 0.0))
