@@ -142,8 +142,7 @@ int main(int argc, char** argv) {
               reps, [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic); });
           const double v16_ms = timer.median_ms(
               reps, [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::vals16); });
-          const double part_bytes = double(parts.codes.bytes() + parts.scales.bytes() + parts.span_scales.bytes() +
-                                           parts.centroids.bytes() + parts.ids.bytes());
+          const double part_bytes = double(parts.bytes());
           const double moved = part_bytes + double(out.bytes());
           const double dec_gbs = moved / (dec_ms * 1e6);
           // Error against the CPU reference on the first two heads (same config, same start).

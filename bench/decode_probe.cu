@@ -194,8 +194,7 @@ int main(int argc, char** argv) {
         Encoder enc;
         DeviceParts parts;
         enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
-        const double bytes = out_bytes + double(parts.codes.bytes() + parts.scales.bytes() + parts.span_scales.bytes() +
-                                                parts.centroids.bytes() + parts.ids.bytes());
+        const double bytes = out_bytes + double(parts.bytes());
         const QvgParts p = parts.view();
         const std::string m = spec.substr(0, spec.find(':'));
         auto* o = reinterpret_cast<__nv_bfloat16*>(out.get());

@@ -59,8 +59,7 @@ struct DeviceRole {
     }
   }
   int64_t bytes() const {
-    return static_cast<int64_t>(parts.codes.bytes() + parts.scales.bytes() + parts.span_scales.bytes() +
-                                parts.centroids.bytes() + parts.ids.bytes() + raw.bytes());
+    return static_cast<int64_t>(parts.bytes() + raw.bytes());
   }
 };
 

@@ -86,12 +86,13 @@ __device__ __forceinline__ void kmeanspp_rows(const T* __restrict__ xh, const in
 /// Grid (kPPBlocks, H), clusters of kPPBlocks along x, block kPPThreads,
 /// dynamic shared memory kmeanspp_smem(m). x: [H][N][D]; rows: [H][m] the
 /// sample (kmeanspp_start(N, C, seed_h).rows); first: [H] the first centre's
-/// sample index; draws: [H] the start's draws; seeds: [H]; cent: [H][C][D].
+/// sample index; seeds: [H]; draws: the start's draws (the same for every
+/// head: they depend on N and C only); cent: [H][C][D].
 template <typename T, int D>
 __global__ void __cluster_dims__(kPPBlocks, 1, 1) __launch_bounds__(kPPThreads)
     kmeanspp_kernel(const T* __restrict__ x, int64_t n_tokens, const int* __restrict__ rows, int m, int c_count,
                     const int64_t* __restrict__ first, const uint64_t* __restrict__ seeds,
-                    const uint64_t* __restrict__ draws, float* __restrict__ cent) {
+                    uint64_t draws, float* __restrict__ cent) {
   static_assert(D == 64 || D == 128, "k-means++ on the GPU: D = 64 or 128");
   namespace cg = cooperative_groups;
   constexpr int kWarps = kPPThreads / 32;
@@ -134,7 +135,7 @@ __global__ void __cluster_dims__(kPPBlocks, 1, 1) __launch_bounds__(kPPThreads)
   const int per_thread = (mine + kPPThreads - 1) / kPPThreads;
   const int t0 = min(tid * per_thread, mine), t1 = min(t0 + per_thread, mine);
   SplitMix64 rng(seeds[h]);
-  rng.discard(draws[h]);
+  rng.discard(draws);
   int pick = static_cast<int>(first[h]);
   float* ch = cent + static_cast<int64_t>(h) * c_count * D;
   for (int k = 0; k < c_count; ++k) {

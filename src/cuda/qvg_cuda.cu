@@ -107,6 +107,18 @@ void launch_residual(const InT* x, const QvgShape& sh, QvgParts p, float* out, c
   check_launch();
 }
 
+/// Blocks of `kernel` (threads and smem bytes of shared memory each) the
+/// current device holds at once; qvg::Error naming `what` when none fits.
+template <typename Kernel>
+int64_t resident_blocks(Kernel* kernel, int threads, size_t smem, const char* what) {
+  int dev = 0, sms = 0, per_sm = 0;
+  QVG_CUDA_CHECK(cudaGetDevice(&dev));
+  QVG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  QVG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  QVG_CHECK(per_sm >= 1, what, ": no block of ", threads, " threads and ", smem, " bytes of shared memory fits an SM");
+  return static_cast<int64_t>(sms) * per_sm;
+}
+
 /// Sums and counts of every cluster of the active heads of x ([H][N][D] of T)
 /// by ids ([H][N]), added to sums ([H][C][D]) and counts ([H][C]), zeroed by
 /// the caller, with either kernel (the same bits; automatic: SumKernel).
@@ -134,13 +146,9 @@ void launch_centroid_sum(const T* x, int64_t n, int c, int heads, const uint8_t*
             " rows, got ", fixed_chunk);
   if (which == SumKernel::buckets) {
     auto* kernel = centroid_bucket_sum_kernel<T, D>;
-    int dev = 0, sms = 0, per_sm = 0;
-    QVG_CUDA_CHECK(cudaGetDevice(&dev));
-    QVG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QVG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBucketThreads, 0));
-    QVG_CHECK(per_sm >= 1, "k-means update: no bucket-sum block fits an SM");
     const int64_t least = (n + kBucketRows - 1) / kBucketRows;
-    const int64_t fill = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm / heads);
+    const int64_t fill =
+        std::max<int64_t>(1, resident_blocks(kernel, kBucketThreads, 0, "k-means update (buckets)") / heads);
     const int64_t chunks = std::max(least, std::min(fill, (n + kBucketMinRows - 1) / kBucketMinRows));
     const int64_t chunk_rows = fixed_chunk > 0 ? fixed_chunk : (n + chunks - 1) / chunks;
     const int64_t blocks = (n + chunk_rows - 1) / chunk_rows;
@@ -158,15 +166,11 @@ void launch_centroid_sum(const T* x, int64_t n, int c, int heads, const uint8_t*
   QVG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   QVG_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  int dev = 0, sms = 0, per_sm = 0;
-  QVG_CUDA_CHECK(cudaGetDevice(&dev));
-  QVG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  QVG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSumThreads, smem));
-  QVG_CHECK(per_sm >= 1, "k-means update: no block of ", smem, " bytes of shared memory fits an SM");
   constexpr int kSlices = D / kSumDims;
   constexpr int64_t kPass = kSumPassRows<T>;
   const int64_t passes = (n + kPass - 1) / kPass;
-  const int64_t fill = static_cast<int64_t>(sms) * per_sm / (static_cast<int64_t>(heads) * kSlices);
+  const int64_t fill =
+      resident_blocks(kernel, kSumThreads, smem, "k-means update (atomics)") / (static_cast<int64_t>(heads) * kSlices);
   constexpr int64_t kMaxPasses = kSumMaxChunk / kPass;  // a block's lo and mid sums stay exact
   const int64_t want = std::clamp<int64_t>(std::max(fill, (passes + kMaxPasses - 1) / kMaxPasses), 1, passes);
   const int64_t chunk_rows = (passes + want - 1) / want * kPass;  // whole passes, at most kSumMaxChunk
@@ -446,30 +450,30 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
               " heads (at most 65535)");
     std::vector<int> pp_rows;
     std::vector<int64_t> pp_first(static_cast<size_t>(H));
-    std::vector<uint64_t> pp_seeds(static_cast<size_t>(H)), pp_draws(static_cast<size_t>(H));
+    std::vector<uint64_t> pp_seeds(static_cast<size_t>(H));
     int m = 0;
+    uint64_t draws = 0;  // the same for every head: m and the draws depend on N and C only
     for (int h = 0; h < H; ++h) {
       pp_seeds[h] = qvg_kmeans_seed(seeds, stage, h);
       const KMeansPPStart st = kmeanspp_start(N, C, pp_seeds[h]);
       if (h == 0) {
         m = static_cast<int>(st.rows.size());
+        draws = st.draws;
         pp_rows.resize(static_cast<size_t>(H) * m);
       }
       std::copy(st.rows.begin(), st.rows.end(), pp_rows.begin() + static_cast<int64_t>(h) * m);
       pp_first[h] = st.first;
-      pp_draws[h] = st.draws;
     }
     pp_rows_.upload(pp_rows.data(), pp_rows.size(), stream);
     pp_first_.upload(pp_first.data(), pp_first.size(), stream);
     pp_seeds_.upload(pp_seeds.data(), pp_seeds.size(), stream);
-    pp_draws_.upload(pp_draws.data(), pp_draws.size(), stream);
     const dim3 grid(kPPBlocks, static_cast<unsigned>(H));
     if (D == 64)
       kmeanspp_kernel<T, 64><<<grid, kPPThreads, kmeanspp_smem(m), stream>>>(
-          data, N, pp_rows_.get(), m, C, pp_first_.get(), pp_seeds_.get(), pp_draws_.get(), cent_.get());
+          data, N, pp_rows_.get(), m, C, pp_first_.get(), pp_seeds_.get(), draws, cent_.get());
     else
       kmeanspp_kernel<T, 128><<<grid, kPPThreads, kmeanspp_smem(m), stream>>>(
-          data, N, pp_rows_.get(), m, C, pp_first_.get(), pp_seeds_.get(), pp_draws_.get(), cent_.get());
+          data, N, pp_rows_.get(), m, C, pp_first_.get(), pp_seeds_.get(), draws, cent_.get());
     check_launch();
   }
 

@@ -24,6 +24,10 @@ struct DeviceParts {
   DeviceBuffer<uint16_t> centroids;
   void allocate(const QvgShape& sh);
   QvgParts view() const;
+  /// Bytes of every part (what a decode reads).
+  size_t bytes() const {
+    return codes.bytes() + scales.bytes() + ids.bytes() + span_scales.bytes() + centroids.bytes();
+  }
 };
 
 /// Host bytes -> a device buffer of exactly that many bytes (qvg::Error on
@@ -129,7 +133,7 @@ class Encoder {
   DeviceBuffer<double> mse_;
   DeviceBuffer<int64_t> rows_, pp_first_;
   DeviceBuffer<int> pp_rows_;                  // k-means++ samples [H][m]
-  DeviceBuffer<uint64_t> pp_seeds_, pp_draws_;  // k-means++ seeds and the draws of their start
+  DeviceBuffer<uint64_t> pp_seeds_;            // k-means++ seeds
 };
 
 /// Fused decode into out ([H][N][D] of dtype on the device) with the chosen
