@@ -9,6 +9,7 @@
 #include "qvg/data.h"
 #include "qvg/eval.h"
 #include "qvg/half.h"
+#include "qvg/kmeans.h"
 #include "qvg/qvg.h"
 
 namespace qvg {
@@ -170,6 +171,48 @@ TEST(QvgCodec, GivenCentroidsReproduceEncode) {
   EXPECT_EQ(a.enc.codes, b.codes);
   EXPECT_EQ(a.enc.scales, b.scales);
   EXPECT_EQ(a.enc.span_scales, b.span_scales);
+}
+
+// Stage 0 clusters X; a later stage clusters the BF16 rounding of the float
+// residual R (docs/FORMAT.md, Encode 1), while R itself stays float. Redone
+// here stage by stage with kmeans_ref on the rounded residual: the same
+// centroids and ids, and the codes quantize the float R.
+TEST(QvgCodec, LaterStagesClusterTheBf16RoundedResidual) {
+  const HeadTensor x = clustered(2, 700, 64, 12, 8);
+  const CodecConfig c = parse_codec_spec("qvg-pro:stages=3,centroids=16,iters=3");
+  const EncodedTensor e = make_codec(c)->encode(x);
+  const int64_t n = x.tokens, d = x.dim, cn = c.kmeans.centroids;
+  auto centroid = [&](size_t i) {  // BF16 bits, little-endian
+    return static_cast<uint16_t>(e.centroids[2 * i] | (e.centroids[2 * i + 1] << 8));
+  };
+  int64_t rounded_differs = 0;  // the rounding must matter somewhere, or the test shows nothing
+  for (int64_t h = 0; h < x.heads; ++h) {
+    std::vector<float> r(x.head(h), x.head(h) + n * d);
+    for (int s = 0; s < c.stages; ++s) {
+      std::vector<float> pts = r;
+      if (s > 0)
+        for (float& v : pts) {
+          rounded_differs += round_bf16(v) != v;
+          v = round_bf16(v);
+        }
+      KMeansParams kp = c.kmeans;
+      kp.seed = qvg_kmeans_seed(c, s, h);
+      const KMeansResult km = kmeans_ref(pts.data(), n, d, kp);
+      const size_t cbase = static_cast<size_t>((s * x.heads + h) * cn * d);
+      for (size_t k = 0; k < km.centroids.size(); ++k)
+        ASSERT_EQ(centroid(cbase + k), bf16_from_float(km.centroids[k])) << "stage " << s << " head " << h;
+      const uint8_t* ids = e.ids.data() + (s * x.heads + h) * n;
+      ASSERT_TRUE(std::equal(km.ids.begin(), km.ids.end(), ids)) << "stage " << s << " head " << h;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < d; ++k)
+          r[i * d + k] -= bf16_to_float(centroid(cbase + static_cast<size_t>(ids[i] * d + k)));
+    }
+  }
+  EXPECT_GT(rounded_differs, 0);
+  const EncodedTensor q = qvg_encode_given_centroids_ref(x, c, e.centroids, e.ids);
+  EXPECT_EQ(q.codes, e.codes);
+  EXPECT_EQ(q.scales, e.scales);
+  EXPECT_EQ(q.span_scales, e.span_scales);
 }
 
 TEST(QvgCodec, WarmStartUsesPreviousCentroids) {

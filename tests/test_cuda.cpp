@@ -82,8 +82,9 @@ TEST(Cuda, QuantizeGivenCentroidsIsByteIdentical) {
 // The GPU encode takes the quantizer's span scale from its last k-means
 // assignment (max |x - bf16(c)| found in the same pass) instead of a separate
 // pass: its bytes must equal quantizing its own centroids and ids on the CPU
-// (the reference), for one stage and for four (where the last stage clusters
-// the float residual), INT2 and INT4, bf16 input and float.
+// (the reference), for one stage and for four (where the later stages
+// cluster the BF16-rounded residual and the span scale takes its own pass),
+// INT2 and INT4, bf16 input and float.
 TEST(Cuda, EncodeEqualsQuantizingItsOwnCentroids) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
@@ -498,6 +499,44 @@ TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
       }
     }
   }
+}
+
+// Blobs inside blobs: level l adds one of k random directions at scale
+// 8 / 6^l, so stage l of QVG-Pro finds level l's k clusters, well separated
+// at every stage (no near-ties), from a k-means++ start.
+HeadTensor nested_blobs(int64_t h, int64_t n, int64_t d, int levels, int k, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  HeadTensor x(h, n, d);
+  for (int64_t hh = 0; hh < h; ++hh) {
+    std::vector<float> dirs(static_cast<size_t>(levels * k * d));
+    for (auto& v : dirs) v = nd(gen);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t q = 0; q < d; ++q) x.at(hh, i, q) = 0.002f * nd(gen);
+      float scale = 8.0f;
+      for (int l = 0; l < levels; ++l, scale /= 6.0f) {
+        const int64_t j = static_cast<int64_t>(gen() % k);
+        for (int64_t q = 0; q < d; ++q) x.at(hh, i, q) += scale * dirs[(l * k + j) * d + q];
+      }
+    }
+  }
+  return x;
+}
+
+// Several stages: stage s > 0 clusters the BF16 rounding of the float
+// residual on both sides (the GPU recomputes it from x), then the quantizer
+// takes x minus every stage: the same bytes as the CPU where no stage has
+// near-ties, for 2 to 4 stages (1 to 3 stages subtracted by the residual pass).
+TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (int stages : {2, 3, 4}) {
+      const HeadTensor x = nested_blobs(2, 1200, d, stages, 4, static_cast<unsigned>(d + stages));
+      const std::string spec = "qvg-pro:stages=" + std::to_string(stages) + ",centroids=4,iters=3";
+      const CodecConfig c = parse_codec_spec(spec);
+      expect_same_parts(make_codec(c)->encode(x), make_codec(c, Backend::cuda)->encode(x),
+                        spec + " d=" + std::to_string(d));
+    }
 }
 
 // The k-means++ start on the GPU (kmeanspp_kernel) picks the CPU's centres

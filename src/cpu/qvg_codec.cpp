@@ -3,6 +3,7 @@
 // Parts (docs/FORMAT.md): centroids BF16 [S][H][C][D]; ids u8 [S][H][N];
 // span_scales FP32 [H]; scales [H][N][D/B] (FP8 byte or FP16 LE);
 // codes [H][N][D*b/8] packed LSB first.
+#include <algorithm>
 #include <chrono>
 
 #include "cpu/codecs.h"
@@ -97,7 +98,7 @@ class QvgCodec final : public Codec {
     const int64_t n = x.tokens, d = x.dim;
     parallel_for(x.heads, opt.threads, [&](int64_t h) {
       std::vector<float> r(x.head(h), x.head(h) + n * d);
-      std::vector<float> init;
+      std::vector<float> init, rk;
       for (int s = 0; s < s_count; ++s) {
         KMeansParams kp = config_.kmeans;
         kp.seed = qvg_kmeans_seed(config_, s, h);
@@ -108,7 +109,17 @@ class QvgCodec final : public Codec {
           for (size_t k = 0; k < init.size(); ++k) init[k] = bf16_to_float(get_u16(warm->centroids, cbase + k));
           init_ptr = init.data();
         }
-        KMeansResult km = kmeans_ref(r.data(), n, d, kp, init_ptr);
+        // Stage 0 clusters X as given; later stages the BF16 rounding of R
+        // (the precision of the input and of the stored centroids; half the
+        // bytes per pass on the GPU). R itself stays float: what is subtracted
+        // and finally quantized is exact.
+        const float* points = r.data();
+        if (s > 0) {
+          rk.resize(r.size());
+          std::transform(r.begin(), r.end(), rk.begin(), round_bf16);
+          points = rk.data();
+        }
+        KMeansResult km = kmeans_ref(points, n, d, kp, init_ptr);
         for (size_t k = 0; k < km.centroids.size(); ++k) put_u16(e.centroids, cbase + k, bf16_from_float(km.centroids[k]));
         std::copy(km.ids.begin(), km.ids.end(), e.ids.data() + (s * x.heads + h) * n);
         subtract_stage(e, h, s, r);

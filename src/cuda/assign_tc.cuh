@@ -30,8 +30,7 @@
 // Either way the accumulator starts at -||c||^2 / 2 (padded centroids at
 // -FLT_MAX), so the product is the rank value w itself, and the best two per
 // row are kept as floats whose lowest 8 mantissa bits are replaced by the
-// centroid index (rank_key): two LOP3 (the group's offset is not an
-// immediate) and three FMNMX per product.
+// centroid index (rank_key): one LOP3 and three FMNMX per product.
 //
 // After the products, per row (the quad's four lanes split the dims):
 // - the best two of the quad (shuffles);
@@ -194,20 +193,25 @@ __device__ __forceinline__ void wgmma_wait() {}
 __device__ __forceinline__ void wgmma_m64n64k16(float (&)[32], const uint32_t (&)[4], uint64_t) { __trap(); }
 #endif
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 h2 = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h2);
-}
-
 /// A rank value w with its lowest 8 mantissa bits replaced by the centroid
-/// index c: float max / min then carry the index along. The value moves by
-/// less than 2^-15 of itself, which the re-ranking margin covers; among
-/// values that agree to that, the order is some fixed order of the indices
-/// (such pairs are always re-ranked).
-__device__ __forceinline__ float rank_key(float w, uint32_t c) {
-  return __uint_as_float((__float_as_uint(w) & 0xFFFFFF00u) | c);
+/// index group + j: float max / min then carry the index along. The value
+/// moves by less than 2^-15 of itself, which the re-ranking margin covers;
+/// among values that agree to that, the order is some fixed order of the
+/// indices (such pairs are always re-ranked). One LOP3: the offset g sits in
+/// a register as group = 0xFFFFFF00 | g (rank_group), j is a constant, and
+/// g and j have no bit in common and none of bits 1, 2 (the lanes' 2t, set
+/// after the products). With J = 0xFFFFFF00 | j, (w & group & J) | (group ^
+/// J) keeps w where both masks are 1 (bits 8 up) and is 1 where exactly one
+/// is (the bits of g and of j), 0 elsewhere. (w & mask) | (g + j) took two.
+__device__ __forceinline__ float rank_key(float w, uint32_t group, uint32_t j) {
+  const uint32_t jj = 0xFFFFFF00u | j;
+  uint32_t k;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE6;\n" : "=r"(k) : "r"(__float_as_uint(w)), "r"(group), "r"(jj));
+  return __uint_as_float(k);
 }
 __device__ __forceinline__ int key_index(float k) { return static_cast<int>(__float_as_uint(k) & 0xFFu); }
+/// The group register of rank_key for offset g.
+__device__ __forceinline__ uint32_t rank_group(int g) { return 0xFFFFFF00u | static_cast<uint32_t>(g); }
 
 /// What one assignment writes. ids and dist are [H][N]; the maxima are per
 /// head as float bits (atomicMax: exact, max is order-independent), null
@@ -457,15 +461,16 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int p = 0; p < kChains; ++p) best[i][r][p] = second[i][r][p] = -INFINITY;
-    // The top two of fragment value v (row half q >> 1) at centroid `index`
-    // less this lane's 2t (added after the products), in chain p % kChains.
-    auto rank = [&](int i, int q, int p, float v, uint32_t index) {
+    // The top two of fragment value v (row half q >> 1) at centroid group +
+    // j less this lane's 2t (added after the products), in chain p % kChains;
+    // group: rank_group(offset), j a constant (rank_key).
+    auto rank = [&](int i, int q, int p, float v, uint32_t group, uint32_t j) {
       float& b = best[i][q >> 1][p % kChains];
       float& sec = second[i][q >> 1][p % kChains];
       if constexpr (kProbe == 2) {  // timing only: consume the value, no top two
         b += v;
       } else {
-        const float k = rank_key(v, index);
+        const float k = rank_key(v, group, j);
         sec = fmaxf(sec, fminf(b, k));
         b = fmaxf(b, k);
       }
@@ -495,10 +500,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       };
       auto epilogue = [&](float (&acc)[32], int cp) {
         pin_registers(acc);
+        const uint32_t group = rank_group(cp);  // cp: a multiple of 64; the constants below 64
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) rank(0, q, j & 1, acc[4 * j + q], static_cast<uint32_t>(cp + 8 * j + (q & 1)));
+          for (int q = 0; q < 4; ++q) rank(0, q, j & 1, acc[4 * j + q], group, static_cast<uint32_t>(8 * j + (q & 1)));
       };
       // One accumulator set: the warpgroup waits for a group's products and
       // ranks them; the other warpgroups keep the tensor cores busy
@@ -550,7 +556,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
           for (int nt = 0; nt < kPassTiles; ++nt)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) rank(i, q, nt & 1, acc[i][nt][q], static_cast<uint32_t>(cp + 8 * nt + (q & 1)));
+            for (int q = 0; q < 4; ++q)
+              rank(i, q, nt & 1, acc[i][nt][q], rank_group(cp), static_cast<uint32_t>(8 * nt + (q & 1)));
       }
     }
 

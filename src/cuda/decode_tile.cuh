@@ -27,7 +27,6 @@ constexpr int kTileThreads = 256;
 /// units per thread put more centroid gathers in flight, which pays once
 /// the gathers dominate (4 stages) and costs where they do not.
 constexpr int tile_units(int stages) { return stages == 0 ? 1 : stages == 1 ? 2 : 4; }
-constexpr int kTileMaxStages = 4;
 /// Whether the default decode of `stages` stages takes split units
 /// (decode_split_body): at one stage only, where it measured faster.
 constexpr bool tile_split(int stages) { return stages == 1; }

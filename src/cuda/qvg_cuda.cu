@@ -29,11 +29,11 @@ unsigned blocks_for(int64_t n, int threads = kThreads) {
 
 void check_launch() { QVG_CUDA_CHECK(cudaGetLastError()); }
 
-// The tiled encode kernels (qvg_kernels.cuh) cover at most one stage (with
-// D = 64 or 128, as k-means needs) and heads of fewer than 2^30 values
-// (32-bit offsets); the one-thread-per-16-values kernels cover the rest.
+// The tiled encode kernels (qvg_kernels.cuh) cover up to kTileMaxStages
+// stages (with D = 64 or 128, as k-means needs) and heads of fewer than 2^30
+// values (32-bit offsets); the one-thread-per-16-values kernels cover the rest.
 bool encode_tile_ok(const QvgShape& sh) {
-  return sh.stages <= 1 && (sh.stages == 0 || sh.dim == 64 || sh.dim == 128) && sh.heads <= 65535 &&
+  return sh.stages <= kTileMaxStages && (sh.stages == 0 || sh.dim == 64 || sh.dim == 128) && sh.heads <= 65535 &&
          sh.tokens * sh.dim < (int64_t{1} << 30);
 }
 
@@ -45,14 +45,24 @@ dim3 encode_tile_grid(const QvgShape& sh) {
 
 /// Calls f(D, S) with the template constants of the tiled encode kernels for
 /// sh (encode_tile_ok): without stages D is unused (0).
+template <int D, typename F>
+void with_encode_tile_stages(int stages, F&& f) {
+  switch (stages) {
+    case 1: return f(std::integral_constant<int, D>{}, std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, D>{}, std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, D>{}, std::integral_constant<int, 3>{});
+    default: return f(std::integral_constant<int, D>{}, std::integral_constant<int, 4>{});  // <= kTileMaxStages
+  }
+}
 template <typename F>
 void with_encode_tile(const QvgShape& sh, F&& f) {
+  static_assert(kTileMaxStages == 4, "with_encode_tile_stages lists 1 to 4 stages");
   if (sh.stages == 0)
     f(std::integral_constant<int, 0>{}, std::integral_constant<int, 0>{});
   else if (sh.dim == 64)
-    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 1>{});
+    with_encode_tile_stages<64>(sh.stages, f);
   else
-    f(std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
+    with_encode_tile_stages<128>(sh.stages, f);
 }
 
 /// Per-head max |x minus its stages| into head_max (zeroed by the caller).
@@ -89,17 +99,19 @@ void launch_quantize(const InT* x, const QvgShape& sh, QvgParts p, unsigned* hea
   check_launch();
 }
 
-/// out = x minus its one stage (sh.stages == 1; D = 64 or 128: k-means) as float.
+/// out = bf16(x minus its sh.stages >= 1 stages) (D = 64 or 128: k-means):
+/// the points the next stage clusters.
 template <typename InT>
-void launch_residual(const InT* x, const QvgShape& sh, QvgParts p, float* out, cudaStream_t s) {
+void launch_residual(const InT* x, const QvgShape& sh, QvgParts p, uint16_t* out, cudaStream_t s) {
   if (encode_tile_ok(sh)) {
     constexpr int64_t kPerBlock = int64_t{kEncTileThreads} * kResidPieces;
     const dim3 grid(static_cast<unsigned>((sh.tokens * (sh.dim / 4) + kPerBlock - 1) / kPerBlock),
                     static_cast<unsigned>(sh.heads));
-    if (sh.dim == 64)
-      residual_tile_kernel<InT, 64, kResidPieces><<<grid, kEncTileThreads, 0, s>>>(x, sh, p, out);
-    else
-      residual_tile_kernel<InT, 128, kResidPieces><<<grid, kEncTileThreads, 0, s>>>(x, sh, p, out);
+    with_encode_tile(sh, [&](auto d, auto st) {
+      if constexpr (decltype(st)::value > 0)
+        residual_tile_kernel<InT, decltype(d)::value, decltype(st)::value, kResidPieces>
+            <<<grid, kEncTileThreads, 0, s>>>(x, sh, p, out);
+    });
   } else {
     const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
     residual_of_kernel<<<blocks_for(threads), kThreads, 0, s>>>(x, sh, p, out);
@@ -358,43 +370,29 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
       max_ready = kmeans_stage(static_cast<const __half*>(x), sh, 0, km, p, stream, stats, last_max);
       break;
   }
-  QvgShape first = sh;
-  first.stages = 1;
   if (sh.stages == 1) {  // quantize x - c0, the stage subtracted on the fly
-    quantize_any(x, dtype, first, p, head_max_.get(), max_ready, stream);
+    quantize_any(x, dtype, sh, p, head_max_.get(), max_ready, stream);
     return;
   }
-  // Later stages cluster the float residual x - c0 - c1 - ...
+  // Stage s > 0 clusters bf16(x - c0 - ... - c(s-1)), the float chain
+  // rounded once (the CPU reference's rule), recomputed from x each time.
   const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
   resid_.resize(static_cast<size_t>(values));
-  switch (dtype) {
-    case DeviceDType::f32: launch_residual(static_cast<const float*>(x), first, p, resid_.get(), stream); break;
-    case DeviceDType::bf16: launch_residual(static_cast<const __nv_bfloat16*>(x), first, p, resid_.get(), stream); break;
-    case DeviceDType::f16: launch_residual(static_cast<const __half*>(x), first, p, resid_.get(), stream); break;
-  }
   for (int s = 1; s < sh.stages; ++s) {
-    const bool last = s + 1 == sh.stages;
-    max_ready = kmeans_stage(static_cast<const float*>(resid_.get()), sh, s, km, p, stream, stats,
-                             last ? head_max_.get() : nullptr);
-    QvgShape one = sh;
-    one.stages = 1;
-    const int64_t off_c = static_cast<int64_t>(s) * sh.heads * sh.centroids * sh.dim;
-    const int64_t off_i = static_cast<int64_t>(s) * sh.heads * sh.tokens;
-    if (encode_tile_ok(one)) {  // in place: the residual minus stage s
-      QvgParts ps{};
-      ps.centroids = p.centroids + off_c;
-      ps.ids = p.ids + off_i;
-      launch_residual(static_cast<const float*>(resid_.get()), one, ps, resid_.get(), stream);
-    } else {
-      const unsigned grid16 = blocks_for(static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread));
-      subtract_stage_kernel<<<grid16, kThreads, 0, stream>>>(resid_.get(), one, p.centroids + off_c, p.ids + off_i);
-      check_launch();
+    QvgShape upto = sh;
+    upto.stages = s;
+    switch (dtype) {
+      case DeviceDType::f32: launch_residual(static_cast<const float*>(x), upto, p, resid_.get(), stream); break;
+      case DeviceDType::bf16:
+        launch_residual(static_cast<const __nv_bfloat16*>(x), upto, p, resid_.get(), stream);
+        break;
+      case DeviceDType::f16: launch_residual(static_cast<const __half*>(x), upto, p, resid_.get(), stream); break;
     }
+    kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(resid_.get()), sh, s, km, p, stream, stats, nullptr);
   }
-  // Quantize the final residual (stages already subtracted).
-  QvgShape flat = sh;
-  flat.stages = 0;
-  quantize_any(resid_.get(), DeviceDType::f32, flat, p, head_max_.get(), max_ready, stream);
+  // Quantize x minus every stage. The last assignment saw the rounded
+  // residual, so the quantizer's max |residual| takes its own pass.
+  quantize_any(x, dtype, sh, p, head_max_.get(), false, stream);
 }
 
 template <typename T>

@@ -118,14 +118,15 @@ class Encoder {
 
  private:
   /// k-means of one stage on `data` ([H][N][D]: the input for stage 0, the
-  /// float residual after it). resid_max (optional, [H]): per head, max
-  /// |data - bf16(centroid)| over the final assignment, as float bits — the
-  /// quantizer's span-scale input when this is the last stage; returns
+  /// BF16-rounded residual after it). resid_max (optional, [H]): per head,
+  /// max |data - bf16(centroid)| over the final assignment, as float bits —
+  /// the quantizer's span-scale input when this is the only stage; returns
   /// whether it was filled (the tensor-core assignment fills it).
   template <typename T>
   bool kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
                     cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max = nullptr);
-  DeviceBuffer<float> resid_, cent_, cnorm_, dist_;
+  DeviceBuffer<uint16_t> resid_;  // BF16 points of stages 1..S-1
+  DeviceBuffer<float> cent_, cnorm_, dist_;
   DeviceBuffer<uint32_t> head_max_, kmeans_max_;
   DeviceBuffer<unsigned long long> sums_;
   DeviceBuffer<uint8_t> taken_;

@@ -446,6 +446,12 @@ __device__ __forceinline__ uint16_t load_block_scale(const uint8_t* scales, int6
                                : static_cast<uint16_t>(__ldg(scales + 2 * bi) | (__ldg(scales + 2 * bi + 1) << 8));
 }
 
+/// Two floats -> BF16 bits (round to nearest even), lo in the low half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h2 = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h2);
+}
+
 /// VALS floats (VALS a multiple of 4) -> OutT at o (16-byte aligned), rounded
 /// to nearest, with 16-byte stores.
 template <typename OutT, int VALS>
@@ -563,10 +569,11 @@ __global__ void decode_rows_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ o
   }
 }
 
-/// out = x minus its stages (sh.stages of them, usually 1) as float: the
-/// residual the later stages cluster. Grid: one thread per 16 values.
+/// out = bf16(x minus its stages) (sh.stages of them: the float chain of
+/// load_residual16, rounded once): the points the next stage clusters.
+/// Grid: one thread per 16 values.
 template <typename InT>
-__global__ void residual_of_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts p, float* __restrict__ out) {
+__global__ void residual_of_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts p, uint16_t* __restrict__ out) {
   const int tpr = sh.dim / kValsPerThread;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= static_cast<int64_t>(sh.heads) * sh.tokens * tpr) return;
@@ -577,9 +584,7 @@ __global__ void residual_of_kernel(const InT* __restrict__ x, QvgShape sh, QvgPa
   const int64_t off = (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col;
   float v[kValsPerThread];
   load_residual16(x + off, sh, p, h, n, col, v);
-  float4* o = reinterpret_cast<float4*>(out + off);
-#pragma unroll
-  for (int j = 0; j < kValsPerThread / 4; ++j) o[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+  store_vals<__nv_bfloat16, kValsPerThread>(reinterpret_cast<__nv_bfloat16*>(out + off), v);
 }
 
 /// BF16 rows -> float: tokens [range.begin, +range.count) of every head of
@@ -601,69 +606,49 @@ static __global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int h
   o[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
-/// R -= bf16(centroids)[ids] for one stage, in place (float residual).
-static __global__ void subtract_stage_kernel(float* __restrict__ r, QvgShape sh, const uint16_t* __restrict__ centroids,
-                                      const uint8_t* __restrict__ ids) {
-  const int tpr = sh.dim / kValsPerThread;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= static_cast<int64_t>(sh.heads) * sh.tokens * tpr) return;
-  const int h = static_cast<int>(g / (sh.tokens * tpr));
-  const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
-  const int64_t n = rem / tpr;
-  const int col = static_cast<int>(rem % tpr) * kValsPerThread;
-  float c[kValsPerThread];
-  load_bf16_vals<kValsPerThread>(centroids + (static_cast<int64_t>(h) * sh.centroids + ids[static_cast<int64_t>(h) * sh.tokens + n]) * sh.dim + col, c);
-  float4* x = reinterpret_cast<float4*>(r + (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col);
-#pragma unroll
-  for (int j = 0; j < kValsPerThread / 4; ++j) {
-    float4 a = x[j];
-    a.x = __fsub_rn(a.x, c[4 * j]);
-    a.y = __fsub_rn(a.y, c[4 * j + 1]);
-    a.z = __fsub_rn(a.z, c[4 * j + 2]);
-    a.w = __fsub_rn(a.w, c[4 * j + 3]);
-    x[j] = a;
-  }
-}
-
-/// out = x minus its one stage as float: residual_of_kernel, and
-/// subtract_stage_kernel with out == x (in place: each thread reads all of
-/// its pieces before it writes them, and a dead piece's read of the last
-/// piece is never used, hence no __restrict__ on x and out). Tiled like
-/// residual_absmax_tile_kernel, but in pieces of 4 values (one 16-byte float
-/// store) with consecutive lanes on consecutive pieces, so every warp load
-/// and store is contiguous: with 16 values per lane (stores 64 bytes apart)
-/// this pass ran at ~60 % of copy bandwidth, like the kernels above; nothing
-/// here needs a lane to own a quantization block. Each thread owns P
-/// pieces, 256 apart. Grid: (ceil(N * D/4 / (256 P)), H); block 256.
-template <typename InT, int D, int P>
-__global__ void __launch_bounds__(kEncTileThreads) residual_tile_kernel(const InT* x, QvgShape sh, QvgParts p,
-                                                                       float* out) {
-  static_assert(D == 64 || D == 128, "a stage needs D = 64 or 128");
+/// out = bf16(x minus its S stages), as residual_of_kernel (the same float
+/// chain, rounded once). Tiled like residual_absmax_tile_kernel, but in
+/// pieces of 4 values (one 8-byte store) with consecutive lanes on
+/// consecutive pieces, so every warp load and store is contiguous: with 16
+/// values per lane (stores 64 bytes apart) a float version of this pass ran
+/// at ~60 % of copy bandwidth; nothing here needs a lane to own a
+/// quantization block. Each thread owns P pieces, 256 apart, and issues the
+/// loads of x and the ids, then those of the centroids, before any
+/// arithmetic. Grid: (ceil(N * D/4 / (256 P)), H); block 256.
+template <typename InT, int D, int S, int P>
+__global__ void __launch_bounds__(kEncTileThreads) residual_tile_kernel(const InT* __restrict__ x, QvgShape sh,
+                                                                       QvgParts p, uint16_t* __restrict__ out) {
+  static_assert(D == 64 || D == 128, "stages need D = 64 or 128");
+  static_assert(S >= 1 && S <= kTileMaxStages, "tiled residual: 1 to 4 stages");
   constexpr uint32_t kPiecesPerRow = D / 4;
   using Raw = std::conditional_t<sizeof(InT) == 4, uint4, uint2>;  // 4 values of x
   const int h = blockIdx.y;
   const uint32_t pieces = static_cast<uint32_t>(sh.tokens) * kPiecesPerRow;
   const uint32_t first = blockIdx.x * (kEncTileThreads * P) + threadIdx.x;
   const int64_t head_vals = static_cast<int64_t>(h) * sh.tokens * D;
+  const int64_t stage_ids = static_cast<int64_t>(sh.heads) * sh.tokens;
+  const int64_t stage_cent = static_cast<int64_t>(sh.heads) * sh.centroids * D;
   const InT* xh = x + head_vals;
   const uint8_t* ids = p.ids + static_cast<int64_t>(h) * sh.tokens;
   const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D;
-  // 1. x and the ids; 2. the centroids (they need the ids); 3. arithmetic.
   Raw raw[P];
-  uint32_t id[P];
+  uint32_t id[P][S];
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const uint32_t q = min(first + j * kEncTileThreads, pieces - 1);  // dead pieces repeat the last
     raw[j] = *reinterpret_cast<const Raw*>(xh + q * 4);
-    id[j] = __ldg(ids + q / kPiecesPerRow);
+#pragma unroll
+    for (int st = 0; st < S; ++st) id[j][st] = __ldg(ids + st * stage_ids + q / kPiecesPerRow);
   }
-  uint2 c[P];  // 4 bf16 centroid values
+  uint2 c[P][S];  // 4 bf16 centroid values a stage
 #pragma unroll
   for (int j = 0; j < P; ++j) {
-    const uint32_t q = min(first + j * kEncTileThreads, pieces - 1);
-    c[j] = __ldg(reinterpret_cast<const uint2*>(cent + id[j] * D + (q % kPiecesPerRow) * 4));
+    const uint32_t col = (min(first + j * kEncTileThreads, pieces - 1) % kPiecesPerRow) * 4;
+#pragma unroll
+    for (int st = 0; st < S; ++st)
+      c[j][st] = __ldg(reinterpret_cast<const uint2*>(cent + st * stage_cent + id[j][st] * D + col));
   }
-  float* o = out + head_vals;
+  uint16_t* o = out + head_vals;
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const uint32_t q = first + j * kEncTileThreads;
@@ -673,11 +658,14 @@ __global__ void __launch_bounds__(kEncTileThreads) residual_tile_kernel(const In
       word_as_float<InT>(raw[j], v);
     else
       word_as_float<InT>(make_uint4(raw[j].x, raw[j].y, 0u, 0u), v);
-    const float cv[4] = {__uint_as_float(c[j].x << 16), __uint_as_float(c[j].x & 0xFFFF0000u),
-                         __uint_as_float(c[j].y << 16), __uint_as_float(c[j].y & 0xFFFF0000u)};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = __fsub_rn(v[k], cv[k]);
-    *reinterpret_cast<float4*>(o + q * 4) = make_float4(v[0], v[1], v[2], v[3]);
+    for (int st = 0; st < S; ++st) {
+      const float cv[4] = {__uint_as_float(c[j][st].x << 16), __uint_as_float(c[j][st].x & 0xFFFF0000u),
+                           __uint_as_float(c[j][st].y << 16), __uint_as_float(c[j][st].y & 0xFFFF0000u)};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = __fsub_rn(v[k], cv[k]);
+    }
+    *reinterpret_cast<uint2*>(o + q * 4) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
   }
 }
 

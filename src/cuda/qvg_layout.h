@@ -9,6 +9,7 @@
 namespace qvg::cuda {
 
 constexpr int kValsPerThread = 16;  // each thread owns 16 consecutive values of a row
+constexpr int kTileMaxStages = 4;   // stages of the tiled decode and encode kernels
 
 /// Shape and format of one encoded QVG/RTN tensor on the device.
 struct QvgShape {
