@@ -173,11 +173,11 @@ TEST(QvgCodec, GivenCentroidsReproduceEncode) {
   EXPECT_EQ(a.enc.span_scales, b.span_scales);
 }
 
-// Stage 0 clusters X; a later stage clusters the BF16 rounding of the float
-// residual R (docs/FORMAT.md, Encode 1), while R itself stays float. Redone
-// here stage by stage with kmeans_ref on the rounded residual: the same
+// Stage 0 clusters X; stage s + 1 the BF16 points bf16(P_s - bf16(c_s)[ids])
+// (docs/FORMAT.md, Encode 1), while the residual R that is finally quantized
+// stays float. Redone here stage by stage with kmeans_ref: the same
 // centroids and ids, and the codes quantize the float R.
-TEST(QvgCodec, LaterStagesClusterTheBf16RoundedResidual) {
+TEST(QvgCodec, LaterStagesClusterBf16Points) {
   const HeadTensor x = clustered(2, 700, 64, 12, 8);
   const CodecConfig c = parse_codec_spec("qvg-pro:stages=3,centroids=16,iters=3");
   const EncodedTensor e = make_codec(c)->encode(x);
@@ -187,14 +187,8 @@ TEST(QvgCodec, LaterStagesClusterTheBf16RoundedResidual) {
   };
   int64_t rounded_differs = 0;  // the rounding must matter somewhere, or the test shows nothing
   for (int64_t h = 0; h < x.heads; ++h) {
-    std::vector<float> r(x.head(h), x.head(h) + n * d);
+    std::vector<float> pts(x.head(h), x.head(h) + n * d);
     for (int s = 0; s < c.stages; ++s) {
-      std::vector<float> pts = r;
-      if (s > 0)
-        for (float& v : pts) {
-          rounded_differs += round_bf16(v) != v;
-          v = round_bf16(v);
-        }
       KMeansParams kp = c.kmeans;
       kp.seed = qvg_kmeans_seed(c, s, h);
       const KMeansResult km = kmeans_ref(pts.data(), n, d, kp);
@@ -204,8 +198,11 @@ TEST(QvgCodec, LaterStagesClusterTheBf16RoundedResidual) {
       const uint8_t* ids = e.ids.data() + (s * x.heads + h) * n;
       ASSERT_TRUE(std::equal(km.ids.begin(), km.ids.end(), ids)) << "stage " << s << " head " << h;
       for (int64_t i = 0; i < n; ++i)
-        for (int64_t k = 0; k < d; ++k)
-          r[i * d + k] -= bf16_to_float(centroid(cbase + static_cast<size_t>(ids[i] * d + k)));
+        for (int64_t k = 0; k < d; ++k) {
+          const float v = pts[i * d + k] - bf16_to_float(centroid(cbase + static_cast<size_t>(ids[i] * d + k)));
+          rounded_differs += round_bf16(v) != v;
+          pts[i * d + k] = round_bf16(v);
+        }
     }
   }
   EXPECT_GT(rounded_differs, 0);

@@ -523,10 +523,12 @@ HeadTensor nested_blobs(int64_t h, int64_t n, int64_t d, int levels, int k, unsi
   return x;
 }
 
-// Several stages: stage s > 0 clusters the BF16 rounding of the float
-// residual on both sides (the GPU recomputes it from x), then the quantizer
-// takes x minus every stage: the same bytes as the CPU where no stage has
-// near-ties, for 2 to 4 stages (1 to 3 stages subtracted by the residual pass).
+// Several stages: stage s > 0 clusters the BF16 points bf16(P(s-1) -
+// bf16(c(s-1))) on both sides (on the GPU the last assignment of stage s - 1
+// writes them), then the quantizer takes x minus every stage (the float
+// chain): the same bytes as the CPU where no stage has near-ties, 2 to 4
+// stages, and the same again through the fp32 reference assignment (whose
+// points come from the separate residual pass).
 TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
@@ -534,8 +536,22 @@ TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
       const HeadTensor x = nested_blobs(2, 1200, d, stages, 4, static_cast<unsigned>(d + stages));
       const std::string spec = "qvg-pro:stages=" + std::to_string(stages) + ",centroids=4,iters=3";
       const CodecConfig c = parse_codec_spec(spec);
-      expect_same_parts(make_codec(c)->encode(x), make_codec(c, Backend::cuda)->encode(x),
-                        spec + " d=" + std::to_string(d));
+      const EncodedTensor cpu = make_codec(c)->encode(x);
+      expect_same_parts(cpu, make_codec(c, Backend::cuda)->encode(x), spec + " d=" + std::to_string(d));
+      if (stages == 3) {
+        const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
+        cuda::GpuKMeansOptions km;
+        km.params = c.kmeans;
+        km.fp32_assign = true;
+        cuda::DeviceBuffer<float> xf;
+        xf.upload(x.data.data(), x.data.size());
+        cuda::Encoder enc;
+        cuda::DeviceParts parts;
+        enc.encode(xf.get(), cuda::DeviceDType::f32, sh, km, parts, nullptr);
+        std::vector<uint8_t> ids(parts.ids.bytes());
+        QVG_CUDA_CHECK(cudaMemcpy(ids.data(), parts.ids.get(), ids.size(), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(ids, cpu.ids) << spec << " d=" << d << ": fp32 assignment";
+      }
     }
 }
 

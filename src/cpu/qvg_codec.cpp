@@ -98,7 +98,8 @@ class QvgCodec final : public Codec {
     const int64_t n = x.tokens, d = x.dim;
     parallel_for(x.heads, opt.threads, [&](int64_t h) {
       std::vector<float> r(x.head(h), x.head(h) + n * d);
-      std::vector<float> init, rk;
+      std::vector<float> init;
+      std::vector<float> pts = r;  // the points stage s clusters
       for (int s = 0; s < s_count; ++s) {
         KMeansParams kp = config_.kmeans;
         kp.seed = qvg_kmeans_seed(config_, s, h);
@@ -109,20 +110,19 @@ class QvgCodec final : public Codec {
           for (size_t k = 0; k < init.size(); ++k) init[k] = bf16_to_float(get_u16(warm->centroids, cbase + k));
           init_ptr = init.data();
         }
-        // Stage 0 clusters X as given; later stages the BF16 rounding of R
-        // (the precision of the input and of the stored centroids; half the
-        // bytes per pass on the GPU). R itself stays float: what is subtracted
-        // and finally quantized is exact.
-        const float* points = r.data();
-        if (s > 0) {
-          rk.resize(r.size());
-          std::transform(r.begin(), r.end(), rk.begin(), round_bf16);
-          points = rk.data();
-        }
-        KMeansResult km = kmeans_ref(points, n, d, kp, init_ptr);
+        KMeansResult km = kmeans_ref(pts.data(), n, d, kp, init_ptr);
         for (size_t k = 0; k < km.centroids.size(); ++k) put_u16(e.centroids, cbase + k, bf16_from_float(km.centroids[k]));
         std::copy(km.ids.begin(), km.ids.end(), e.ids.data() + (s * x.heads + h) * n);
         subtract_stage(e, h, s, r);
+        // Stage 0 clusters X as given, stage s + 1 the BF16 points
+        // bf16(points - bf16(c_s)[ids]): the precision of the input and of
+        // the stored centroids (and half the bytes a pass on the GPU, whose
+        // last assignment of a stage writes them). R stays float: what is
+        // subtracted and finally quantized is exact.
+        if (s + 1 < s_count) {
+          subtract_stage(e, h, s, pts);
+          std::transform(pts.begin(), pts.end(), pts.begin(), round_bf16);
+        }
         if (report) report->kmeans[static_cast<size_t>(s * x.heads + h)] = std::move(km.stats);
       }
       quantize_residual(e, h, r);

@@ -40,7 +40,8 @@
 //   even that cannot, the distances ||x - c||^2 in double (ties to the
 //   lower index); centroids equal to one of lower index never rank;
 // - want_dist: ||x - c||^2 of the pick in double (the convergence check's
-//   mean and the empty-cluster rule); want_resid: max |x - bf16(c)|.
+//   mean and the empty-cluster rule); want_resid: max |x - bf16(c)|, and
+//   the next stage's points bf16(x - bf16(c)) (AssignOutputs::next).
 // bf16 x is exact in the A fragments; f16 and float rows are read again.
 // So ids equal an exact assignment (ties to the lowest index) unless three
 // or more centroids of different values lie within the bound.
@@ -221,6 +222,7 @@ struct AssignOutputs {
   float* dist = nullptr;          ///< ||x - c_id||^2 (double, rounded); null: not computed
   unsigned* x_max = nullptr;      ///< max |x|
   unsigned* resid_max = nullptr;  ///< max |x - bf16(c_id)| (the quantizer's residual)
+  uint16_t* next = nullptr;       ///< [H][N][D] bf16(x - bf16(c_id)): the next stage's points; null: not written
 };
 
 /// One term of a squared distance in double: d += (x - c)^2. Every exact
@@ -373,7 +375,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   if constexpr (kWg && kHaveWgmma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
 
-  const bool want_dist = out.dist != nullptr, want_resid = out.resid_max != nullptr, want_xmax = out.x_max != nullptr;
+  const bool want_dist = out.dist != nullptr, want_xmax = out.x_max != nullptr;
+  const bool want_rmax = out.resid_max != nullptr, want_next = out.next != nullptr;
+  const bool want_resid = want_rmax || want_next;  // x - bf16(c) of the pick
   float x_max = 0.0f, r_max = 0.0f;
   // mma.sync: this lane's ldmatrix row address for B (centroid cp + (lane &
   // 7) + 8 (lane >> 4), logical chunk 2 j + ((lane >> 3) & 1)); the rest are
@@ -612,7 +616,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
           rerank = k1 - k2 <= bound;
         }
         if constexpr (kProbe == 1) rerank = false;
-        const bool need_r = live && want_resid;  // max |x - bf16(c)|
+        const bool need_r = live && want_resid;  // x - bf16(c): its max, the next points
         int pick = i1;
         if (kProbe != 1 && __any_sync(0xFFFFFFFFu, live && (want_dist || want_resid || rerank))) {
           float xv[D / 4];  // the lane's values of the row, chunk order
@@ -695,17 +699,26 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
           pick = second_wins ? i2 : i1;
           if (need_r) {
             // bf16(c) of the pick from shared memory: the value xv[8c + 2q + e]
-            // sits at logical position 16 (2c + q/2) + 8 (q & 1) + 2t + e
-            // (logical chunk 2 (2c + q/2) + (q & 1), element 2t + e).
+            // (dim 8 lane_chunk(t, c) + 2q + e) sits at logical position 16
+            // (2c + q/2) + 8 (q & 1) + 2t + e (logical chunk 2 (2c + q/2) +
+            // (q & 1), element 2t + e).
+            uint16_t* next_row = want_next ? out.next + (static_cast<int64_t>(h) * n_tokens + n) * D : nullptr;
 #pragma unroll
-            for (int c = 0; c < kLaneChunks; ++c)
+            for (int c = 0; c < kLaneChunks; ++c) {
+              uint32_t packed[4];
 #pragma unroll
               for (int q = 0; q < 4; ++q) {
                 const uint32_t wd = *reinterpret_cast<const uint32_t*>(
                     cs + core_chunk<D>(pick, 2 * (2 * c + (q >> 1)) + (q & 1)) + 2 * t);
-                r_max = fmaxf(r_max, fabsf(__fsub_rn(xv[8 * c + 2 * q], __uint_as_float(wd << 16))));
-                r_max = fmaxf(r_max, fabsf(__fsub_rn(xv[8 * c + 2 * q + 1], __uint_as_float(wd & 0xFFFF0000u))));
+                const float d0 = __fsub_rn(xv[8 * c + 2 * q], __uint_as_float(wd << 16));
+                const float d1 = __fsub_rn(xv[8 * c + 2 * q + 1], __uint_as_float(wd & 0xFFFF0000u));
+                r_max = fmaxf(r_max, fmaxf(fabsf(d0), fabsf(d1)));
+                packed[q] = pack_bf16x2(d0, d1);
               }
+              if (want_next)
+                __stwb(reinterpret_cast<uint4*>(next_row + lane_chunk(t, c) * 8),
+                       make_uint4(packed[0], packed[1], packed[2], packed[3]));
+            }
           }
         }
         if (live && t == 0) out.ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(pick);

@@ -99,19 +99,18 @@ void launch_quantize(const InT* x, const QvgShape& sh, QvgParts p, unsigned* hea
   check_launch();
 }
 
-/// out = bf16(x minus its sh.stages >= 1 stages) (D = 64 or 128: k-means):
-/// the points the next stage clusters.
+/// out = bf16(x minus its one stage) (sh.stages == 1; D = 64 or 128:
+/// k-means): the next stage's points, where the assignment does not write them.
 template <typename InT>
 void launch_residual(const InT* x, const QvgShape& sh, QvgParts p, uint16_t* out, cudaStream_t s) {
   if (encode_tile_ok(sh)) {
     constexpr int64_t kPerBlock = int64_t{kEncTileThreads} * kResidPieces;
     const dim3 grid(static_cast<unsigned>((sh.tokens * (sh.dim / 4) + kPerBlock - 1) / kPerBlock),
                     static_cast<unsigned>(sh.heads));
-    with_encode_tile(sh, [&](auto d, auto st) {
-      if constexpr (decltype(st)::value > 0)
-        residual_tile_kernel<InT, decltype(d)::value, decltype(st)::value, kResidPieces>
-            <<<grid, kEncTileThreads, 0, s>>>(x, sh, p, out);
-    });
+    if (sh.dim == 64)
+      residual_tile_kernel<InT, 64, kResidPieces><<<grid, kEncTileThreads, 0, s>>>(x, sh, p, out);
+    else
+      residual_tile_kernel<InT, 128, kResidPieces><<<grid, kEncTileThreads, 0, s>>>(x, sh, p, out);
   } else {
     const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kValsPerThread);
     residual_of_kernel<<<blocks_for(threads), kThreads, 0, s>>>(x, sh, p, out);
@@ -355,49 +354,44 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
   }
   if (stats) stats->assign(static_cast<size_t>(sh.stages) * sh.heads, KMeansStats{});
   QvgParts p = parts.view();
-  // Stage 0 clusters the input as it is (bf16 / f16 / f32: no float copy).
-  // The last stage's assignment also finds the quantizer's max |residual|.
+  // Stage 0 clusters the input as it is (bf16 / f16 / f32: no float copy);
+  // stage s > 0 the BF16 points bf16(points(s-1) - bf16(c(s-1))), which the
+  // last assignment of stage s - 1 writes (the CPU reference's rule). With
+  // one stage, that assignment also finds the quantizer's max |residual|.
+  const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
+  if (sh.stages > 1) {
+    points_.resize(static_cast<size_t>(values));
+    next_points_.resize(static_cast<size_t>(values));
+  }
+  uint16_t* next = sh.stages > 1 ? next_points_.get() : nullptr;
   unsigned* last_max = sh.stages == 1 ? head_max_.get() : nullptr;
-  bool max_ready = false;
+  StageResult r;
   switch (dtype) {
     case DeviceDType::f32:
-      max_ready = kmeans_stage(static_cast<const float*>(x), sh, 0, km, p, stream, stats, last_max);
+      r = kmeans_stage(static_cast<const float*>(x), sh, 0, km, p, stream, stats, last_max, next);
       break;
     case DeviceDType::bf16:
-      max_ready = kmeans_stage(static_cast<const __nv_bfloat16*>(x), sh, 0, km, p, stream, stats, last_max);
+      r = kmeans_stage(static_cast<const __nv_bfloat16*>(x), sh, 0, km, p, stream, stats, last_max, next);
       break;
     case DeviceDType::f16:
-      max_ready = kmeans_stage(static_cast<const __half*>(x), sh, 0, km, p, stream, stats, last_max);
+      r = kmeans_stage(static_cast<const __half*>(x), sh, 0, km, p, stream, stats, last_max, next);
       break;
   }
-  if (sh.stages == 1) {  // quantize x - c0, the stage subtracted on the fly
-    quantize_any(x, dtype, sh, p, head_max_.get(), max_ready, stream);
-    return;
-  }
-  // Stage s > 0 clusters bf16(x - c0 - ... - c(s-1)), the float chain
-  // rounded once (the CPU reference's rule), recomputed from x each time.
-  const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
-  resid_.resize(static_cast<size_t>(values));
   for (int s = 1; s < sh.stages; ++s) {
-    QvgShape upto = sh;
-    upto.stages = s;
-    switch (dtype) {
-      case DeviceDType::f32: launch_residual(static_cast<const float*>(x), upto, p, resid_.get(), stream); break;
-      case DeviceDType::bf16:
-        launch_residual(static_cast<const __nv_bfloat16*>(x), upto, p, resid_.get(), stream);
-        break;
-      case DeviceDType::f16: launch_residual(static_cast<const __half*>(x), upto, p, resid_.get(), stream); break;
-    }
-    kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(resid_.get()), sh, s, km, p, stream, stats, nullptr);
+    std::swap(points_, next_points_);  // points_: this stage's points
+    next = s + 1 < sh.stages ? next_points_.get() : nullptr;
+    r = kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(points_.get()), sh, s, km, p, stream, stats, nullptr,
+                     next);
   }
-  // Quantize x minus every stage. The last assignment saw the rounded
-  // residual, so the quantizer's max |residual| takes its own pass.
-  quantize_any(x, dtype, sh, p, head_max_.get(), false, stream);
+  // Quantize x minus every stage (the float chain). With several stages the
+  // assignments saw BF16 points, so the max |residual| takes its own pass.
+  quantize_any(x, dtype, sh, p, head_max_.get(), sh.stages == 1 && r.max_filled, stream);
 }
 
 template <typename T>
-bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
-                           cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max) {
+Encoder::StageResult Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km,
+                                           QvgParts parts, cudaStream_t stream, std::vector<KMeansStats>* stats,
+                                           unsigned* resid_max, uint16_t* next) {
   if (km.fp32_assign) resid_max = nullptr;
   const int H = sh.heads, C = sh.centroids, D = sh.dim;
   const int64_t N = sh.tokens;
@@ -405,8 +399,11 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   cent_.resize(static_cast<size_t>(H) * C * D);
   cnorm_.resize(static_cast<size_t>(H) * C);
   dist_.resize(static_cast<size_t>(H * N));
-  sums_.resize(static_cast<size_t>(H) * C * D);
-  counts_.resize(static_cast<size_t>(H) * C);
+  // The update's sums [H][C][D] and counts [H][C] in one buffer: one memset.
+  const int64_t n_sums = static_cast<int64_t>(H) * C * D;
+  sums_.resize(static_cast<size_t>(n_sums + (static_cast<int64_t>(H) * C + 1) / 2));
+  unsigned long long* sums = sums_.get();
+  int* counts = reinterpret_cast<int*>(sums + n_sums);
   kmeans_max_.resize(static_cast<size_t>(H));
   active_.resize(static_cast<size_t>(H));
   reseeded_.resize(static_cast<size_t>(H));
@@ -477,14 +474,16 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
 
   // Largest |x| of each head's points: the fixed-point quantum of the update
   // sums. The tensor-core assignment finds it on its first pass.
-  QVG_CUDA_CHECK(cudaMemsetAsync(kmeans_max_.get(), 0, kmeans_max_.bytes(), stream));
-  if (km.fp32_assign) {
+  if (km.fp32_assign) {  // (the tensor-core assignment zeroes and finds it itself)
+    QVG_CUDA_CHECK(cudaMemsetAsync(kmeans_max_.get(), 0, kmeans_max_.bytes(), stream));
     QvgShape flat = sh;
     flat.stages = 0;
     launch_absmax(data, flat, QvgParts{}, kmeans_max_.get(), stream);
   }
+  // Heads still iterating: all of them without the convergence check (null).
   std::vector<int> active_host(static_cast<size_t>(H), 1);
-  active_.upload(active_host.data(), active_host.size(), stream);
+  if (km.check_convergence) active_.upload(active_host.data(), active_host.size(), stream);
+  const int* active = km.check_convergence ? active_.get() : nullptr;
   QVG_CUDA_CHECK(cudaMemsetAsync(reseeded_.get(), 0, sizeof(int) * H, stream));
   // Exact distances of every row: the convergence check's mean (and the
   // fp32 assignment computes them anyway). Otherwise only the empty-cluster
@@ -498,9 +497,9 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
                                                                                                   cnorm_.get());
       check_launch();
       if (D == 64)
-        launch_assign<64>(data, N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+        launch_assign<64>(data, N, cent_.get(), cnorm_.get(), C, H, active, ids, dist_.get(), stream);
       else
-        launch_assign<128>(data, N, cent_.get(), cnorm_.get(), C, H, active_.get(), ids, dist_.get(), stream);
+        launch_assign<128>(data, N, cent_.get(), cnorm_.get(), C, H, active, ids, dist_.get(), stream);
     } else {
       AssignOutputs o;
       o.ids = ids;
@@ -508,11 +507,13 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
       o.x_max = first ? kmeans_max_.get() : nullptr;
       // The quantizer's max |residual| is that of the final assignment: with
       // a fixed iteration count only the last one needs it.
-      o.resid_max = (km.check_convergence || assignments == kp.max_iter + 1) ? resid_max : nullptr;
+      const bool may_be_last = km.check_convergence || assignments == kp.max_iter + 1;
+      o.resid_max = may_be_last ? resid_max : nullptr;
+      o.next = may_be_last ? next : nullptr;  // a head's last write is its final assignment's
       if (D == 64)
-        run_assign_tc<64>(data, N, cent_.get(), C, H, active_.get(), o, stream);
+        run_assign_tc<64>(data, N, cent_.get(), C, H, active, o, stream);
       else
-        run_assign_tc<128>(data, N, cent_.get(), C, H, active_.get(), o, stream);
+        run_assign_tc<128>(data, N, cent_.get(), C, H, active, o, stream);
     }
     if (km.check_convergence) {
       head_mse_kernel<<<H, 1024, 0, stream>>>(dist_.get(), N, D, mse_.get());
@@ -546,29 +547,26 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   for (int it = 1; it <= kp.max_iter; ++it) {
     if (km.check_convergence && std::none_of(active_host.begin(), active_host.end(), [](int a) { return a != 0; }))
       break;
-    QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
-    QVG_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream));
+    QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));  // and the counts
     if (D == 64)
-      launch_centroid_sum<64>(data, N, C, H, ids, kmeans_max_.get(), active_.get(), sums_.get(), counts_.get(), stream);
+      launch_centroid_sum<64>(data, N, C, H, ids, kmeans_max_.get(), active, sums, counts, stream);
     else
-      launch_centroid_sum<128>(data, N, C, H, ids, kmeans_max_.get(), active_.get(), sums_.get(), counts_.get(),
-                               stream);
+      launch_centroid_sum<128>(data, N, C, H, ids, kmeans_max_.get(), active, sums, counts, stream);
     if (!dist_in_assign) {  // distances to the old centroids, before the means replace them
       const dim3 grid(static_cast<unsigned>(std::min<int64_t>((N + 63) / 64, 16)), static_cast<unsigned>(H));
       if (D == 64)
-        dist_for_empty_kernel<64><<<grid, 256, 0, stream>>>(data, N, cent_.get(), C, ids, counts_.get(), active_.get(),
+        dist_for_empty_kernel<64><<<grid, 256, 0, stream>>>(data, N, cent_.get(), C, ids, counts, active,
                                                             dist_.get());
       else
-        dist_for_empty_kernel<128><<<grid, 256, 0, stream>>>(data, N, cent_.get(), C, ids, counts_.get(),
-                                                             active_.get(), dist_.get());
+        dist_for_empty_kernel<128><<<grid, 256, 0, stream>>>(data, N, cent_.get(), C, ids, counts, active,
+                                                             dist_.get());
       check_launch();
     }
-    centroid_mean_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(
-        sums_.get(), counts_.get(), H, N, D, C, kmeans_max_.get(), active_.get(), cent_.get());
+    centroid_mean_kernel<<<blocks_for(static_cast<int64_t>(H) * C * 32), kThreads, 0, stream>>>(
+        sums, counts, H, N, D, C, kmeans_max_.get(), active, cent_.get());
     check_launch();
-    QVG_CUDA_CHECK(cudaMemsetAsync(taken_.get(), 0, static_cast<size_t>(H * N), stream));
-    reseed_empty_kernel<T><<<H, 1024, 0, stream>>>(data, N, D, C, counts_.get(), dist_.get(),
-                                                active_.get(), taken_.get(), cent_.get(), reseeded_.get());
+    reseed_empty_kernel<T><<<H, 1024, 0, stream>>>(data, N, D, C, counts, dist_.get(), active, taken_.get(),
+                                                cent_.get(), reseeded_.get());
     check_launch();
     assign();
     record(it);
@@ -587,7 +585,15 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
       st.seconds = sec / H;
     }
   }
-  return resid_max != nullptr;
+  if (next && km.fp32_assign) {  // the tensor-core assignment writes them itself
+    QvgShape one = sh;
+    one.stages = 1;
+    QvgParts ps{};
+    ps.centroids = cent_bf16;
+    ps.ids = ids;
+    launch_residual(data, one, ps, next, stream);
+  }
+  return StageResult{resid_max != nullptr};
 }
 
 void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s, DecodeKernel kernel) {

@@ -117,20 +117,26 @@ class Encoder {
   void quantize_given(const void* x, DeviceDType dtype, const QvgShape& sh, DeviceParts& parts, cudaStream_t stream);
 
  private:
-  /// k-means of one stage on `data` ([H][N][D]: the input for stage 0, the
-  /// BF16-rounded residual after it). resid_max (optional, [H]): per head,
-  /// max |data - bf16(centroid)| over the final assignment, as float bits —
-  /// the quantizer's span-scale input when this is the only stage; returns
-  /// whether it was filled (the tensor-core assignment fills it).
+  struct StageResult {
+    bool max_filled = false;  ///< resid_max holds the maximum
+  };
+  /// k-means of one stage on `data` ([H][N][D]: the input for stage 0, BF16
+  /// points after it), writing the stage's ids and BF16 centroids into
+  /// parts. resid_max (optional, [H]): per head, max |data - bf16(centroid)|
+  /// over the final assignment, as float bits — the quantizer's span-scale
+  /// input when this is the only stage; filled by the tensor-core
+  /// assignment only (StageResult). next (optional, [H][N][D] BF16): the
+  /// next stage's points bf16(data - bf16(centroid)), always written.
   template <typename T>
-  bool kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
-                    cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max = nullptr);
-  DeviceBuffer<uint16_t> resid_;  // BF16 points of stages 1..S-1
+  StageResult kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
+                           cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max,
+                           uint16_t* next);
+  DeviceBuffer<uint16_t> points_, next_points_;  // BF16 points of stages 1..S-1
   DeviceBuffer<float> cent_, cnorm_, dist_;
   DeviceBuffer<uint32_t> head_max_, kmeans_max_;
   DeviceBuffer<unsigned long long> sums_;
   DeviceBuffer<uint8_t> taken_;
-  DeviceBuffer<int> counts_, active_, reseeded_;
+  DeviceBuffer<int> active_, reseeded_;
   DeviceBuffer<double> mse_;
   DeviceBuffer<int64_t> rows_, pp_first_;
   DeviceBuffer<int> pp_rows_;                  // k-means++ samples [H][m]

@@ -570,7 +570,8 @@ __global__ void decode_rows_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ o
 }
 
 /// out = bf16(x minus its stages) (sh.stages of them: the float chain of
-/// load_residual16, rounded once): the points the next stage clusters.
+/// load_residual16, rounded once); with one stage, the next stage's points
+/// (where the assignment does not write them).
 /// Grid: one thread per 16 values.
 template <typename InT>
 __global__ void residual_of_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts p, uint16_t* __restrict__ out) {
@@ -606,47 +607,41 @@ static __global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int h
   o[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
-/// out = bf16(x minus its S stages), as residual_of_kernel (the same float
-/// chain, rounded once). Tiled like residual_absmax_tile_kernel, but in
-/// pieces of 4 values (one 8-byte store) with consecutive lanes on
-/// consecutive pieces, so every warp load and store is contiguous: with 16
-/// values per lane (stores 64 bytes apart) a float version of this pass ran
-/// at ~60 % of copy bandwidth; nothing here needs a lane to own a
-/// quantization block. Each thread owns P pieces, 256 apart, and issues the
-/// loads of x and the ids, then those of the centroids, before any
-/// arithmetic. Grid: (ceil(N * D/4 / (256 P)), H); block 256.
-template <typename InT, int D, int S, int P>
+/// out = bf16(x minus its one stage), as residual_of_kernel. Tiled like
+/// residual_absmax_tile_kernel, but in pieces of 4 values (one 8-byte
+/// store) with consecutive lanes on consecutive pieces, so every warp load
+/// and store is contiguous (with 16 values per lane, stores 64 bytes apart,
+/// a float version of this pass ran at ~60 % of copy bandwidth); nothing
+/// here needs a lane to own a quantization block. Each thread owns P
+/// pieces, 256 apart, and issues the loads of x and the ids, then those of
+/// the centroids, before any arithmetic. Grid: (ceil(N * D/4 / (256 P)), H);
+/// block 256.
+template <typename InT, int D, int P>
 __global__ void __launch_bounds__(kEncTileThreads) residual_tile_kernel(const InT* __restrict__ x, QvgShape sh,
                                                                        QvgParts p, uint16_t* __restrict__ out) {
-  static_assert(D == 64 || D == 128, "stages need D = 64 or 128");
-  static_assert(S >= 1 && S <= kTileMaxStages, "tiled residual: 1 to 4 stages");
+  static_assert(D == 64 || D == 128, "a stage needs D = 64 or 128");
   constexpr uint32_t kPiecesPerRow = D / 4;
   using Raw = std::conditional_t<sizeof(InT) == 4, uint4, uint2>;  // 4 values of x
   const int h = blockIdx.y;
   const uint32_t pieces = static_cast<uint32_t>(sh.tokens) * kPiecesPerRow;
   const uint32_t first = blockIdx.x * (kEncTileThreads * P) + threadIdx.x;
   const int64_t head_vals = static_cast<int64_t>(h) * sh.tokens * D;
-  const int64_t stage_ids = static_cast<int64_t>(sh.heads) * sh.tokens;
-  const int64_t stage_cent = static_cast<int64_t>(sh.heads) * sh.centroids * D;
   const InT* xh = x + head_vals;
   const uint8_t* ids = p.ids + static_cast<int64_t>(h) * sh.tokens;
   const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D;
   Raw raw[P];
-  uint32_t id[P][S];
+  uint32_t id[P];
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const uint32_t q = min(first + j * kEncTileThreads, pieces - 1);  // dead pieces repeat the last
     raw[j] = *reinterpret_cast<const Raw*>(xh + q * 4);
-#pragma unroll
-    for (int st = 0; st < S; ++st) id[j][st] = __ldg(ids + st * stage_ids + q / kPiecesPerRow);
+    id[j] = __ldg(ids + q / kPiecesPerRow);
   }
-  uint2 c[P][S];  // 4 bf16 centroid values a stage
+  uint2 c[P];  // 4 bf16 centroid values
 #pragma unroll
   for (int j = 0; j < P; ++j) {
-    const uint32_t col = (min(first + j * kEncTileThreads, pieces - 1) % kPiecesPerRow) * 4;
-#pragma unroll
-    for (int st = 0; st < S; ++st)
-      c[j][st] = __ldg(reinterpret_cast<const uint2*>(cent + st * stage_cent + id[j][st] * D + col));
+    const uint32_t q = min(first + j * kEncTileThreads, pieces - 1);
+    c[j] = __ldg(reinterpret_cast<const uint2*>(cent + id[j] * D + (q % kPiecesPerRow) * 4));
   }
   uint16_t* o = out + head_vals;
 #pragma unroll
@@ -658,13 +653,10 @@ __global__ void __launch_bounds__(kEncTileThreads) residual_tile_kernel(const In
       word_as_float<InT>(raw[j], v);
     else
       word_as_float<InT>(make_uint4(raw[j].x, raw[j].y, 0u, 0u), v);
+    const float cv[4] = {__uint_as_float(c[j].x << 16), __uint_as_float(c[j].x & 0xFFFF0000u),
+                         __uint_as_float(c[j].y << 16), __uint_as_float(c[j].y & 0xFFFF0000u)};
 #pragma unroll
-    for (int st = 0; st < S; ++st) {
-      const float cv[4] = {__uint_as_float(c[j][st].x << 16), __uint_as_float(c[j][st].x & 0xFFFF0000u),
-                           __uint_as_float(c[j][st].y << 16), __uint_as_float(c[j][st].y & 0xFFFF0000u)};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = __fsub_rn(v[k], cv[k]);
-    }
+    for (int k = 0; k < 4; ++k) v[k] = __fsub_rn(v[k], cv[k]);
     *reinterpret_cast<uint2*>(o + q * 4) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
   }
 }
