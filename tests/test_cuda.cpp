@@ -79,6 +79,41 @@ TEST(Cuda, QuantizeGivenCentroidsIsByteIdentical) {
       }
 }
 
+// Values at and next to the rounding boundaries of the quantizer (x / s +
+// h at half-integers, and within 2^-24 .. 2^-10 of them on both sides):
+// the GPU's fast quantizer (quantize16) must give quantize_value's codes, by
+// its own rounding or by redoing the unit. Each block of 16 holds a 1, its
+// largest magnitude (so s = 1 / L up to the scale's rounding), and 15
+// values x = (k + 1/2 - h) / L + delta within [-1, 1]; INT2 and INT4, both
+// level rules, FP8 and FP16 scales.
+TEST(Cuda, QuantizeAtRoundingBoundariesIsByteIdentical) {
+  REQUIRE_GPU();
+  const float deltas[] = {0.0f, 0x1p-24f, -0x1p-24f, 0x1p-20f, -0x1p-20f, 0x1p-16f, -0x1p-16f,
+                          0x1p-14f, -0x1p-14f, 0x1p-12f, -0x1p-12f, 0x1p-10f, -0x1p-10f};
+  for (const std::string spec : {"rtn:block=16", "rtn-int4:block=16", "rtn:levels=midrise,block=16",
+                                 "rtn-int4:levels=midrise,block=16", "rtn-int4:block=16,scale=fp16"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    const bool sym = c.levels == LevelRule::symmetric;
+    const float lmax = sym ? static_cast<float>((1 << (c.bits - 1)) - 1) : 0.5f * static_cast<float>((1 << c.bits) - 1);
+    const float h = sym ? 0.0f : lmax;
+    const int codes = 1 << c.bits;
+    HeadTensor x(2, 80, 64);
+    std::mt19937 gen(static_cast<unsigned>(c.bits * 3 + (sym ? 0 : 1)));
+    for (int64_t hh = 0; hh < x.heads; ++hh)
+      for (int64_t n = 0; n < x.tokens; ++n)
+        for (int64_t k = 0; k < x.dim; ++k) {
+          if (k % 16 == 0) {
+            x.at(hh, n, k) = (n + k) % 2 ? 1.0f : -1.0f;
+            continue;
+          }
+          const int step = static_cast<int>(gen() % (codes + 2)) - 1 - (sym ? codes / 2 : 0);
+          const float v = (static_cast<float>(step) + 0.5f - h) / lmax + deltas[gen() % 13];
+          x.at(hh, n, k) = std::fmin(std::fmax(v, -1.0f), 1.0f);
+        }
+    expect_same_parts(make_codec(c)->encode(x), make_codec(c, Backend::cuda)->encode(x), spec);
+  }
+}
+
 // The GPU encode takes the quantizer's span scale from its last k-means
 // assignment (max |x - bf16(c)| found in the same pass) instead of a separate
 // pass: its bytes must equal quantizing its own centroids and ids on the CPU
