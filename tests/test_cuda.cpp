@@ -15,6 +15,7 @@
 #include "qvg/cuda.h"
 #include "qvg/data.h"
 #include "qvg/fixed_sum.h"
+#include "qvg/fp8.h"
 #include "qvg/half.h"
 #include "qvg/kmeans.h"
 #include "qvg/metrics.h"
@@ -110,6 +111,39 @@ TEST(Cuda, QuantizeAtRoundingBoundariesIsByteIdentical) {
           const float v = (static_cast<float>(step) + 0.5f - h) / lmax + deltas[gen() % 13];
           x.at(hh, n, k) = std::fmin(std::fmax(v, -1.0f), 1.0f);
         }
+    expect_same_parts(make_codec(c)->encode(x), make_codec(c, Backend::cuda)->encode(x), spec);
+  }
+}
+
+// Block scales at every FP8 E4M3 value and at every midpoint between two
+// neighbours (the ties of round-to-nearest-even), subnormal to 448, and
+// just beside them: the GPU's scale encode (the hardware conversion) must
+// store the CPU's bytes. INT2 symmetric (L = 1) with one block of maximum
+// 448 makes the span 1, so a block's scale is its maximum exactly; INT4
+// and FP16 scales take the division path.
+TEST(Cuda, BlockScalesAtFp8TiesAreByteIdentical) {
+  REQUIRE_GPU();
+  std::vector<float> maxima;
+  for (int c = 1; c < 0x7F; ++c) {
+    const float v = fp8_e4m3_to_float(static_cast<uint8_t>(c)), next = fp8_e4m3_to_float(static_cast<uint8_t>(c + 1));
+    maxima.push_back(v);
+    if (c + 1 < 0x7F) {
+      const float mid = 0.5f * (v + next);  // exact: one more bit than E4M3 has
+      for (float m : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) maxima.push_back(m);
+    }
+  }
+  maxima.push_back(0.5f * fp8_e4m3_to_float(1));  // half the smallest subnormal: a tie with 0
+  maxima.push_back(460.0f);                        // between 448 and the format's edge
+  const int64_t blocks = static_cast<int64_t>(maxima.size()) + 1;
+  HeadTensor x(1, (blocks + 3) / 4, 64);  // four blocks of 16 a row
+  std::mt19937 gen(9);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t b = 0; b < x.tokens * 4; ++b) {
+    const float m = b == 0 ? 448.0f : b <= static_cast<int64_t>(maxima.size()) ? maxima[b - 1] : 0.0f;
+    for (int k = 0; k < 16; ++k) x.data[b * 16 + k] = k == 5 ? m : m * u(gen);
+  }
+  for (const std::string spec : {"rtn:block=16", "rtn-int4:block=16", "rtn:block=16,scale=fp16"}) {
+    const CodecConfig c = parse_codec_spec(spec);
     expect_same_parts(make_codec(c)->encode(x), make_codec(c, Backend::cuda)->encode(x), spec);
   }
 }
