@@ -133,7 +133,8 @@ TEST(Cuda, BlockScalesAtFp8TiesAreByteIdentical) {
     }
   }
   maxima.push_back(0.5f * fp8_e4m3_to_float(1));  // half the smallest subnormal: a tie with 0
-  maxima.push_back(460.0f);                        // between 448 and the format's edge
+  // (Nothing above 448: the largest block scale sets the span, so that r =
+  // scale / span never exceeds 448 by more than a rounding.)
   const int64_t blocks = static_cast<int64_t>(maxima.size()) + 1;
   HeadTensor x(1, (blocks + 3) / 4, 64);  // four blocks of 16 a row
   std::mt19937 gen(9);
@@ -152,8 +153,8 @@ TEST(Cuda, BlockScalesAtFp8TiesAreByteIdentical) {
 // assignment (max |x - bf16(c)| found in the same pass) instead of a separate
 // pass: its bytes must equal quantizing its own centroids and ids on the CPU
 // (the reference), for one stage and for four (where the later stages
-// cluster the BF16-rounded residual and the span scale takes its own pass),
-// INT2 and INT4, bf16 input and float.
+// cluster BF16 points and the span scale takes its own pass), INT2 and INT4,
+// bf16 input and float.
 TEST(Cuda, EncodeEqualsQuantizingItsOwnCentroids) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
@@ -621,6 +622,44 @@ TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
         QVG_CUDA_CHECK(cudaMemcpy(ids.data(), parts.ids.get(), ids.size(), cudaMemcpyDeviceToHost));
         EXPECT_EQ(ids, cpu.ids) << spec << " d=" << d << ": fp32 assignment";
       }
+    }
+}
+
+// The benchmarks' setting, fixed iterations with no host synchronisation
+// (no head list, the next stage's points written by the last assignment
+// only, dist_for_empty and the reseed on the shared sums/counts buffer),
+// against the CPU reference with tol = 0 (it stops only once the error no
+// longer drops, when further iterations change nothing): the same bytes on
+// blobs inside blobs, one and three stages, D = 64 and 128, bf16 input.
+TEST(Cuda, FixedIterationEncodeMatchesCpu) {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (const std::string spec : {"qvg:centroids=4,iters=3,tol=0", "qvg-pro:stages=3,centroids=4,iters=3,tol=0"}) {
+      const CodecConfig c = parse_codec_spec(spec);
+      HeadTensor x = nested_blobs(2, 1100, d, c.stages, 4, static_cast<unsigned>(7 * d + c.stages));
+      std::vector<uint16_t> h(x.data.size());
+      for (size_t i = 0; i < h.size(); ++i) {
+        h[i] = bf16_from_float(x.data[i]);
+        x.data[i] = bf16_to_float(h[i]);
+      }
+      const EncodedTensor cpu = make_codec(c)->encode(x);
+      cuda::DeviceBuffer<uint16_t> xd;
+      xd.upload(h.data(), h.size());
+      cuda::Encoder enc;
+      cuda::DeviceParts parts;
+      enc.encode(xd.get(), cuda::DeviceDType::bf16, cuda::make_shape(c, x.heads, x.tokens, x.dim),
+                 cuda::GpuKMeansOptions::fixed_iterations(c.kmeans), parts, nullptr);
+      auto bytes = [](const auto& buf) {
+        std::vector<uint8_t> v(buf.bytes());
+        if (!v.empty()) QVG_CUDA_CHECK(cudaMemcpy(v.data(), buf.get(), v.size(), cudaMemcpyDeviceToHost));
+        return v;
+      };
+      const std::string what = spec + " d=" + std::to_string(d);
+      EXPECT_EQ(bytes(parts.ids), cpu.ids) << what;
+      EXPECT_EQ(bytes(parts.centroids), cpu.centroids) << what;
+      EXPECT_EQ(bytes(parts.codes), cpu.codes) << what;
+      EXPECT_EQ(bytes(parts.scales), cpu.scales) << what;
+      EXPECT_EQ(bytes(parts.span_scales), cpu.span_scales) << what;
     }
 }
 

@@ -413,7 +413,7 @@ Encoder::StageResult Encoder::kmeans_stage(const T* data, const QvgShape& sh, in
   uint16_t* cent_bf16 = parts.centroids + static_cast<int64_t>(stage) * H * C * D;
 
   // Start: warm (previous span's BF16 centroids), random rows (same rows as
-  // the CPU), or k-means++ on the residual (the CPU reference's rule).
+  // the CPU), or k-means++ on the stage's points (the CPU reference's rule).
   KMeansParams kp = km.params;
   CodecConfig seeds;
   seeds.kmeans.seed = kp.seed;

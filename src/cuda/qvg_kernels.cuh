@@ -199,7 +199,7 @@ __global__ void quantize_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts
 // ---------------------------------------------------------------------------
 // Tiled encode passes, the geometry of decode_tile_kernel: the head is
 // blockIdx.y, in-head offsets are 32-bit (the host checks tokens * D < 2^30;
-// the kernels above cover larger heads and more than one stage), and each
+// the kernels above cover larger heads and more than four stages), and each
 // thread owns U units of 16 values, 256 units apart, with all of its loads
 // issued before any arithmetic. The kernels above ran at ~1 TB/s on 64-bit
 // index arithmetic and one dependent chain of loads per thread. Unit i of a
