@@ -99,7 +99,7 @@ class QvgCodec final : public Codec {
     parallel_for(x.heads, opt.threads, [&](int64_t h) {
       std::vector<float> r(x.head(h), x.head(h) + n * d);
       std::vector<float> init;
-      std::vector<float> pts = r;  // the points stage s clusters
+      std::vector<float> pts;  // the points of stages 1.. (stage 0 clusters r = X itself)
       for (int s = 0; s < s_count; ++s) {
         KMeansParams kp = config_.kmeans;
         kp.seed = qvg_kmeans_seed(config_, s, h);
@@ -110,7 +110,7 @@ class QvgCodec final : public Codec {
           for (size_t k = 0; k < init.size(); ++k) init[k] = bf16_to_float(get_u16(warm->centroids, cbase + k));
           init_ptr = init.data();
         }
-        KMeansResult km = kmeans_ref(pts.data(), n, d, kp, init_ptr);
+        KMeansResult km = kmeans_ref(s == 0 ? r.data() : pts.data(), n, d, kp, init_ptr);
         for (size_t k = 0; k < km.centroids.size(); ++k) put_u16(e.centroids, cbase + k, bf16_from_float(km.centroids[k]));
         std::copy(km.ids.begin(), km.ids.end(), e.ids.data() + (s * x.heads + h) * n);
         subtract_stage(e, h, s, r);
@@ -120,7 +120,10 @@ class QvgCodec final : public Codec {
         // last assignment of a stage writes them). R stays float: what is
         // subtracted and finally quantized is exact.
         if (s + 1 < s_count) {
-          subtract_stage(e, h, s, pts);
+          if (s == 0)
+            pts = r;  // X - bf16(c_0), the same subtractions
+          else
+            subtract_stage(e, h, s, pts);
           std::transform(pts.begin(), pts.end(), pts.begin(), round_bf16);
         }
         if (report) report->kmeans[static_cast<size_t>(s * x.heads + h)] = std::move(km.stats);
