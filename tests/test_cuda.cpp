@@ -285,17 +285,10 @@ TEST(Cuda, HalfInputsEncodeLikeTheirFloatValues) {
       cuda::DeviceParts p1, p2;
       e1.encode(xh.get(), bf16 ? cuda::DeviceDType::bf16 : cuda::DeviceDType::f16, sh, km, p1, nullptr);
       e2.encode(xf.get(), cuda::DeviceDType::f32, sh, km, p2, nullptr);
-      auto bytes = [](const auto& buf) {
-        std::vector<uint8_t> v(buf.bytes());
-        if (!v.empty()) QVG_CUDA_CHECK(cudaMemcpy(v.data(), buf.get(), v.size(), cudaMemcpyDeviceToHost));
-        return v;
-      };
-      const std::string what = spec + (bf16 ? " bf16" : " f16");
-      EXPECT_EQ(bytes(p1.codes), bytes(p2.codes)) << what;
-      EXPECT_EQ(bytes(p1.scales), bytes(p2.scales)) << what;
-      EXPECT_EQ(bytes(p1.span_scales), bytes(p2.span_scales)) << what;
-      EXPECT_EQ(bytes(p1.centroids), bytes(p2.centroids)) << what;
-      EXPECT_EQ(bytes(p1.ids), bytes(p2.ids)) << what;
+      EncodedTensor b1, b2;
+      cuda::download_parts(p1, b1, nullptr);
+      cuda::download_parts(p2, b2, nullptr);
+      expect_same_parts(b1, b2, spec + (bf16 ? " bf16" : " f16"));
     }
 }
 
@@ -618,9 +611,9 @@ TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
         cuda::Encoder enc;
         cuda::DeviceParts parts;
         enc.encode(xf.get(), cuda::DeviceDType::f32, sh, km, parts, nullptr);
-        std::vector<uint8_t> ids(parts.ids.bytes());
-        QVG_CUDA_CHECK(cudaMemcpy(ids.data(), parts.ids.get(), ids.size(), cudaMemcpyDeviceToHost));
-        EXPECT_EQ(ids, cpu.ids) << spec << " d=" << d << ": fp32 assignment";
+        EncodedTensor got;
+        cuda::download_parts(parts, got, nullptr);
+        EXPECT_EQ(got.ids, cpu.ids) << spec << " d=" << d << ": fp32 assignment";
       }
     }
 }
@@ -649,17 +642,9 @@ TEST(Cuda, FixedIterationEncodeMatchesCpu) {
       cuda::DeviceParts parts;
       enc.encode(xd.get(), cuda::DeviceDType::bf16, cuda::make_shape(c, x.heads, x.tokens, x.dim),
                  cuda::GpuKMeansOptions::fixed_iterations(c.kmeans), parts, nullptr);
-      auto bytes = [](const auto& buf) {
-        std::vector<uint8_t> v(buf.bytes());
-        if (!v.empty()) QVG_CUDA_CHECK(cudaMemcpy(v.data(), buf.get(), v.size(), cudaMemcpyDeviceToHost));
-        return v;
-      };
-      const std::string what = spec + " d=" + std::to_string(d);
-      EXPECT_EQ(bytes(parts.ids), cpu.ids) << what;
-      EXPECT_EQ(bytes(parts.centroids), cpu.centroids) << what;
-      EXPECT_EQ(bytes(parts.codes), cpu.codes) << what;
-      EXPECT_EQ(bytes(parts.scales), cpu.scales) << what;
-      EXPECT_EQ(bytes(parts.span_scales), cpu.span_scales) << what;
+      EncodedTensor got;
+      cuda::download_parts(parts, got, nullptr);
+      expect_same_parts(cpu, got, spec + " d=" + std::to_string(d));
     }
 }
 

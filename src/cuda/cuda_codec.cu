@@ -16,23 +16,9 @@ using cuda::DeviceBuffer;
 using cuda::DeviceDType;
 using cuda::DeviceParts;
 
-template <typename T>
-void download_bytes(const DeviceBuffer<T>& src, std::vector<uint8_t>& dst, cudaStream_t s) {
-  dst.resize(src.bytes());
-  if (!dst.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.get(), dst.size(), cudaMemcpyDeviceToHost, s));
-}
-
+using cuda::download_parts;
 using cuda::upload_bytes;
 using cuda::upload_parts;
-
-void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s) {
-  download_bytes(d.codes, e.codes, s);
-  download_bytes(d.scales, e.scales, s);
-  download_bytes(d.span_scales, e.span_scales, s);
-  download_bytes(d.centroids, e.centroids, s);
-  download_bytes(d.ids, e.ids, s);
-  QVG_CUDA_CHECK(cudaStreamSynchronize(s));
-}
 
 void check_device() {
   std::string why;

@@ -286,6 +286,15 @@ void upload_parts(const EncodedTensor& e, const QvgShape& sh, DeviceParts& d, cu
   upload_bytes(d.ids, e.ids, s);
 }
 
+void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s) {
+  download_bytes(d.codes, e.codes, s);
+  download_bytes(d.scales, e.scales, s);
+  download_bytes(d.span_scales, e.span_scales, s);
+  download_bytes(d.centroids, e.centroids, s);
+  download_bytes(d.ids, e.ids, s);
+  QVG_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
 QvgParts DeviceParts::view() const {
   return QvgParts{codes.get(), scales.get(), span_scales.get(), centroids.get(), ids.get()};
 }
@@ -366,33 +375,31 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
   }
   uint16_t* next = sh.stages > 1 ? next_points_.get() : nullptr;
   unsigned* last_max = sh.stages == 1 ? head_max_.get() : nullptr;
-  StageResult r;
+  bool max_ready = false;
   switch (dtype) {
     case DeviceDType::f32:
-      r = kmeans_stage(static_cast<const float*>(x), sh, 0, km, p, stream, stats, last_max, next);
+      max_ready = kmeans_stage(static_cast<const float*>(x), sh, 0, km, p, stream, stats, last_max, next);
       break;
     case DeviceDType::bf16:
-      r = kmeans_stage(static_cast<const __nv_bfloat16*>(x), sh, 0, km, p, stream, stats, last_max, next);
+      max_ready = kmeans_stage(static_cast<const __nv_bfloat16*>(x), sh, 0, km, p, stream, stats, last_max, next);
       break;
     case DeviceDType::f16:
-      r = kmeans_stage(static_cast<const __half*>(x), sh, 0, km, p, stream, stats, last_max, next);
+      max_ready = kmeans_stage(static_cast<const __half*>(x), sh, 0, km, p, stream, stats, last_max, next);
       break;
   }
   for (int s = 1; s < sh.stages; ++s) {
     std::swap(points_, next_points_);  // points_: this stage's points
     next = s + 1 < sh.stages ? next_points_.get() : nullptr;
-    r = kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(points_.get()), sh, s, km, p, stream, stats, nullptr,
-                     next);
+    kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(points_.get()), sh, s, km, p, stream, stats, nullptr, next);
   }
   // Quantize x minus every stage (the float chain). With several stages the
   // assignments saw BF16 points, so the max |residual| takes its own pass.
-  quantize_any(x, dtype, sh, p, head_max_.get(), sh.stages == 1 && r.max_filled, stream);
+  quantize_any(x, dtype, sh, p, head_max_.get(), max_ready, stream);
 }
 
 template <typename T>
-Encoder::StageResult Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km,
-                                           QvgParts parts, cudaStream_t stream, std::vector<KMeansStats>* stats,
-                                           unsigned* resid_max, uint16_t* next) {
+bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
+                           cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max, uint16_t* next) {
   if (km.fp32_assign) resid_max = nullptr;
   const int H = sh.heads, C = sh.centroids, D = sh.dim;
   const int64_t N = sh.tokens;
@@ -600,7 +607,7 @@ Encoder::StageResult Encoder::kmeans_stage(const T* data, const QvgShape& sh, in
     ps.ids = ids;
     launch_residual(data, one, ps, next, stream);
   }
-  return StageResult{resid_max != nullptr};
+  return resid_max != nullptr;
 }
 
 void decode(const QvgShape& sh, QvgParts p, void* out, DeviceDType dtype, cudaStream_t s, DecodeKernel kernel) {

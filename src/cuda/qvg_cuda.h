@@ -38,9 +38,19 @@ void upload_bytes(DeviceBuffer<T>& dst, const std::vector<uint8_t>& src, cudaStr
   if (!src.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.data(), src.size(), cudaMemcpyHostToDevice, s));
 }
 
+/// A device buffer's bytes -> dst (resized to them). Stream-ordered.
+template <typename T>
+void download_bytes(const DeviceBuffer<T>& src, std::vector<uint8_t>& dst, cudaStream_t s) {
+  dst.resize(src.bytes());
+  if (!dst.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.get(), dst.size(), cudaMemcpyDeviceToHost, s));
+}
+
 /// The parts of an encoded qvg / rtn tensor (host) into device buffers
 /// allocated for sh. Stream-ordered.
 void upload_parts(const EncodedTensor& e, const QvgShape& sh, DeviceParts& d, cudaStream_t s);
+/// The reverse: every part of d into e's byte vectors; returns once they are
+/// on the host (synchronises s).
+void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s);
 
 /// The shape struct of a config and tensor dims; validates (qvg::Error).
 QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim);
@@ -117,20 +127,16 @@ class Encoder {
   void quantize_given(const void* x, DeviceDType dtype, const QvgShape& sh, DeviceParts& parts, cudaStream_t stream);
 
  private:
-  struct StageResult {
-    bool max_filled = false;  ///< resid_max holds the maximum
-  };
   /// k-means of one stage on `data` ([H][N][D]: the input for stage 0, BF16
   /// points after it), writing the stage's ids and BF16 centroids into
   /// parts. resid_max (optional, [H]): per head, max |data - bf16(centroid)|
   /// over the final assignment, as float bits — the quantizer's span-scale
-  /// input when this is the only stage; filled by the tensor-core
-  /// assignment only (StageResult). next (optional, [H][N][D] BF16): the
+  /// input when this is the only stage; returns whether it was filled (the
+  /// tensor-core assignment fills it). next (optional, [H][N][D] BF16): the
   /// next stage's points bf16(data - bf16(centroid)), always written.
   template <typename T>
-  StageResult kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
-                           cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max,
-                           uint16_t* next);
+  bool kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
+                    cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max, uint16_t* next);
   DeviceBuffer<uint16_t> points_, next_points_;  // BF16 points of stages 1..S-1
   DeviceBuffer<float> cent_, cnorm_, dist_;
   DeviceBuffer<uint32_t> head_max_, kmeans_max_;
