@@ -149,6 +149,48 @@ TEST(Cuda, BlockScalesAtFp8TiesAreByteIdentical) {
   }
 }
 
+#if QVG_WITH_CUDA
+// Device code encodes FP8 with the hardware conversion (fp8_e4m3_from_float's
+// device branch): it must give the rule's byte (the specification, the CPU's
+// encoding) for every float. On the device, all 2^32 bit patterns against the
+// rule run there; then the device encode of every 251st pattern and of the
+// edge values against the host rule (so a device build of the rule that went
+// wrong with the hardware would not pass unnoticed).
+TEST(Cuda, Fp8HardwareEncodeEqualsRuleOnEveryFloat) {
+  REQUIRE_GPU();
+  uint32_t first = 0;
+  EXPECT_EQ(cuda::fp8_e4m3_rule_mismatches(&first, nullptr), 0u) << "lowest differing bits 0x" << std::hex << first;
+  std::vector<float> x;
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 251) {
+    const uint32_t b = static_cast<uint32_t>(u);
+    float v;
+    std::memcpy(&v, &b, 4);
+    x.push_back(v);
+  }
+  for (int c = 0; c < 0x7F; ++c) {  // every midpoint and its neighbours, both signs
+    const float v = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    const float mid = 0.5f * (v + (c + 1 < 0x7F ? fp8_e4m3_to_float(static_cast<uint8_t>(c + 1)) : 480.0f));
+    for (float m : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
+      x.push_back(m);
+      x.push_back(-m);
+    }
+  }
+  for (float m : {INFINITY, -INFINITY, NAN, -NAN, 464.0f, 465.0f, 1e30f, 0.0009765625f, 0.00097656256f})
+    x.push_back(m);
+  cuda::DeviceBuffer<float> xd;
+  xd.upload(x.data(), x.size());
+  cuda::DeviceBuffer<uint8_t> yd(x.size());
+  cuda::fp8_e4m3_encode(xd.get(), static_cast<int64_t>(x.size()), yd.get(), nullptr);
+  std::vector<uint8_t> y(x.size());
+  yd.download(y.data(), y.size());
+  int64_t wrong = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (y[i] != fp8_e4m3_from_float_rule(x[i]) && wrong++ < 5)
+      ADD_FAILURE() << "x = " << x[i] << ": device " << int(y[i]) << ", rule " << int(fp8_e4m3_from_float_rule(x[i]));
+  EXPECT_EQ(wrong, 0) << "of " << x.size();
+}
+#endif
+
 // The GPU encode takes the quantizer's span scale from its last k-means
 // assignment (max |x - bf16(c)| found in the same pass) instead of a separate
 // pass: its bytes must equal quantizing its own centroids and ids on the CPU

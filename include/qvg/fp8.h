@@ -10,15 +10,20 @@
 
 #include "qvg/common.h"
 
+#if defined(__CUDACC__)
+#include <cuda_fp8.h>
+#endif
+
 namespace qvg {
 
 inline constexpr float kFp8E4M3Max = 448.0f;
 inline constexpr float kFp8E4M3MinSubnormal = 0.001953125f;  // 2^-9
 
-/// float -> E4M3 byte. Any NaN -> 0x7F (canonical, sign dropped, as CUDA
-/// does); |x| > 464 (448 plus
-/// half an ulp) and +-inf -> +-448; |x| <= 2^-10 -> signed zero.
-QVG_HD uint8_t fp8_e4m3_from_float(float x) {
+/// float -> E4M3 byte, the rule written out (the specification; host code
+/// and the GPU tests use it). Any NaN -> 0x7F (canonical, sign dropped, as
+/// CUDA does); |x| > 464 (448 plus half an ulp) and +-inf -> +-448;
+/// |x| <= 2^-10 -> signed zero.
+QVG_HD uint8_t fp8_e4m3_from_float_rule(float x) {
   const uint8_t sign = (qvg_sign_bit(x)) ? 0x80 : 0x00;
   const float a = fabsf(x);
   if (x != x) return 0x7F;
@@ -40,6 +45,20 @@ QVG_HD uint8_t fp8_e4m3_from_float(float x) {
   int code = (exp_field << 3) | m;
   if (code > 0x7E) code = 0x7E;  // (448, 464] rounds to 448 already; guard
   return static_cast<uint8_t>(sign | code);
+}
+
+/// float -> E4M3 byte: fp8_e4m3_from_float_rule's byte for every float. On
+/// the GPU the hardware conversion (one instruction instead of frexpf, rintf
+/// and branches: most of the tiled quantizer's per-unit work before,
+/// docs/BENCHMARKS.md, seventh slice); the GPU test
+/// Cuda.Fp8HardwareEncodeEqualsRuleOnEveryFloat compares the two on all 2^32
+/// bit patterns.
+QVG_HD uint8_t fp8_e4m3_from_float(float x) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+#else
+  return fp8_e4m3_from_float_rule(x);
+#endif
 }
 
 /// E4M3 byte -> float (exact). 0x7F / 0xFF -> NaN. Built from the bits

@@ -348,6 +348,57 @@ void random_rows(int64_t n, int c, int heads, uint64_t seed_base, int64_t* rows,
   check_launch();
 }
 
+namespace {
+__global__ void fp8_encode_kernel(const float* __restrict__ x, int64_t n, uint8_t* __restrict__ out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = fp8_e4m3_from_float(x[i]);
+}
+
+// Every bit pattern once: pattern = (block, thread, step) enumerated in a
+// grid-stride loop over 2^32.
+__global__ void fp8_rule_mismatch_kernel(unsigned long long* count, unsigned* first) {
+  unsigned long long local = 0;
+  unsigned lowest = 0xFFFFFFFFu;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t u = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; u <= 0xFFFFFFFFull; u += stride) {
+    const unsigned b = static_cast<unsigned>(u);
+    const float v = __uint_as_float(b);
+    if (fp8_e4m3_from_float(v) != fp8_e4m3_from_float_rule(v)) {
+      ++local;
+      lowest = min(lowest, b);
+    }
+  }
+  if (local) {
+    atomicAdd(count, local);
+    atomicMin(first, lowest);
+  }
+}
+}  // namespace
+
+void fp8_e4m3_encode(const float* x, int64_t n, uint8_t* out, cudaStream_t s) {
+  QVG_CHECK(n >= 0, "fp8_e4m3_encode: ", n, " values");
+  if (n == 0) return;
+  fp8_encode_kernel<<<static_cast<unsigned>(std::min<int64_t>(blocks_for(n), 65535)), kThreads, 0, s>>>(x, n, out);
+  check_launch();
+}
+
+uint64_t fp8_e4m3_rule_mismatches(uint32_t* first, cudaStream_t s) {
+  DeviceBuffer<unsigned long long> count(1);
+  DeviceBuffer<unsigned> lowest(1);
+  QVG_CUDA_CHECK(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), s));
+  QVG_CUDA_CHECK(cudaMemsetAsync(lowest.get(), 0xFF, sizeof(unsigned), s));
+  fp8_rule_mismatch_kernel<<<4096, kThreads, 0, s>>>(count.get(), lowest.get());
+  check_launch();
+  unsigned long long c = 0;
+  unsigned f = 0;
+  QVG_CUDA_CHECK(cudaMemcpyAsync(&c, count.get(), sizeof c, cudaMemcpyDeviceToHost, s));
+  QVG_CUDA_CHECK(cudaMemcpyAsync(&f, lowest.get(), sizeof f, cudaMemcpyDeviceToHost, s));
+  QVG_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (first) *first = f;
+  return c;
+}
+
 void Encoder::quantize_given(const void* x, DeviceDType dtype, const QvgShape& sh, DeviceParts& parts,
                              cudaStream_t stream) {
   head_max_.resize(static_cast<size_t>(sh.heads));

@@ -110,6 +110,17 @@ void centroid_sums(const void* x, DeviceDType dtype, int heads, int64_t n, int d
 /// [H][C] on the device; 1 <= C <= min(n, 256). Stream-ordered.
 void random_rows(int64_t n, int c, int heads, uint64_t seed_base, int64_t* rows, cudaStream_t stream);
 
+/// FP8 E4M3 on the device (exposed for tests): out[i] = fp8_e4m3_from_float(x[i])
+/// as device code computes it (the hardware conversion). x, out: n values on
+/// the device. Stream-ordered.
+void fp8_e4m3_encode(const float* x, int64_t n, uint8_t* out, cudaStream_t stream);
+
+/// How many of the 2^32 float bit patterns the device's fp8_e4m3_from_float
+/// encodes differently from fp8_e4m3_from_float_rule (also run on the device);
+/// *first: the lowest such pattern (0xFFFFFFFF when there is none or it is
+/// that one). Synchronizes the stream.
+uint64_t fp8_e4m3_rule_mismatches(uint32_t* first, cudaStream_t stream);
+
 /// Scratch memory reused across encodes.
 class Encoder {
  public:

@@ -355,18 +355,6 @@ __device__ __forceinline__ void quantize16(const float (&v)[16], float s, LevelR
   }
 }
 
-/// encode_block_scale for a block scale >= 0 (the same code): for FP8 the
-/// hardware conversion (round to nearest even, saturating to 448), which
-/// gives fp8_e4m3_from_float's byte for every r = scale / span >= 0:
-/// nearest-even rounding in the normal and subnormal ranges, (448, 464] and
-/// beyond to 0x7E. The software rule (frexpf, rintf, branches) was most of
-/// the tiled quantizer's per-unit work (docs/BENCHMARKS.md, seventh slice).
-__device__ __forceinline__ uint16_t encode_block_scale_dev(float scale, float span, ScaleFormat f) {
-  const float r = scale / span;
-  if (f != ScaleFormat::fp8) return fp16_from_float(r);
-  return static_cast<uint16_t>(__nv_cvt_float_to_fp8(r, __NV_SATFINITE, __NV_E4M3));
-}
-
 /// Pass 2 (tiled): block scales, codes and span scales, as quantize_kernel.
 /// A block of B values is B/16 consecutive units, hence B/16 consecutive
 /// lanes (a warp's units are 32 consecutive ones starting at a multiple of
@@ -404,7 +392,7 @@ __global__ void __launch_bounds__(kEncTileThreads) quantize_tile_kernel(const In
     const uint32_t i = first + u * kEncTileThreads;
     if (i >= units) break;
     const float scale = lmax == 1.0f ? a[u] : a[u] / lmax;  // (x / 1 = x: no division for INT2 symmetric)
-    const uint16_t sc = encode_block_scale_dev(scale, span, sh.scale_format);
+    const uint16_t sc = encode_block_scale(scale, span, sh.scale_format);
     const float s = decode_block_scale(sc, span, sh.scale_format);
     if ((i & ((1u << group_shift) - 1u)) == 0) {  // the block's first lane stores its scale
       const uint32_t bi = i >> group_shift;         // = token * D/B + column / B
