@@ -56,6 +56,18 @@ void subtract_stage(const EncodedTensor& e, int64_t h, int s, std::vector<float>
   }
 }
 
+/// From stage s's points r to what follows them (docs/FORMAT.md, Encode 1):
+/// r - bf16(c_s)[ids] in float, rounded to BF16 where another stage follows
+/// (its points), left float after the last stage (the residual R that is
+/// quantized). Stage 0 clusters X as given; every later stage BF16 points,
+/// the precision of the input and of the stored centroids (on the GPU the
+/// last assignment of a stage writes them, and that of the last stage finds
+/// max |R|: no pass of its own).
+void advance_stage(const EncodedTensor& e, int64_t h, int s, int s_count, std::vector<float>& r) {
+  subtract_stage(e, h, s, r);
+  if (s + 1 < s_count) std::transform(r.begin(), r.end(), r.begin(), round_bf16);
+}
+
 /// Group-quantize head h's final residual r (every stage subtracted) into e.
 void quantize_residual(EncodedTensor& e, int64_t h, const std::vector<float>& r) {
   const CodecConfig& c = e.config;
@@ -97,9 +109,10 @@ class QvgCodec final : public Codec {
     }
     const int64_t n = x.tokens, d = x.dim;
     parallel_for(x.heads, opt.threads, [&](int64_t h) {
+      // r: the points stage s clusters (P_0 = X, then P_s + 1 = bf16(P_s -
+      // bf16(c_s)[ids])); after the last stage, the residual R it leaves.
       std::vector<float> r(x.head(h), x.head(h) + n * d);
       std::vector<float> init;
-      std::vector<float> pts;  // the points of stages 1.. (stage 0 clusters r = X itself)
       for (int s = 0; s < s_count; ++s) {
         KMeansParams kp = config_.kmeans;
         kp.seed = qvg_kmeans_seed(config_, s, h);
@@ -110,22 +123,10 @@ class QvgCodec final : public Codec {
           for (size_t k = 0; k < init.size(); ++k) init[k] = bf16_to_float(get_u16(warm->centroids, cbase + k));
           init_ptr = init.data();
         }
-        KMeansResult km = kmeans_ref(s == 0 ? r.data() : pts.data(), n, d, kp, init_ptr);
+        KMeansResult km = kmeans_ref(r.data(), n, d, kp, init_ptr);
         for (size_t k = 0; k < km.centroids.size(); ++k) put_u16(e.centroids, cbase + k, bf16_from_float(km.centroids[k]));
         std::copy(km.ids.begin(), km.ids.end(), e.ids.data() + (s * x.heads + h) * n);
-        subtract_stage(e, h, s, r);
-        // Stage 0 clusters X as given, stage s + 1 the BF16 points
-        // bf16(points - bf16(c_s)[ids]): the precision of the input and of
-        // the stored centroids (and half the bytes a pass on the GPU, whose
-        // last assignment of a stage writes them). R stays float: what is
-        // subtracted and finally quantized is exact.
-        if (s + 1 < s_count) {
-          if (s == 0)
-            pts = r;  // X - bf16(c_0), the same subtractions
-          else
-            subtract_stage(e, h, s, pts);
-          std::transform(pts.begin(), pts.end(), pts.begin(), round_bf16);
-        }
+        advance_stage(e, h, s, s_count, r);
         if (report) report->kmeans[static_cast<size_t>(s * x.heads + h)] = std::move(km.stats);
       }
       quantize_residual(e, h, r);
@@ -196,7 +197,7 @@ EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecCon
   const int s_count = stages_of(c);
   parallel_for(x.heads, threads, [&](int64_t h) {
     std::vector<float> r(x.head(h), x.head(h) + x.tokens * x.dim);
-    for (int s = 0; s < s_count; ++s) subtract_stage(e, h, s, r);
+    for (int s = 0; s < s_count; ++s) advance_stage(e, h, s, s_count, r);
     quantize_residual(e, h, r);
   });
   return e;

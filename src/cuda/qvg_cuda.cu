@@ -417,8 +417,9 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
   QvgParts p = parts.view();
   // Stage 0 clusters the input as it is (bf16 / f16 / f32: no float copy);
   // stage s > 0 the BF16 points bf16(points(s-1) - bf16(c(s-1))), which the
-  // last assignment of stage s - 1 writes (the CPU reference's rule). With
-  // one stage, that assignment also finds the quantizer's max |residual|.
+  // last assignment of stage s - 1 writes (the CPU reference's rule). The
+  // residual R is the last stage's points minus its centroids, so the last
+  // stage's final assignment also finds the quantizer's max |R|.
   const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
   if (sh.stages > 1) {
     points_.resize(static_cast<size_t>(values));
@@ -426,7 +427,7 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
   }
   uint16_t* next = sh.stages > 1 ? next_points_.get() : nullptr;
   unsigned* last_max = sh.stages == 1 ? head_max_.get() : nullptr;
-  bool max_ready = false;
+  bool max_ready = false;  // head_max_ holds max |R|
   switch (dtype) {
     case DeviceDType::f32:
       max_ready = kmeans_stage(static_cast<const float*>(x), sh, 0, km, p, stream, stats, last_max, next);
@@ -440,12 +441,24 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
   }
   for (int s = 1; s < sh.stages; ++s) {
     std::swap(points_, next_points_);  // points_: this stage's points
-    next = s + 1 < sh.stages ? next_points_.get() : nullptr;
-    kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(points_.get()), sh, s, km, p, stream, stats, nullptr, next);
+    const bool last = s + 1 == sh.stages;
+    next = last ? nullptr : next_points_.get();
+    max_ready = kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(points_.get()), sh, s, km, p, stream, stats,
+                             last ? head_max_.get() : nullptr, next);
   }
-  // Quantize x minus every stage (the float chain). With several stages the
-  // assignments saw BF16 points, so the max |residual| takes its own pass.
-  quantize_any(x, dtype, sh, p, head_max_.get(), max_ready, stream);
+  if (sh.stages == 1) {
+    quantize_any(x, dtype, sh, p, head_max_.get(), max_ready, stream);
+    return;
+  }
+  // R = the last stage's points minus its centroids: quantize those points
+  // as a one-stage tensor of the last stage (the same bits as x through
+  // every stage: load_residual16's rule, which quantize_given runs).
+  QvgShape one = sh;
+  one.stages = 1;
+  QvgParts last = p;
+  last.centroids += static_cast<int64_t>(sh.stages - 1) * sh.heads * sh.centroids * sh.dim;
+  last.ids += static_cast<int64_t>(sh.stages - 1) * sh.heads * sh.tokens;
+  quantize_any(points_.get(), DeviceDType::bf16, one, last, head_max_.get(), max_ready, stream);
 }
 
 template <typename T>

@@ -91,8 +91,10 @@ __device__ __forceinline__ void load_bf16_vals(const uint16_t* p, float* out) {
   }
 }
 
-/// Residual of 16 values: x minus every stage's centroid, stages in order
-/// (the CPU reference's order), with round-to-nearest subtractions.
+/// Residual of 16 values (docs/FORMAT.md, Encode 1): x minus every stage's
+/// centroid, stages in order, with round-to-nearest subtractions, the result
+/// rounded to BF16 after every stage but the last (the later stages' points:
+/// the CPU reference's advance_stage).
 template <typename InT>
 __device__ __forceinline__ void load_residual16(const InT* x, const QvgShape& sh, const QvgParts& p, int h,
                                                 int64_t n, int col, float* v) {
@@ -101,8 +103,12 @@ __device__ __forceinline__ void load_residual16(const InT* x, const QvgShape& sh
     const uint8_t id = p.ids[(static_cast<int64_t>(s) * sh.heads + h) * sh.tokens + n];
     float c[kValsPerThread];
     load_bf16_vals<kValsPerThread>(p.centroids + ((static_cast<int64_t>(s) * sh.heads + h) * sh.centroids + id) * sh.dim + col, c);
+    const bool last = s + 1 == sh.stages;
 #pragma unroll
-    for (int i = 0; i < kValsPerThread; ++i) v[i] = __fsub_rn(v[i], c[i]);
+    for (int i = 0; i < kValsPerThread; ++i) {
+      v[i] = __fsub_rn(v[i], c[i]);
+      if (!last) v[i] = __bfloat162float(__float2bfloat16_rn(v[i]));
+    }
   }
 }
 
@@ -213,7 +219,8 @@ constexpr int kEncTileUnits = 2;  // units of 16 values per thread
 constexpr int kResidPieces = 4;   // pieces of 4 values per thread (residual_tile_kernel)
 
 /// The residuals of a thread's U units (unit first + 256 u; dead units, past
-/// `units`, repeat the head's last unit): x minus the S stages in order.
+/// `units`, repeat the head's last unit): x minus the S stages in order, BF16
+/// between stages (load_residual16's rule).
 /// xh: the head's first value; ids, centroids of stage 0 are those of p.
 template <typename InT, int D, int S, int U>
 __device__ __forceinline__ void load_residual_tile(const InT* xh, const QvgShape& sh, const QvgParts& p, int h,
@@ -251,7 +258,10 @@ __device__ __forceinline__ void load_residual_tile(const InT* xh, const QvgShape
 #pragma unroll
     for (int st = 0; st < S; ++st)
 #pragma unroll
-      for (int k = 0; k < 16; ++k) v[u][k] = __fsub_rn(v[u][k], c[u][st][k]);
+      for (int k = 0; k < 16; ++k) {  // BF16 points between stages, as load_residual16
+        v[u][k] = __fsub_rn(v[u][k], c[u][st][k]);
+        if (st + 1 < S) v[u][k] = __bfloat162float(__float2bfloat16_rn(v[u][k]));
+      }
   }
 }
 
@@ -593,8 +603,8 @@ __global__ void decode_rows_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ o
   }
 }
 
-/// out = bf16(x minus its stages) (sh.stages of them: the float chain of
-/// load_residual16, rounded once); with one stage, the next stage's points
+/// out = bf16(x minus its stages) (sh.stages of them: load_residual16's
+/// residual, rounded); with one stage, the next stage's points
 /// (where the assignment does not write them).
 /// Grid: one thread per 16 values.
 template <typename InT>
