@@ -640,11 +640,13 @@ __global__ void __launch_bounds__(kBucketThreads) centroid_bucket_sum_kernel(
 }
 
 /// New centroid = fixed-point sum / count (fixed_mean; empty clusters are
-/// left for the reseed kernel). One warp per (head, cluster): the head's
+/// left for the reseed kernel), and the sums it read back to 0 (the next
+/// update's start: the encoder zeroes sums and counts once a stage, and the
+/// reseed kernel the counts after it). One warp per (head, cluster): the head's
 /// exponent and the cluster's count are read once, and lanes take
 /// consecutive dims (one thread per value with 64-bit index divisions took
 /// 12.7 us at 32 x 256 x 128 values). Grid: ceil(H C / (block / 32)) blocks.
-static __global__ void centroid_mean_kernel(const unsigned long long* __restrict__ sums, const int* __restrict__ counts,
+static __global__ void centroid_mean_kernel(unsigned long long* __restrict__ sums, const int* __restrict__ counts,
                                      int heads, int64_t n_tokens, int d, int c_count,
                                      const unsigned int* __restrict__ head_max, const int* __restrict__ active,
                                      float* __restrict__ cent) {
@@ -655,17 +657,21 @@ static __global__ void centroid_mean_kernel(const unsigned long long* __restrict
   if ((active && !active[h]) || count == 0) return;
   const int e = fixed_sum_exponent(__uint_as_float(head_max[h]), n_tokens);
   const int64_t base = static_cast<int64_t>(slot) * d;
-  for (int k = lane; k < d; k += 32) cent[base + k] = fixed_mean(static_cast<int64_t>(sums[base + k]), e, count);
+  for (int k = lane; k < d; k += 32) {
+    cent[base + k] = fixed_mean(static_cast<int64_t>(sums[base + k]), e, count);
+    sums[base + k] = 0;
+  }
 }
 
 /// Empty-cluster rule (kmeans.h): each empty cluster, in index order, takes
 /// the point farthest from its centroid (lowest index on ties) not taken by
 /// an earlier empty cluster of this iteration. One block of 1024 per head.
 /// taken: [H][N] bytes of scratch (a head with an empty cluster clears its
-/// row first). reseeded[h] counts them.
+/// row first). reseeded[h] counts them. Zeroes the head's counts after
+/// reading them (the next update's start, as centroid_mean_kernel the sums).
 template <typename T>
 __global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, int d, int c_count,
-                                    const int* __restrict__ counts, const float* __restrict__ dist, const int* __restrict__ active,
+                                    int* __restrict__ counts, const float* __restrict__ dist, const int* __restrict__ active,
                                     uint8_t* __restrict__ taken, float* __restrict__ cent,
                                     int* __restrict__ reseeded) {
   const int h = blockIdx.x;
@@ -673,7 +679,10 @@ __global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, i
   __shared__ float sv[1024];
   __shared__ int64_t si[1024];
   __shared__ int empty[256];  // c_count <= 256
-  for (int c = threadIdx.x; c < c_count; c += blockDim.x) empty[c] = counts[h * c_count + c] == 0;
+  for (int c = threadIdx.x; c < c_count; c += blockDim.x) {  // each count read and cleared by one thread
+    empty[c] = counts[h * c_count + c] == 0;
+    counts[h * c_count + c] = 0;
+  }
   if (!__syncthreads_or(threadIdx.x < c_count && empty[threadIdx.x])) return;  // the common case
   const float* dh = dist + static_cast<int64_t>(h) * n_tokens;
   uint8_t* th = taken + static_cast<int64_t>(h) * n_tokens;

@@ -617,10 +617,13 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   };
   assign();
   record(0);
+  // Sums and counts start at 0 once a stage: each update's mean kernel
+  // clears the sums it reads, the reseed kernel the counts (no memset and
+  // its gap an iteration).
+  if (kp.max_iter > 0) QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
   for (int it = 1; it <= kp.max_iter; ++it) {
     if (km.check_convergence && std::none_of(active_host.begin(), active_host.end(), [](int a) { return a != 0; }))
       break;
-    QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));  // and the counts
     if (D == 64)
       launch_centroid_sum<64>(data, N, C, H, ids, kmeans_max_.get(), active, sums, counts, stream);
     else
