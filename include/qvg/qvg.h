@@ -11,8 +11,10 @@ namespace qvg {
 
 /// The part of QVG encode that follows k-means: given every stage's centroids
 /// (BF16 bits, little-endian, [stages][heads][C][dim]) and ids ([stages]
-/// [heads][tokens]), subtract the stages in order (R_s = R_{s-1} -
-/// C_s[ids_s], with the BF16-rounded centroids) and group-quantize R_S.
+/// [heads][tokens]), subtract the stages in order (P_s+1 = P_s - C_s[ids_s]
+/// in float with the BF16-rounded centroids, P_0 = X, rounded to BF16 while
+/// another stage follows: docs/FORMAT.md, Encode 1) and group-quantize the
+/// residual R = P_S.
 /// A backend given the same centroids and ids must produce the same bytes.
 EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecConfig& c,
                                              std::vector<uint8_t> centroids, std::vector<uint8_t> ids,

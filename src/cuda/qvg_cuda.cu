@@ -66,7 +66,7 @@ void with_encode_tile(const QvgShape& sh, F&& f) {
     with_encode_tile_stages<128>(sh.stages, f);
 }
 
-/// Per-head max |x minus its stages| into head_max (zeroed by the caller).
+/// Per-head max |x minus its stages| (load_residual16's rule) into head_max (zeroed by the caller).
 template <typename InT>
 void launch_absmax(const InT* x, const QvgShape& sh, QvgParts p, unsigned* head_max, cudaStream_t s) {
   if (encode_tile_ok(sh)) {
@@ -200,7 +200,7 @@ void quantize_bits(const InT* x, const QvgShape& sh, QvgParts p, unsigned* head_
     launch_quantize<4>(x, sh, p, head_max, max_ready, s);
 }
 
-/// Quantize x minus its sh.stages stages. head_max: [H] scratch for max
+/// Quantize x minus its sh.stages stages (load_residual16's rule). head_max: [H] scratch for max
 /// |residual|, or that maximum already (max_ready: the last k-means
 /// assignment found it), which saves a pass over x.
 void quantize_any(const void* x, DeviceDType t, const QvgShape& sh, QvgParts p, unsigned* head_max, bool max_ready,
