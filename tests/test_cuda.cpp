@@ -67,7 +67,8 @@ TEST(Cuda, QuantizeGivenCentroidsIsByteIdentical) {
     for (int64_t n : {1, 7, 33, 4681})
       for (const std::string spec : {"rtn", "rtn-int4:block=16", "rtn:scale=fp16,block=32", "qvg:centroids=4",
                                      "qvg-pro:centroids=4", "qvg-int4:centroids=4,levels=midrise",
-                                     "qvg:centroids=4,scale=fp16,block=128", "rtn:levels=midrise,block=64"}) {
+                                     "qvg:centroids=4,scale=fp16,block=128", "rtn:levels=midrise,block=64",
+                                     "qvg-pro:stages=6,centroids=4"}) {  // 6: the untiled kernels
         const CodecConfig c = parse_codec_spec(spec);
         if (d % c.block) continue;
         if (c.method == Method::qvg && n < c.kmeans.centroids) continue;
@@ -194,14 +195,15 @@ TEST(Cuda, Fp8HardwareEncodeEqualsRuleOnEveryFloat) {
 // The GPU encode takes the quantizer's span scale from its last k-means
 // assignment (max |x - bf16(c)| found in the same pass) instead of a separate
 // pass: its bytes must equal quantizing its own centroids and ids on the CPU
-// (the reference), for one stage and for four (where the later stages
-// cluster BF16 points and the span scale takes its own pass), INT2 and INT4,
-// bf16 input and float.
+// (the reference), for one stage, four and six (where the later stages
+// cluster BF16 points and the last stage's final assignment finds max |R| on
+// them), INT2 and INT4, bf16 input and float.
 TEST(Cuda, EncodeEqualsQuantizingItsOwnCentroids) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
     for (const std::string spec : {"qvg:centroids=16,init=random,iters=3", "qvg-pro:centroids=8,init=random,iters=2",
-                                   "qvg-int4:centroids=8,init=random", "qvg-pro-int4:centroids=4,init=random,iters=2"}) {
+                                   "qvg-int4:centroids=8,init=random", "qvg-pro-int4:centroids=4,init=random,iters=2",
+                                   "qvg-pro:stages=6,centroids=4,init=random,iters=2"}) {
       const CodecConfig c = parse_codec_spec(spec);
       HeadTensor x = blobs(3, 1500, d, 12, static_cast<unsigned>(d), 0.8f);
       x.at(2, 9, 1) = -50.0f;  // an outlier that sets one head's span scale
@@ -215,7 +217,8 @@ TEST(Cuda, DecodeIsBitIdentical) {
   REQUIRE_GPU();
   const HeadTensor x = blobs(4, 777, 128, 9, 3, 0.7f);
   for (const std::string spec : {"rtn", "rtn-int4", "qvg:centroids=16", "qvg-pro:centroids=16",
-                                 "qvg-pro-int4:centroids=8,levels=midrise,scale=fp16"}) {
+                                 "qvg-pro-int4:centroids=8,levels=midrise,scale=fp16",
+                                 "qvg-pro:stages=6,centroids=8"}) {  // 6 stages: past the tile kernel's 4
     const CodecConfig c = parse_codec_spec(spec);
     const EncodedTensor e = make_codec(c)->encode(x);
     HeadTensor cpu, gpu;
@@ -630,8 +633,8 @@ HeadTensor nested_blobs(int64_t h, int64_t n, int64_t d, int levels, int k, unsi
 
 // Several stages: stage s > 0 clusters the BF16 points bf16(P(s-1) -
 // bf16(c(s-1))) on both sides (on the GPU the last assignment of stage s - 1
-// writes them), then the quantizer takes x minus every stage (the float
-// chain): the same bytes as the CPU where no stage has near-ties, 2 to 4
+// writes them), then the quantizer takes the last stage's points minus its
+// centroids: the same bytes as the CPU where no stage has near-ties, 2 to 4
 // stages, and the same again through the fp32 reference assignment (whose
 // points come from the separate residual pass).
 TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
