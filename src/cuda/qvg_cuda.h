@@ -142,7 +142,8 @@ class Encoder {
   /// points after it), writing the stage's ids and BF16 centroids into
   /// parts. resid_max (optional, [H]): per head, max |data - bf16(centroid)|
   /// over the final assignment, as float bits — the quantizer's span-scale
-  /// input when this is the only stage; returns whether it was filled (the
+  /// input when this is the last stage (R = data - bf16(centroid): docs/
+  /// FORMAT.md, Encode 1); returns whether it was filled (the
   /// tensor-core assignment fills it). next (optional, [H][N][D] BF16): the
   /// next stage's points bf16(data - bf16(centroid)), always written.
   template <typename T>

@@ -319,7 +319,8 @@ __global__ void __launch_bounds__(kEncTileThreads) residual_absmax_tile_kernel(c
 /// of 77.6 M values drawn at half-integers, nearby and far out, and sent the
 /// other 25.7 M to the exact rule (none wrong).
 ///
-/// amax >= every |v[k]| (the block's max). Where RN(amax r) <= m + 1/4, m =
+/// v finite (the encoders reject non-finite input; for a NaN the codes are
+/// unspecified, as quantize_value's). amax >= every |v[k]| (the block's max). Where RN(amax r) <= m + 1/4, m =
 /// hi (symmetric, lo = -hi) or h (midrise), every exact v r lies within m +
 /// 1/2 of the centre, so every t is already within [M + lo, M + hi] and the
 /// clamp (two min/max a value on the busiest pipe) is skipped: the same
