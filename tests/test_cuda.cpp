@@ -646,6 +646,7 @@ TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
       const CodecConfig c = parse_codec_spec(spec);
       const EncodedTensor cpu = make_codec(c)->encode(x);
       expect_same_parts(cpu, make_codec(c, Backend::cuda)->encode(x), spec + " d=" + std::to_string(d));
+#if QVG_WITH_CUDA
       if (stages == 3) {
         const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
         cuda::GpuKMeansOptions km;
@@ -660,6 +661,7 @@ TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
         cuda::download_parts(parts, got, nullptr);
         EXPECT_EQ(got.ids, cpu.ids) << spec << " d=" << d << ": fp32 assignment";
       }
+#endif
     }
 }
 
@@ -669,6 +671,7 @@ TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
 // against the CPU reference with tol = 0 (it stops only once the error no
 // longer drops, when further iterations change nothing): the same bytes on
 // blobs inside blobs, one and three stages, D = 64 and 128, bf16 input.
+#if QVG_WITH_CUDA
 TEST(Cuda, FixedIterationEncodeMatchesCpu) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
@@ -692,6 +695,7 @@ TEST(Cuda, FixedIterationEncodeMatchesCpu) {
       expect_same_parts(cpu, got, spec + " d=" + std::to_string(d));
     }
 }
+#endif
 
 // The k-means++ start on the GPU (kmeanspp_kernel) picks the CPU's centres
 // where no pick is a near-tie of the running distance sums: with iters=0 the
