@@ -6,6 +6,7 @@
 # the encode per kernel (ncu) and end to end (bench_cuda), then the assignment
 # probe. The baseline's figures are the ones gpu_check.sh wrote.
 #   scripts/gpu_ab.sh OVERLAY [LABEL]     logs: $OUT/ab_LABEL.log
+# scripts/make_overlay.sh REV OVERLAY writes a branch's changed files there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 overlay=${1:?usage: gpu_ab.sh OVERLAY [LABEL]}
