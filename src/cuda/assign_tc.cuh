@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     uint32_t hv = 0u;
 #pragma unroll
     for (int k = part; k < D; k += 8) {
-      const float v = cf[c * kFStride + k], dv = v - __bfloat162float(__float2bfloat16_rn(v));  // exact
+      const float v = cf[c * kFStride + k], dv = v - round_bf16_dev(v);  // exact
       s = fmaf(v, v, s);
       e = fmaf(dv, dv, e);
       hv = (hv ^ __float_as_uint(v + 0.0f)) * 0x9E3779B1u;  // v + 0: -0 hashes as +0 (equal values)

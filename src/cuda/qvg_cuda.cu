@@ -44,6 +44,14 @@ dim3 encode_tile_grid(const QvgShape& sh) {
   return dim3(static_cast<unsigned>((units + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(sh.heads));
 }
 
+/// p with its centroids and ids moved to stage s's (the rest as it is): with
+/// a one-stage shape, a view of stage s alone.
+QvgParts stage_parts(QvgParts p, const QvgShape& sh, int s) {
+  p.centroids += static_cast<int64_t>(s) * sh.heads * sh.centroids * sh.dim;
+  p.ids += static_cast<int64_t>(s) * sh.heads * sh.tokens;
+  return p;
+}
+
 /// Calls f(D, S) with the template constants of the tiled encode kernels for
 /// sh (encode_tile_ok): without stages D is unused (0).
 template <int D, typename F>
@@ -455,10 +463,8 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
   // every stage: load_residual16's rule, which quantize_given runs).
   QvgShape one = sh;
   one.stages = 1;
-  QvgParts last = p;
-  last.centroids += static_cast<int64_t>(sh.stages - 1) * sh.heads * sh.centroids * sh.dim;
-  last.ids += static_cast<int64_t>(sh.stages - 1) * sh.heads * sh.tokens;
-  quantize_any(points_.get(), DeviceDType::bf16, one, last, head_max_.get(), max_ready, stream);
+  quantize_any(points_.get(), DeviceDType::bf16, one, stage_parts(p, sh, sh.stages - 1), head_max_.get(), max_ready,
+               stream);
 }
 
 template <typename T>
@@ -481,8 +487,9 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   reseeded_.resize(static_cast<size_t>(H));
   taken_.resize(static_cast<size_t>(H * N));
   mse_.resize(static_cast<size_t>(H));
-  uint8_t* ids = parts.ids + static_cast<int64_t>(stage) * H * N;
-  uint16_t* cent_bf16 = parts.centroids + static_cast<int64_t>(stage) * H * C * D;
+  const QvgParts here = stage_parts(parts, sh, stage);
+  uint8_t* ids = here.ids;
+  uint16_t* cent_bf16 = here.centroids;
 
   // Start: warm (previous span's BF16 centroids), random rows (same rows as
   // the CPU), or k-means++ on the stage's points (the CPU reference's rule).
@@ -669,10 +676,7 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   if (next && km.fp32_assign) {  // the tensor-core assignment writes them itself
     QvgShape one = sh;
     one.stages = 1;
-    QvgParts ps{};
-    ps.centroids = cent_bf16;
-    ps.ids = ids;
-    launch_residual(data, one, ps, next, stream);
+    launch_residual(data, one, here, next, stream);
   }
   return resid_max != nullptr;
 }

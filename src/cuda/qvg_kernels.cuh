@@ -91,6 +91,10 @@ __device__ __forceinline__ void load_bf16_vals(const uint16_t* p, float* out) {
   }
 }
 
+/// The value x takes once stored as BF16 (qvg/half.h's round_bf16, with the
+/// hardware conversion: the same for every finite x).
+__device__ __forceinline__ float round_bf16_dev(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
 /// Residual of 16 values (docs/FORMAT.md, Encode 1): x minus every stage's
 /// centroid, stages in order, with round-to-nearest subtractions, the result
 /// rounded to BF16 after every stage but the last (the later stages' points:
@@ -107,7 +111,7 @@ __device__ __forceinline__ void load_residual16(const InT* x, const QvgShape& sh
 #pragma unroll
     for (int i = 0; i < kValsPerThread; ++i) {
       v[i] = __fsub_rn(v[i], c[i]);
-      if (!last) v[i] = __bfloat162float(__float2bfloat16_rn(v[i]));
+      if (!last) v[i] = round_bf16_dev(v[i]);
     }
   }
 }
@@ -260,7 +264,7 @@ __device__ __forceinline__ void load_residual_tile(const InT* xh, const QvgShape
 #pragma unroll
       for (int k = 0; k < 16; ++k) {  // BF16 points between stages, as load_residual16
         v[u][k] = __fsub_rn(v[u][k], c[u][st][k]);
-        if (st + 1 < S) v[u][k] = __bfloat162float(__float2bfloat16_rn(v[u][k]));
+        if (st + 1 < S) v[u][k] = round_bf16_dev(v[u][k]);
       }
   }
 }
