@@ -10,6 +10,7 @@
 
 #include "qvg/common.h"
 #include "qvg/fixed_sum.h"
+#include "qvg/half.h"
 #include "qvg/kmeans.h"
 #include "util/rng.h"
 
@@ -127,6 +128,46 @@ TEST(KMeans, EmptyClustersAreReseededAtFarthestPoint) {
   EXPECT_GE(r.stats.empty_reassigned, 1);
   EXPECT_NE(r.ids[0], r.ids[19]);
   EXPECT_LT(r.stats.mse.back(), 1e-3);
+}
+
+// Centroids are BF16 values throughout (kmeans.h): the start is the BF16
+// rounding of the seeded rows, and every later centroid (mean or re-seeded
+// point) is a BF16 value too, on float data that is not.
+TEST(KMeans, CentroidsAreBf16Values) {
+  const int64_t n = 900, d = 24;
+  std::vector<float> x = blobs(n, d, 6, 17, 0.3f);
+  for (int64_t i = 0; i < n * d; ++i) x[i] += 0.001f * static_cast<float>(i % 7);  // off the BF16 grid
+  int off_grid = 0;
+  for (float v : x) off_grid += round_bf16(v) != v;
+  ASSERT_GT(off_grid, n * d / 2) << "the data must not be BF16 already";
+  for (const KMeansInit init : {KMeansInit::random, KMeansInit::kmeanspp}) {
+    KMeansParams p;
+    p.centroids = 12;  // more than the blobs: some clusters empty out and are re-seeded
+    p.init = init;
+    p.seed = 5;
+    p.max_iter = 0;
+    const KMeansResult start = kmeans_ref(x.data(), n, d, p);
+    const std::vector<float> rows = kmeans_init_ref(x.data(), n, d, p.centroids, init, p.seed);
+    for (size_t k = 0; k < rows.size(); ++k) ASSERT_EQ(start.centroids[k], round_bf16(rows[k])) << k;
+    p.max_iter = 8;
+    p.tol = 0;
+    const KMeansResult r = kmeans_ref(x.data(), n, d, p);
+    for (float v : r.centroids) ASSERT_EQ(v, round_bf16(v));
+  }
+  // A re-seeded centroid is the BF16 rounding of its point.
+  std::vector<float> y;
+  for (int i = 0; i < 10; ++i) y.insert(y.end(), {0.0101f * i, 0.0f});
+  for (int i = 0; i < 10; ++i) y.insert(y.end(), {100.0f + 0.0101f * i, 0.3333f});
+  const std::vector<float> init = {0.0f, 0.0f, 0.0f, 0.0f};
+  KMeansParams p;
+  p.centroids = 2;
+  p.max_iter = 1;
+  p.tol = 0;
+  const KMeansResult r = kmeans_ref(y.data(), 20, 2, p, init.data());
+  ASSERT_EQ(r.stats.empty_reassigned, 1);
+  EXPECT_EQ(r.centroids[2], round_bf16(y[2 * 19])) << "the farthest point, rounded";
+  EXPECT_EQ(r.centroids[3], round_bf16(0.3333f));
+  EXPECT_NE(r.centroids[3], 0.3333f);
 }
 
 TEST(KMeans, IdenticalPointsAndOddSizes) {

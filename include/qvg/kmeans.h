@@ -39,6 +39,12 @@ struct KMeansResult {
 /// distance is at most p.tol. stats.mse[0] is the error of the start,
 /// stats.mse[i] that after iteration i. The returned ids are the final assignment to the
 /// returned centroids. Deterministic for a seed.
+///
+/// Centroids are BF16 values throughout: the start, every mean and every
+/// re-seeded point are rounded to BF16 (round to nearest even) before the
+/// next assignment, so the returned centroids are exactly their BF16 bits
+/// (what QVG stores) and the GPU's bf16 tensor-core products see them
+/// without a rounding of their own (docs/FORMAT.md, Encode 1).
 KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams& p,
                         const float* init = nullptr);
 

@@ -12,6 +12,7 @@
 
 #include "qvg/common.h"
 #include "qvg/fixed_sum.h"
+#include "qvg/half.h"
 #include "util/rng.h"
 
 namespace qvg {
@@ -187,6 +188,7 @@ KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams
   } else {
     r.centroids = kmeans_init_ref(x, n, d, static_cast<int>(c), p.init, p.seed);
   }
+  std::transform(r.centroids.begin(), r.centroids.end(), r.centroids.begin(), round_bf16);  // BF16 values
   r.ids.resize(static_cast<size_t>(n));
   std::vector<float> dist(static_cast<size_t>(n));
   double mse = kmeans_assign_ref(x, n, d, r.centroids.data(), c, r.ids.data(), dist.data());
@@ -215,7 +217,7 @@ KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams
     for (int64_t j = 0; j < c; ++j) {
       float* cj = r.centroids.data() + j * d;
       if (count[j] > 0) {
-        for (int64_t k = 0; k < d; ++k) cj[k] = fixed_mean(sum[j * d + k], fx, count[j]);
+        for (int64_t k = 0; k < d; ++k) cj[k] = round_bf16(fixed_mean(sum[j * d + k], fx, count[j]));
         continue;
       }
       // Empty cluster: re-seed at the farthest point not taken yet.
@@ -223,7 +225,7 @@ KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams
       for (int64_t i = 0; i < n; ++i)
         if (!taken[i] && (far < 0 || dist[i] > dist[far])) far = i;
       taken[far] = 1;
-      std::copy_n(x + far * d, d, cj);
+      std::transform(x + far * d, x + far * d + d, cj, round_bf16);
       ++r.stats.empty_reassigned;
     }
     const double prev = mse;

@@ -23,6 +23,7 @@
 
 #include "cuda/qvg_kernels.cuh"
 #include "qvg/fixed_sum.h"
+#include "qvg/half.h"
 #include "util/rng.h"
 
 namespace qvg::cuda {
@@ -639,7 +640,8 @@ __global__ void __launch_bounds__(kBucketThreads) centroid_bucket_sum_kernel(
     bucket_sum_range<T, D, false>(xc, bucket, start, c_count, p, p_end, 0.0f, ldexp(1.0, -e), stage[warp], sh);
 }
 
-/// New centroid = fixed-point sum / count (fixed_mean; empty clusters are
+/// New centroid = bf16(fixed-point sum / count) (fixed_mean, rounded as the
+/// CPU reference's; empty clusters are
 /// left for the reseed kernel), and the sums it read back to 0 (the next
 /// update's start: the encoder zeroes sums and counts once a stage, and the
 /// reseed kernel the counts after it). One warp per (head, cluster): the head's
@@ -658,7 +660,7 @@ static __global__ void centroid_mean_kernel(unsigned long long* __restrict__ sum
   const int e = fixed_sum_exponent(__uint_as_float(head_max[h]), n_tokens);
   const int64_t base = static_cast<int64_t>(slot) * d;
   for (int k = lane; k < d; k += 32) {
-    cent[base + k] = fixed_mean(static_cast<int64_t>(sums[base + k]), e, count);
+    cent[base + k] = round_bf16(fixed_mean(static_cast<int64_t>(sums[base + k]), e, count));  // BF16 values
     sums[base + k] = 0;
   }
 }
@@ -711,7 +713,8 @@ __global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, i
     __syncthreads();
     if (far < 0) continue;
     for (int k = threadIdx.x; k < d; k += blockDim.x)
-      cent[static_cast<int64_t>(slot) * d + k] = load_as_float(x + (static_cast<int64_t>(h) * n_tokens + far) * d + k);
+      cent[static_cast<int64_t>(slot) * d + k] =
+          round_bf16(load_as_float(x + (static_cast<int64_t>(h) * n_tokens + far) * d + k));
     if (threadIdx.x == 0) {
       th[far] = 1;
       ++reseeded[h];
@@ -786,7 +789,7 @@ static __global__ void random_rows_kernel(int64_t n, int c, uint64_t seed_base, 
   }
 }
 
-/// Gather rows of x as initial centroids: cent[h][c] = x[h][rows[h*C + c]].
+/// Gather rows of x as initial centroids: cent[h][c] = bf16(x[h][rows[h*C + c]]).
 template <typename T>
 __global__ void gather_rows_kernel(const T* __restrict__ x, int64_t n_tokens, int d, int c_count,
                                    const int64_t* __restrict__ rows, int heads, float* __restrict__ cent) {
@@ -795,7 +798,7 @@ __global__ void gather_rows_kernel(const T* __restrict__ x, int64_t n_tokens, in
   const int64_t hc = g / d;
   const int k = static_cast<int>(g % d);
   const int h = static_cast<int>(hc / c_count);
-  cent[g] = load_as_float(x + (static_cast<int64_t>(h) * n_tokens + rows[hc]) * d + k);
+  cent[g] = round_bf16(load_as_float(x + (static_cast<int64_t>(h) * n_tokens + rows[hc]) * d + k));  // BF16 values
 }
 
 /// float -> BF16 bits (round to nearest even), for storing centroids.

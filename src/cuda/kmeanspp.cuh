@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "cuda/qvg_kernels.cuh"
+#include "qvg/half.h"
 #include "util/rng.h"
 
 namespace qvg::cuda {
@@ -144,7 +145,7 @@ __global__ void __cluster_dims__(kPPBlocks, 1, 1) __launch_bounds__(kPPThreads)
     for (int i = tid; i < D; i += kPPThreads) {
       const float v = load_as_float(crow + i);
       centre[i] = v;
-      if (b == 0) ch[static_cast<int64_t>(k) * D + i] = v;
+      if (b == 0) ch[static_cast<int64_t>(k) * D + i] = round_bf16(v);  // centroids are BF16 values (kmeans.h)
     }
     if (k + 1 == c_count) break;
     __syncthreads();
