@@ -697,7 +697,35 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
               out.dist[static_cast<int64_t>(h) * n_tokens + n] = static_cast<float>(exact_cmp && second_wins ? db : da);
           }
           pick = second_wins ? i2 : i1;
-          if (need_r) {
+          // Where the pick's float centroid is a BF16 value (||c - bf16(c)|| =
+          // 0: every centroid the encoder's k-means makes, kmeans.h), the
+          // float rows (one 16-byte load per 4 values, no unpacking) hold
+          // bf16(c) itself; otherwise the BF16 core matrices below.
+          const bool from_float = __all_sync(0xFFFFFFFFu, !need_r || c_dev[pick] == 0.0f);
+          if (need_r && from_float) {
+            const float* cp = cf + pick * kFStride + 8 * t;
+            uint16_t* next_row = want_next ? out.next + (static_cast<int64_t>(h) * n_tokens + n) * D : nullptr;
+#pragma unroll
+            for (int c = 0; c < kLaneChunks; ++c) {
+              uint32_t packed[4];
+#pragma unroll
+              for (int h4 = 0; h4 < 2; ++h4) {
+                float p[4];
+                load_float4(cp + 32 * c + 4 * h4, p);
+                float d[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                  d[k] = __fsub_rn(xv[8 * c + 4 * h4 + k], p[k]);
+                  r_max = fmaxf(r_max, fabsf(d[k]));
+                }
+                packed[2 * h4] = pack_bf16x2(d[0], d[1]);
+                packed[2 * h4 + 1] = pack_bf16x2(d[2], d[3]);
+              }
+              if (want_next)
+                __stwb(reinterpret_cast<uint4*>(next_row + lane_chunk(t, c) * 8),
+                       make_uint4(packed[0], packed[1], packed[2], packed[3]));
+            }
+          } else if (need_r) {
             // bf16(c) of the pick from shared memory: the value xv[8c + 2q + e]
             // (dim 8 lane_chunk(t, c) + 2q + e) sits at logical position 16
             // (2c + q/2) + 8 (q & 1) + 2t + e (logical chunk 2 (2c + q/2) +
