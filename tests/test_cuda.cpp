@@ -741,8 +741,9 @@ TEST(Cuda, KMeansPlusPlusStartMatchesCpu) {
 // exact re-ranking. Two centroids and a float token whose bf16 rounding (of x
 // and of the centroids) moves the two values by 0.69 in opposite directions,
 // more than the 2^-7 ||x|| ||c|| margin once used (0.53): the exact distances
-// are 24.19 and 24.25, so the first centroid is the nearest. With iters=0 the
-// ids are that one assignment to the starting rows (a random start: the rows
+// to the starting centroids (the rows' BF16 roundings, kmeans.h) are 24.188
+// and 24.251, so the first centroid is the nearest. With iters=0 the ids are
+// that one assignment to the starting rows (a random start: the rows
 // kmeans_random_rows picks are set to the two centroids).
 TEST(Cuda, AssignmentReRanksWhereBf16RoundingCouldFlipIt) {
   REQUIRE_GPU();
@@ -792,7 +793,8 @@ TEST(Cuda, AssignmentIsExactOutsideThreeWayNearTies) {
             for (int j = 0; j < cc; ++j) {
               double s = 0, q = 0;
               for (int64_t k = 0; k < d; ++k) {
-                const double cv = x.at(h, rows[j], k), e = x.at(h, i, k) - cv;
+                // The start: the rows' BF16 roundings (kmeans.h).
+                const double cv = round_bf16(x.at(h, rows[j], k)), e = x.at(h, i, k) - cv;
                 s += e * e;
                 q += cv * cv;
               }

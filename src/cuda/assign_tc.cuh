@@ -332,23 +332,27 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   for (int i = threadIdx.x; i < c_pad * 8; i += blockDim.x) {
     const int c = i >> 3, part = i & 7;  // the eight lanes of a centroid are neighbours
     float s = 0.0f, e = 0.0f;
-    uint32_t hv = 0u;
+    uint32_t hv = 0u, off_grid = 0u;
 #pragma unroll
     for (int k = part; k < D; k += 8) {
       const float v = cf[c * kFStride + k], dv = v - round_bf16_dev(v);  // exact
       s = fmaf(v, v, s);
       e = fmaf(dv, dv, e);
+      off_grid |= dv != 0.0f;
       hv = (hv ^ __float_as_uint(v + 0.0f)) * 0x9E3779B1u;  // v + 0: -0 hashes as +0 (equal values)
     }
     for (int off = 4; off > 0; off >>= 1) {  // c_pad * 8 is a multiple of 32: whole warps
       s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
       e += __shfl_xor_sync(0xFFFFFFFFu, e, off);
+      off_grid |= __shfl_xor_sync(0xFFFFFFFFu, off_grid, off);
       hv ^= __shfl_xor_sync(0xFFFFFFFFu, hv, off) * 0x85EBCA6Bu;
     }
     if (part == 0) {
       c_init[c] = c < c_count ? -0.5f * s : -FLT_MAX;
       c_len[c] = sqrtf(s);
-      c_dev[c] = sqrtf(e);
+      // 0 exactly when the row is a BF16 value (the residual path below
+      // relies on it; a sum of squares of tiny deviations can underflow).
+      c_dev[c] = off_grid ? fmaxf(sqrtf(e), FLT_MIN) : 0.0f;
       c_hash[c] = hv;
     }
   }
