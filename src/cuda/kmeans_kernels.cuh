@@ -647,21 +647,37 @@ __global__ void __launch_bounds__(kBucketThreads) centroid_bucket_sum_kernel(
 /// reseed kernel the counts after it). One warp per (head, cluster): the head's
 /// exponent and the cluster's count are read once, and lanes take
 /// consecutive dims (one thread per value with 64-bit index divisions took
-/// 12.7 us at 32 x 256 x 128 values). Grid: ceil(H C / (block / 32)) blocks.
+/// 12.7 us at 32 x 256 x 128 values). Every load of the warp is issued
+/// before any result is needed (the sums, up to 4 a lane, with the count
+/// and the head's maximum): a loop of dependent load-divide-store steps
+/// waited for memory D / 32 times. Grid: ceil(H C / (block / 32)) blocks.
 static __global__ void centroid_mean_kernel(unsigned long long* __restrict__ sums, const int* __restrict__ counts,
                                      int heads, int64_t n_tokens, int d, int c_count,
                                      const unsigned int* __restrict__ head_max, const int* __restrict__ active,
                                      float* __restrict__ cent) {
+  constexpr int kPer = 4;  // sums a lane a pass: D <= 128 in one pass
   const int slot = static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
   const int lane = threadIdx.x & 31;
   if (slot >= heads * c_count) return;  // heads * C <= 65535 * 256
-  const int h = slot / c_count, count = counts[slot];
-  if ((active && !active[h]) || count == 0) return;
-  const int e = fixed_sum_exponent(__uint_as_float(head_max[h]), n_tokens);
+  const int h = slot / c_count;
   const int64_t base = static_cast<int64_t>(slot) * d;
-  for (int k = lane; k < d; k += 32) {
-    cent[base + k] = round_bf16(fixed_mean(static_cast<int64_t>(sums[base + k]), e, count));  // BF16 values
-    sums[base + k] = 0;
+  for (int k0 = 0; k0 < d; k0 += 32 * kPer) {
+    unsigned long long v[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int k = k0 + lane + 32 * i;
+      v[i] = k < d ? sums[base + k] : 0ull;
+    }
+    const int count = counts[slot];
+    if ((active && !active[h]) || count == 0) return;  // the same for the warp
+    const int e = fixed_sum_exponent(__uint_as_float(head_max[h]), n_tokens);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int k = k0 + lane + 32 * i;
+      if (k >= d) break;
+      cent[base + k] = round_bf16(fixed_mean(static_cast<int64_t>(v[i]), e, count));  // BF16 values
+      sums[base + k] = 0;
+    }
   }
 }
 

@@ -590,6 +590,7 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
       const bool may_be_last = km.check_convergence || assignments == kp.max_iter + 1;
       o.resid_max = may_be_last ? resid_max : nullptr;
       o.next = may_be_last ? next : nullptr;  // a head's last write is its final assignment's
+      o.cent_bf16 = may_be_last ? cent_bf16 : nullptr;  // the centroids it used: the stored ones
       if (D == 64)
         run_assign_tc<64>(data, N, cent_.get(), C, H, active, o, stream);
       else
@@ -659,9 +660,11 @@ bool Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
     assign();
     record(it);
   }
-  to_bf16_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(
-      cent_.get(), static_cast<int64_t>(H) * C * D, cent_bf16);
-  check_launch();
+  if (km.fp32_assign) {  // (the tensor-core assignment writes them as it stages them)
+    to_bf16_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(
+        cent_.get(), static_cast<int64_t>(H) * C * D, cent_bf16);
+    check_launch();
+  }
   if (stats) {
     std::vector<int> re(static_cast<size_t>(H));
     reseeded_.download(re.data(), re.size(), stream);
