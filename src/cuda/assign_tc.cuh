@@ -722,50 +722,49 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
           // float rows (one 16-byte load per 4 values, no unpacking) hold
           // bf16(c) itself; otherwise the BF16 core matrices below.
           const bool from_float = __all_sync(0xFFFFFFFFu, !need_r || c_dev[pick] == 0.0f);
-          if (need_r && from_float) {
-            const float* cp = cf + pick * kFStride + 8 * t;
+          if (need_r) {
             uint16_t* next_row = want_next ? out.next + (static_cast<int64_t>(h) * n_tokens + n) * D : nullptr;
-#pragma unroll
-            for (int c = 0; c < kLaneChunks; ++c) {
-              uint32_t packed[4];
-#pragma unroll
-              for (int h4 = 0; h4 < 2; ++h4) {
-                float p[4];
-                load_float4(cp + 32 * c + 4 * h4, p);
-                float d[4];
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                  d[k] = __fsub_rn(xv[8 * c + 4 * h4 + k], p[k]);
-                  r_max = fmaxf(r_max, fabsf(d[k]));
-                }
-                packed[2 * h4] = pack_bf16x2(d[0], d[1]);
-                packed[2 * h4 + 1] = pack_bf16x2(d[2], d[3]);
-              }
-              if (want_next)
-                __stwb(reinterpret_cast<uint4*>(next_row + lane_chunk(t, c) * 8),
-                       make_uint4(packed[0], packed[1], packed[2], packed[3]));
-            }
-          } else if (need_r) {
-            // bf16(c) of the pick from shared memory: the value xv[8c + 2q + e]
-            // (dim 8 lane_chunk(t, c) + 2q + e) sits at logical position 16
-            // (2c + q/2) + 8 (q & 1) + 2t + e (logical chunk 2 (2c + q/2) +
-            // (q & 1), element 2t + e).
-            uint16_t* next_row = want_next ? out.next + (static_cast<int64_t>(h) * n_tokens + n) * D : nullptr;
-#pragma unroll
-            for (int c = 0; c < kLaneChunks; ++c) {
+            // x - bf16(c) at the lane's chunk c (dims 8 lane_chunk(t, c) ..),
+            // given those 8 values of bf16(c): its max, the next points.
+            auto resid_chunk = [&](int c, const float (&cv)[8]) {
               uint32_t packed[4];
 #pragma unroll
               for (int q = 0; q < 4; ++q) {
-                const uint32_t wd = *reinterpret_cast<const uint32_t*>(
-                    cs + core_chunk<D>(pick, 2 * (2 * c + (q >> 1)) + (q & 1)) + 2 * t);
-                const float d0 = __fsub_rn(xv[8 * c + 2 * q], __uint_as_float(wd << 16));
-                const float d1 = __fsub_rn(xv[8 * c + 2 * q + 1], __uint_as_float(wd & 0xFFFF0000u));
+                const float d0 = __fsub_rn(xv[8 * c + 2 * q], cv[2 * q]);
+                const float d1 = __fsub_rn(xv[8 * c + 2 * q + 1], cv[2 * q + 1]);
                 r_max = fmaxf(r_max, fmaxf(fabsf(d0), fabsf(d1)));
                 packed[q] = pack_bf16x2(d0, d1);
               }
               if (want_next)
                 __stwb(reinterpret_cast<uint4*>(next_row + lane_chunk(t, c) * 8),
                        make_uint4(packed[0], packed[1], packed[2], packed[3]));
+            };
+            if (from_float) {
+              const float* cp = cf + pick * kFStride + 8 * t;
+#pragma unroll
+              for (int c = 0; c < kLaneChunks; ++c) {
+                float lo[4], hi[4];
+                load_float4(cp + 32 * c, lo);
+                load_float4(cp + 32 * c + 4, hi);
+                const float cv[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
+                resid_chunk(c, cv);
+              }
+            } else {
+              // From the core matrices: dim 8 lane_chunk(t, c) + 2q + e sits at
+              // logical position 16 (2c + q/2) + 8 (q & 1) + 2t + e (logical
+              // chunk 2 (2c + q/2) + (q & 1), element 2t + e).
+#pragma unroll
+              for (int c = 0; c < kLaneChunks; ++c) {
+                float cv[8];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                  const uint32_t wd = *reinterpret_cast<const uint32_t*>(
+                      cs + core_chunk<D>(pick, 2 * (2 * c + (q >> 1)) + (q & 1)) + 2 * t);
+                  cv[2 * q] = __uint_as_float(wd << 16);
+                  cv[2 * q + 1] = __uint_as_float(wd & 0xFFFF0000u);
+                }
+                resid_chunk(c, cv);
+              }
             }
           }
         }
