@@ -250,6 +250,37 @@ TEST(QvgCodec, WarmStartUsesPreviousCentroids) {
   EXPECT_THROW(codec->encode(y, opt), Error);
 }
 
+// Finite inputs near FLT_MAX: x - c overflows float for clusters of mixed
+// signs (3e38 - (-1e38)). The encoder says so instead of returning a tensor
+// with an infinite span scale (which only the decoder rejected); inputs up to
+// the stated safe bound, 2^(126 - S), encode and decode to finite values.
+TEST(QvgCodec, ResidualOverflowIsAnEncodeErrorAndTheSafeBoundEncodes) {
+  for (const std::string spec : {"qvg:centroids=2", "qvg-pro:centroids=2"}) {
+    const int stages = parse_codec_spec(spec).stages;
+    for (const bool overflow : {true, false}) {
+      const float big = overflow ? 3.0e38f : std::ldexp(1.0f, 126 - stages);
+      HeadTensor x(1, 8, 64);
+      for (size_t i = 0; i < x.data.size(); ++i)
+        x.data[i] = (i % 3 == 0 ? -big : big) * (0.5f + 0.005f * static_cast<float>((i * 7919) % 100));
+      if (overflow) {
+        try {
+          make_codec(spec)->encode(x);
+          ADD_FAILURE() << spec << ": an overflowing residual was encoded";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("overflows float"), std::string::npos) << e.what();
+        }
+      } else {
+        const EncodedTensor e = make_codec(spec)->encode(x);
+        HeadTensor y;
+        make_codec(e.config)->decode(e, y);
+        size_t not_finite = 0;
+        for (const float v : y.data) not_finite += !std::isfinite(v);
+        EXPECT_EQ(not_finite, 0u) << spec;
+      }
+    }
+  }
+}
+
 TEST(QvgCodec, RejectsBadInput) {
   const HeadTensor x = clustered(1, 50, 64, 4, 7);
   EXPECT_THROW(run("qvg", x), Error);                 // C = 256 > N = 50

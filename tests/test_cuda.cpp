@@ -235,6 +235,38 @@ TEST(Cuda, DecodeIsBitIdentical) {
 
 // Every decode kernel gives the same bits (rows kernel: tails where the
 // rows do not fill the last warp, D = 64 and 128, INT2 and INT4).
+// The CPU reference's overflow case (test_codecs: finite inputs near
+// FLT_MAX whose residual overflows float) is an encode error on the GPU too,
+// not a tensor with an infinite span scale; at the safe bound the GPU encode
+// decodes to finite values.
+TEST(Cuda, ResidualOverflowIsAnEncodeError) {
+  REQUIRE_GPU();
+  for (const std::string spec : {"qvg:centroids=2,init=random", "qvg-pro:centroids=2,init=random"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    for (const bool overflow : {true, false}) {
+      const float big = overflow ? 3.0e38f : std::ldexp(1.0f, 126 - c.stages);
+      HeadTensor x(1, 8, 64);
+      for (size_t i = 0; i < x.data.size(); ++i)
+        x.data[i] = (i % 3 == 0 ? -big : big) * (0.5f + 0.005f * static_cast<float>((i * 7919) % 100));
+      if (overflow) {
+        try {
+          make_codec(c, Backend::cuda)->encode(x);
+          ADD_FAILURE() << spec << ": an overflowing residual was encoded";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("overflows float"), std::string::npos) << e.what();
+        }
+      } else {  // (the k-means products overflow here: ids need not match the CPU's)
+        const EncodedTensor e = make_codec(c, Backend::cuda)->encode(x);
+        HeadTensor y;
+        make_codec(e.config)->decode(e, y);
+        size_t not_finite = 0;
+        for (const float v : y.data) not_finite += !std::isfinite(v);
+        EXPECT_EQ(not_finite, 0u) << spec;
+      }
+    }
+  }
+}
+
 TEST(Cuda, DecodeKernelsAgree) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})

@@ -5,6 +5,7 @@
 // codes [H][N][D*b/8] packed LSB first.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "cpu/codecs.h"
 #include "qvg/group_quant.h"
@@ -63,9 +64,16 @@ void subtract_stage(const EncodedTensor& e, int64_t h, int s, std::vector<float>
 /// the precision of the input and of the stored centroids (on the GPU the
 /// last assignment of a stage writes them, and that of the last stage finds
 /// max |R|: no pass of its own).
+/// Inputs are finite (checked), but near FLT_MAX a centroid's BF16 rounding,
+/// x - c or the BF16 points can overflow: an error then, not a tensor whose
+/// span scale is inf (which the decoder would reject) or NaN codes.
 void advance_stage(const EncodedTensor& e, int64_t h, int s, int s_count, std::vector<float>& r) {
   subtract_stage(e, h, s, r);
   if (s + 1 < s_count) std::transform(r.begin(), r.end(), r.begin(), round_bf16);
+  const auto bad = std::find_if(r.begin(), r.end(), [](float v) { return !std::isfinite(v); });
+  QVG_CHECK(bad == r.end(), e.config.name, ": head ", h, ": the residual after smoothing stage ", s, " overflows float (",
+            *bad, " at token ", (bad - r.begin()) / e.dim, "): the input is too close to the float range (|x| up to 2^",
+            126 - s_count, " is safe with ", s_count, " stage(s))");
 }
 
 /// Group-quantize head h's final residual r (every stage subtracted) into e.

@@ -1,6 +1,8 @@
 // The Codec front of the CUDA backend: host tensors in and out.
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstring>
 #include <mutex>
 
 #include "cuda/baseline_cuda.h"
@@ -59,6 +61,15 @@ class CudaQvgCodec final : public Codec {
     encoder_.encode(xd_.get(), DeviceDType::f32, sh, km, parts_, nullptr, report ? &stats : nullptr);
     EncodedTensor e = encoded_header(config_, x, opt.role);
     download_parts(parts_, e, nullptr);
+    // Near FLT_MAX the residual can overflow (the CPU reference's check is
+    // per stage): its max, hence the span scale, is then inf or NaN.
+    for (int64_t h = 0; h < e.heads; ++h) {
+      float span = 0;
+      std::memcpy(&span, e.span_scales.data() + 4 * h, 4);
+      QVG_CHECK(std::isfinite(span), config_.name, ": head ", h, ": the residual overflows float (span scale ", span,
+                "): the input is too close to the float range (|x| up to 2^", 126 - sh.stages, " is safe with ",
+                sh.stages, " stage(s))");
+    }
     if (report) {
       report->kmeans = std::move(stats);
       report->kmeans_seconds = 0;
