@@ -281,6 +281,35 @@ TEST(QvgCodec, ResidualOverflowIsAnEncodeErrorAndTheSafeBoundEncodes) {
   }
 }
 
+// Warm or given centroids are not bounded by the input: a warm start from
+// a span of 3.3e38 with no iteration (iters=0), or a given infinite
+// centroid, is an error naming the cause, not a tensor with an infinite
+// span scale.
+TEST(QvgCodec, OverflowFromWarmOrGivenCentroidsIsAnError) {
+  HeadTensor hot(1, 8, 64), x(1, 8, 64);
+  for (size_t i = 0; i < hot.data.size(); ++i) hot.data[i] = 3.3e38f;
+  for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = -std::ldexp(1.0f, 125);
+  const auto codec = make_codec("qvg:centroids=2,iters=0");
+  const EncodedTensor warm = codec->encode(hot);
+  EncodeOptions opt;
+  opt.warm_start = &warm;
+  try {
+    codec->encode(x, opt);
+    ADD_FAILURE() << "an overflowing residual was encoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the input or the centroids"), std::string::npos) << e.what();
+  }
+  const CodecConfig c = parse_codec_spec("qvg:centroids=2");
+  std::vector<uint8_t> cent(warm.centroids.size(), 0), ids(warm.ids.size(), 0);
+  cent[1] = 0x7F, cent[0] = 0x80;  // value 0: +inf
+  try {
+    qvg_encode_given_centroids_ref(x, c, cent, ids, TensorRole::key, 1);
+    ADD_FAILURE() << "an infinite given centroid was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+  }
+}
+
 TEST(QvgCodec, RejectsBadInput) {
   const HeadTensor x = clustered(1, 50, 64, 4, 7);
   EXPECT_THROW(run("qvg", x), Error);                 // C = 256 > N = 50

@@ -66,14 +66,16 @@ void subtract_stage(const EncodedTensor& e, int64_t h, int s, std::vector<float>
 /// max |R|: no pass of its own).
 /// Inputs are finite (checked), but near FLT_MAX a centroid's BF16 rounding,
 /// x - c or the BF16 points can overflow: an error then, not a tensor whose
-/// span scale is inf (which the decoder would reject) or NaN codes.
+/// span scale is inf (which the decoder would reject) or NaN codes. With
+/// centroids from this span's k-means (at least one iteration, or no warm
+/// start) |x| <= 2^(126 - S) cannot overflow; given or warm centroids can.
 void advance_stage(const EncodedTensor& e, int64_t h, int s, int s_count, std::vector<float>& r) {
   subtract_stage(e, h, s, r);
   if (s + 1 < s_count) std::transform(r.begin(), r.end(), r.begin(), round_bf16);
   const auto bad = std::find_if(r.begin(), r.end(), [](float v) { return !std::isfinite(v); });
   QVG_CHECK(bad == r.end(), e.config.name, ": head ", h, ": the residual after smoothing stage ", s, " overflows float (",
-            *bad, " at token ", (bad - r.begin()) / e.dim, "): the input is too close to the float range (|x| up to 2^",
-            126 - s_count, " is safe with ", s_count, " stage(s))");
+            *bad, " at token ", (bad - r.begin()) / e.dim, "): the input or the centroids are too close to the float ",
+            "range (inputs up to 2^", 126 - s_count, " with centroids from their own k-means never overflow)");
 }
 
 /// Group-quantize head h's final residual r (every stage subtracted) into e.
@@ -200,6 +202,9 @@ EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecCon
             " bytes, the config needs ", e.centroids.size());
   QVG_CHECK(ids.size() == e.ids.size(), "given ids have ", ids.size(), " bytes, the config needs ",
             e.ids.size());
+  for (size_t i = 0; i + 1 < centroids.size(); i += 2)
+    QVG_CHECK(std::isfinite(bf16_to_float(get_u16(centroids, i / 2))), c.name, ": given centroid value ", i / 2,
+              " is not finite");
   e.centroids = std::move(centroids);
   e.ids = std::move(ids);
   const int s_count = stages_of(c);

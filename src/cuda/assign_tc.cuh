@@ -234,6 +234,15 @@ __device__ __forceinline__ void add_sq_diff(double& d, float x, float c) {
   d = fma(e, e, d);
 }
 
+/// max(a, b) where a NaN wins (PTX max.NaN: one FMNMX, as fmaxf, which
+/// drops NaN): max |x - c| then carries a NaN residual (inf - inf, after an
+/// overflow upstream) to the span scale, whose check then rejects the encode.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 /// The sum of v over the four lanes of a quad (xor 1, then xor 2: every
 /// lane gets the same bits). All 32 lanes must call it.
 template <typename V>
@@ -399,11 +408,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kUnitsPerBlock + warp / kUnitWarps<kWg>; unit < n_units;
        unit += static_cast<int64_t>(gridDim.x) * kUnitsPerBlock) {
     const int64_t n0 = unit * kUnitRows<kWg> + (warp % kUnitWarps<kWg>) * 16 * kMT;  // this warp's rows
-    // The rows of this warp's next unit into L2 now (a line a lane: 16 rows of
-    // 256 bytes at D = 128, bf16), so the loads at the top of that unit wait
-    // for L2 rather than DRAM: 0.208 -> 0.198 ms a launch at LongCat (two
-    // units ahead: 0.205).
-    {
+    // The rows of this warp's next unit into L2 now, a line a lane, so the
+    // loads at the top of that unit wait for L2 rather than DRAM: 0.208 ->
+    // 0.198 ms a launch at LongCat (two units ahead: 0.205). All 16 rows of
+    // 16-bit input (2 lines a row at D = 128, 1 at D = 64); float rows at D =
+    // 128 only their first 8. wgmma only: the mma.sync kernel (benchmarks)
+    // spills with it.
+    if constexpr (kWg && kProbe != 4) {
       constexpr int kLineElems = 128 / static_cast<int>(sizeof(T));
       constexpr int kLinesPerRow = D / kLineElems > 0 ? D / kLineElems : 1;
       const int64_t nu = unit + static_cast<int64_t>(gridDim.x) * kUnitsPerBlock;
@@ -732,7 +743,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
               for (int q = 0; q < 4; ++q) {
                 const float d0 = __fsub_rn(xv[8 * c + 2 * q], cv[2 * q]);
                 const float d1 = __fsub_rn(xv[8 * c + 2 * q + 1], cv[2 * q + 1]);
-                r_max = fmaxf(r_max, fmaxf(fabsf(d0), fabsf(d1)));
+                r_max = fmax_nan(r_max, fmax_nan(fabsf(d0), fabsf(d1)));
                 packed[q] = pack_bf16x2(d0, d1);
               }
               if (want_next)
@@ -774,11 +785,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   // Per-head maxima: one atomic per warp.
   for (int off = 16; off > 0; off >>= 1) {
     x_max = fmaxf(x_max, __shfl_xor_sync(0xFFFFFFFFu, x_max, off));
-    r_max = fmaxf(r_max, __shfl_xor_sync(0xFFFFFFFFu, r_max, off));
+    r_max = fmax_nan(r_max, __shfl_xor_sync(0xFFFFFFFFu, r_max, off));
   }
   if (lane == 0) {
     if (out.x_max) atomicMax(out.x_max + h, __float_as_uint(x_max));
-    if (out.resid_max) atomicMax(out.resid_max + h, __float_as_uint(r_max));
+    if (out.resid_max) atomicMax(out.resid_max + h, __float_as_uint(r_max));  // NaN (0x7FC00000 up) above inf
   }
 }
 

@@ -9,6 +9,7 @@
 #include "cpu/codecs.h"
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
+#include "qvg/half.h"
 
 namespace qvg {
 
@@ -25,6 +26,20 @@ using cuda::upload_parts;
 void check_device() {
   std::string why;
   QVG_CHECK(cuda_available(&why), "CUDA backend: ", why);
+}
+
+/// Near FLT_MAX the residual can overflow (the CPU reference checks each
+/// stage's points): its max, hence a head's span scale, is then inf or NaN
+/// (the assignment's max carries NaN). An error, as on the CPU, rather than a
+/// tensor only the decoder would reject.
+void check_span_scales(const EncodedTensor& e) {
+  for (int64_t h = 0; h < e.heads; ++h) {
+    float span = 0;
+    std::memcpy(&span, e.span_scales.data() + 4 * h, 4);
+    QVG_CHECK(std::isfinite(span), e.config.name, ": head ", h, ": the residual overflows float (span scale ", span,
+              "): the input or the centroids are too close to the float range (inputs up to 2^",
+              126 - e.config.stages, " with centroids from their own k-means never overflow)");
+  }
 }
 
 class CudaQvgCodec final : public Codec {
@@ -61,15 +76,7 @@ class CudaQvgCodec final : public Codec {
     encoder_.encode(xd_.get(), DeviceDType::f32, sh, km, parts_, nullptr, report ? &stats : nullptr);
     EncodedTensor e = encoded_header(config_, x, opt.role);
     download_parts(parts_, e, nullptr);
-    // Near FLT_MAX the residual can overflow (the CPU reference's check is
-    // per stage): its max, hence the span scale, is then inf or NaN.
-    for (int64_t h = 0; h < e.heads; ++h) {
-      float span = 0;
-      std::memcpy(&span, e.span_scales.data() + 4 * h, 4);
-      QVG_CHECK(std::isfinite(span), config_.name, ": head ", h, ": the residual overflows float (span scale ", span,
-                "): the input is too close to the float range (|x| up to 2^", 126 - sh.stages, " is safe with ",
-                sh.stages, " stage(s))");
-    }
+    check_span_scales(e);
     if (report) {
       report->kmeans = std::move(stats);
       report->kmeans_seconds = 0;
@@ -124,6 +131,9 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
   check_device();
   check_finite(x, "input tensor");
   const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
+  for (size_t i = 0; i + 1 < centroids.size(); i += 2)
+    QVG_CHECK(std::isfinite(bf16_to_float(static_cast<uint16_t>(centroids[i] | (centroids[i + 1] << 8)))), c.name,
+              ": given centroid value ", i / 2, " is not finite");
   DeviceParts parts;
   parts.allocate(sh);
   upload_bytes(parts.centroids, centroids, nullptr);
@@ -134,6 +144,7 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
   enc.quantize_given(xd.get(), DeviceDType::f32, sh, parts, nullptr);
   EncodedTensor e = encoded_header(c, x, role);
   download_parts(parts, e, nullptr);
+  check_span_scales(e);  // finite centroids: an overflow leaves inf (never NaN) in the residual's max
   return e;
 }
 

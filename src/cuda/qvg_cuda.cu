@@ -421,6 +421,9 @@ void Encoder::encode(const void* x, DeviceDType dtype, const QvgShape& sh, const
     quantize_any(x, dtype, sh, parts.view(), head_max_.get(), false, stream);
     return;
   }
+  // max_iter < 0 would skip the final assignment that writes the ids' max
+  // |R|, the next points and the stored centroids.
+  QVG_CHECK(km.params.max_iter >= 0, "k-means on the GPU: max_iter must be >= 0, got ", km.params.max_iter);
   if (stats) stats->assign(static_cast<size_t>(sh.stages) * sh.heads, KMeansStats{});
   QvgParts p = parts.view();
   // Stage 0 clusters the input as it is (bf16 / f16 / f32: no float copy);
