@@ -20,11 +20,11 @@ step "configure + build"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
   >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_model_cuda test_kmeans test_codecs test_formats test_group_quant bench_cuda bench_decode_probe bench_model_cuda bench_assign_probe \
+cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_model_cuda test_assign_kernel test_kmeans test_codecs test_formats test_group_quant bench_cuda bench_decode_probe bench_model_cuda bench_assign_probe \
   >>"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 rc=0
 step "tests"
-for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines test_model_cuda; do  # one log file (at most 8 files come back)
+for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines test_model_cuda test_assign_kernel; do  # one log file (at most 8 files come back)
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
@@ -33,6 +33,8 @@ compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda -
   --gtest_filter='Cuda.QuantizeGiven*:Cuda.QuantizeAt*:Cuda.BlockScales*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.DecodeOfARange*:Cuda.CentroidSums*:Cuda.CacheReadDevice*:Cuda.KMeansMatchesCpu*:Cuda.KMeansPlusPlus*:Cuda.WarmStart*:Cuda.EncodeEquals*:Cuda.MultiStage*:Cuda.FixedIteration*:Cuda.Assignment*' \
   >"$OUT/sanitizer.log" 2>&1 || rc=1
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_baselines --gtest_brief=1 \
+  >>"$OUT/sanitizer.log" 2>&1 || rc=1
+compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_assign_kernel --gtest_brief=1 \
   >>"$OUT/sanitizer.log" 2>&1 || rc=1
 grep -E "tests from .* ran|PASSED|SKIPPED|FAILED|ERROR SUMMARY" "$OUT/sanitizer.log"
 step "compute-sanitizer racecheck"
