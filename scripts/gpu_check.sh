@@ -8,6 +8,7 @@
 # QVG-over-BF16 overhead runs), QVG_SKIP_NCU, QVG_NCU_DECODE (ncu detail of
 # the decode kernels), QVG_SKIP_ASSIGN (bench_assign_probe), QVG_NCU_ASSIGN (ncu
 # detail of the k-means assignment), QVG_NCU_KERNELS (a regex: ncu detail of those encode kernels),
+# QVG_NCU_SASS (a regex on mangled kernel names: instruction-level stalls and mix, scripts/sass_hotspots.py),
 # QVG_RACECHECK_PP_S (time limit of the k-means++ racecheck, 0 skips it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -92,6 +93,22 @@ if [ -n "${QVG_NCU_ASSIGN:-}" ]; then  # where the k-means assignment's time goe
   cuobjdump -sass build-gpu/bench/bench_assign_probe 2>/dev/null | awk '/Function :/ { keep = index($0, \
     "assign_tc_kernelILi128E13__nv_bfloat16Li16ELi0ELb1E") > 0 } keep' >"$OUT/assign_sass.txt"  # the default kernel
   grep -vE "^ *-+ *$|^==PROF==|^ *$|Section:|Metric Name" "$OUT/ncu_assign.log" | grep -E "^    [A-Z]" | cut -c1-110 | head -75
+fi
+if [ -n "${QVG_NCU_SASS:-}" ]; then  # instruction-level stalls and mix of one kernel (a regex on mangled names)
+  # e.g. QVG_NCU_SASS=decode_tile_kernelILi2ELi128ELi4ELi4E (QVG-Pro's tile decode, from bench_decode_probe)
+  #      QVG_NCU_SASS=assign_tc_kernelILi128E13__nv_bfloat16Li16ELi0ELb1E (from bench_assign_variants)
+  step "ncu source-level profile: ${QVG_NCU_SASS}"
+  case "$QVG_NCU_SASS" in
+    *assign*) prog=(build-gpu/bench/bench_assign_variants --reps 1) ;;
+    *) prog=(build-gpu/bench/bench_decode_probe --reps 1) ;;
+  esac
+  cmake --build build-gpu -j16 --target bench_assign_variants >>"$OUT/build.log" 2>&1 || rc=1
+  ncu --clock-control none --kernel-name-base mangled -k "regex:${QVG_NCU_SASS}" --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --section SpeedOfLight --import-source no \
+    -o /tmp/qvg_sass_rep -f "${prog[@]}" >/tmp/qvg_sass_run.log 2>&1 || rc=1
+  ncu -i /tmp/qvg_sass_rep.ncu-rep --page source --csv --print-source sass >/tmp/qvg_sass.csv 2>&1 || rc=1
+  gzip -c /tmp/qvg_sass.csv >"$OUT/sass.csv.gz"
+  python3 scripts/sass_hotspots.py /tmp/qvg_sass.csv --top 30 | tee "$OUT/sass_hotspots.log" || rc=1
 fi
 if [ -n "${QVG_NCU_KERNELS:-}" ]; then  # detail of the encode kernels matching this regex (one launch each)
   step "ncu kernel detail: ${QVG_NCU_KERNELS}"
