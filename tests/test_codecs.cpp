@@ -11,6 +11,7 @@
 #include "qvg/half.h"
 #include "qvg/kmeans.h"
 #include "qvg/qvg.h"
+#include "overflow_util.h"
 
 namespace qvg {
 namespace {
@@ -256,28 +257,11 @@ TEST(QvgCodec, WarmStartUsesPreviousCentroids) {
 // the stated safe bound, 2^(126 - S), encode and decode to finite values.
 TEST(QvgCodec, ResidualOverflowIsAnEncodeErrorAndTheSafeBoundEncodes) {
   for (const std::string spec : {"qvg:centroids=2", "qvg-pro:centroids=2"}) {
-    const int stages = parse_codec_spec(spec).stages;
-    for (const bool overflow : {true, false}) {
-      const float big = overflow ? 3.0e38f : std::ldexp(1.0f, 126 - stages);
-      HeadTensor x(1, 8, 64);
-      for (size_t i = 0; i < x.data.size(); ++i)
-        x.data[i] = (i % 3 == 0 ? -big : big) * (0.5f + 0.005f * static_cast<float>((i * 7919) % 100));
-      if (overflow) {
-        try {
-          make_codec(spec)->encode(x);
-          ADD_FAILURE() << spec << ": an overflowing residual was encoded";
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("overflows float"), std::string::npos) << e.what();
-        }
-      } else {
-        const EncodedTensor e = make_codec(spec)->encode(x);
-        HeadTensor y;
-        make_codec(e.config)->decode(e, y);
-        size_t not_finite = 0;
-        for (const float v : y.data) not_finite += !std::isfinite(v);
-        EXPECT_EQ(not_finite, 0u) << spec;
-      }
-    }
+    const auto codec = make_codec(spec);
+    const HeadTensor hot = test::overflow_input(3.0e38f);
+    test::expect_encode_error([&] { codec->encode(hot); }, "overflows float", spec);
+    const HeadTensor safe = test::overflow_input(std::ldexp(1.0f, 126 - parse_codec_spec(spec).stages));
+    test::expect_finite_decode(codec->encode(safe), spec);
   }
 }
 
@@ -293,21 +277,12 @@ TEST(QvgCodec, OverflowFromWarmOrGivenCentroidsIsAnError) {
   const EncodedTensor warm = codec->encode(hot);
   EncodeOptions opt;
   opt.warm_start = &warm;
-  try {
-    codec->encode(x, opt);
-    ADD_FAILURE() << "an overflowing residual was encoded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the input or the centroids"), std::string::npos) << e.what();
-  }
+  test::expect_encode_error([&] { codec->encode(x, opt); }, "the input or the centroids", "warm start, iters=0");
   const CodecConfig c = parse_codec_spec("qvg:centroids=2");
   std::vector<uint8_t> cent(warm.centroids.size(), 0), ids(warm.ids.size(), 0);
   cent[1] = 0x7F, cent[0] = 0x80;  // value 0: +inf
-  try {
-    qvg_encode_given_centroids_ref(x, c, cent, ids, TensorRole::key, 1);
-    ADD_FAILURE() << "an infinite given centroid was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
-  }
+  test::expect_encode_error([&] { qvg_encode_given_centroids_ref(x, c, cent, ids, TensorRole::key, 1); }, "not finite",
+                            "an infinite given centroid");
 }
 
 TEST(QvgCodec, RejectsBadInput) {
