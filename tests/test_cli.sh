@@ -61,6 +61,15 @@ full=$("$qvg" stream $S 2>&1 | grep -o 'digest.*')
 "$qvg" stream $S --stop-after 3 --save "$tmp/c.qvgc" >/dev/null 2>"$tmp/err" || bad "stream --save: $(cat "$tmp/err")"
 resumed=$("$qvg" stream $S --load "$tmp/c.qvgc" 2>&1 | grep -o 'digest.*')
 [ -n "$full" ] && [ "$full" = "$resumed" ] && ok || bad "stream resume digest '$resumed' != '$full'"
+# Resuming with other chunking is refused before any append (it read past the
+# data's rows once: a fuzzing find); so are grids whose sizes would overflow.
+"$qvg" stream $S --stop-after 2 --save "$tmp/c2.qvgc" >/dev/null 2>"$tmp/err" || bad "stream --save: $(cat "$tmp/err")"
+expect_fail "cannot resume" stream ${S/--chunk-frames 1/--chunk-frames 2} --load "$tmp/c2.qvgc"
+if [ -f "$tmp/rec2/rtn.k.npy" ]; then  # (--grid applies to K/V files)
+  F="--k $tmp/rec2/rtn.k.npy --v $tmp/rec2/rtn.v.npy --key rtn --value rtn --quiet"
+  expect_fail "H and W in 1..1048576" stream $F --grid 4294967296x4294967296
+  expect_fail "H and W in 1..1048576" stream $F --grid 1x
+fi
 printf 'junk' >>"$tmp/c.qvgc"
 expect_fail "unexpected bytes" stream $S --load "$tmp/c.qvgc"
 

@@ -60,9 +60,22 @@ Data load_data() {
     if (g.k.empty() || g.v.empty()) throw qvg::Error("give both --k and --v (or neither, for built-in data)");
     const size_t x = g.grid.find('x');
     if (x == std::string::npos) throw qvg::Error("--grid must be HxW, got '" + g.grid + "'");
-    d.grid_h = std::stoll(g.grid.substr(0, x));
-    d.grid_w = std::stoll(g.grid.substr(x + 1));
-    if (d.grid_h <= 0 || d.grid_w <= 0) throw qvg::Error("--grid must be positive, got '" + g.grid + "'");
+    // Each side 1 .. 2^20 (positions are int32; tokens per frame H W stays far
+    // from overflowing in the chunk arithmetic).
+    auto side = [&](const std::string& t) {
+      size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(t, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (t.empty() || used != t.size() || v < 1 || v > (1 << 20))
+        throw qvg::Error("--grid must be HxW with H and W in 1.." + std::to_string(1 << 20) + ", got '" + g.grid + "'");
+      return static_cast<int64_t>(v);
+    };
+    d.grid_h = side(g.grid.substr(0, x));
+    d.grid_w = side(g.grid.substr(x + 1));
     std::optional<qvg::DType> raw16;
     if (!g.raw16.empty()) raw16 = qvg::parse_dtype(g.raw16);
     progress("reading " + g.k + " and " + g.v);
@@ -232,6 +245,9 @@ struct RunResult {
 /// main_run: honours --load / --save / --stop-after and prints the timeline.
 RunResult run(const Data& d, qvg::CacheConfig cfg, bool post_rope, bool main_run, const std::string& label) {
   const int64_t n = d.k.tokens;
+  if (g.chunk_frames < 1 || d.tpf() > (int64_t{1} << 40) / g.chunk_frames)
+    throw qvg::Error("--chunk-frames " + std::to_string(g.chunk_frames) + " with " + std::to_string(d.tpf()) +
+                     " tokens a frame: a chunk must hold 1 to 2^40 tokens");
   const int64_t ct = g.chunk_frames * d.tpf();
   const int64_t n_chunks = (n + ct - 1) / ct;
   const qvg::RopeMode ref_rope = cfg.rope.mode;  // the positions the reference keys are rotated with
@@ -252,6 +268,15 @@ RunResult run(const Data& d, qvg::CacheConfig cfg, bool post_rope, bool main_run
     if (res.first_chunk > n_chunks)
       throw qvg::Error(g.load + ": the cache holds " + std::to_string(res.first_chunk) + " chunks, the data has " +
                        std::to_string(n_chunks));
+    // The chunks must be this run's chunks of this data (the reference
+    // below copies data rows by chunk index and size).
+    const int64_t want = std::min(res.first_chunk * ct, n);
+    for (int l = 0; l < cfg.layers; ++l)
+      if (cache->tokens_appended(l) != want)
+        throw qvg::Error(g.load + ": layer " + std::to_string(l) + " holds " + std::to_string(cache->tokens_appended(l)) +
+                         " tokens in " + std::to_string(res.first_chunk) + " chunks; with --chunk-frames " +
+                         std::to_string(g.chunk_frames) + " (" + std::to_string(ct) +
+                         " tokens a chunk) this data's first chunks hold " + std::to_string(want) + "; cannot resume");
     if (!g.as_json) std::printf("resumed from %s at chunk %" PRId64 "\n", g.load.c_str(), res.first_chunk);
   } else {
     cache.emplace(cfg, opt);
@@ -309,7 +334,14 @@ RunResult run(const Data& d, qvg::CacheConfig cfg, bool post_rope, bool main_run
     std::vector<int32_t> ref_pos;
     int64_t off = 0;
     for (size_t i = 0; i < r.chunks.size(); ++i) {
+      if (r.chunks[i] < 0 || r.chunks[i] >= n_chunks)
+        throw qvg::Error("the cache holds chunk " + std::to_string(r.chunks[i]) + "; this data has " +
+                         std::to_string(n_chunks) + " (was the cache made from other data or --chunk-frames?)");
       const int64_t first = r.chunks[i] * ct, t = r.chunk_tokens[i];
+      if (t != std::min(ct, n - first))
+        throw qvg::Error("chunk " + std::to_string(r.chunks[i]) + " of the cache holds " + std::to_string(t) +
+                         " tokens; this data's chunk there holds " + std::to_string(std::min(ct, n - first)) +
+                         " (was the cache made from other data or --chunk-frames?)");
       for (int64_t h = 0; h < d.k.heads; ++h) {
         std::copy_n(d.k.head(h) + first * d.k.dim, t * d.k.dim, ref_k.head(h) + off * d.k.dim);
         std::copy_n(d.v.head(h) + first * d.k.dim, t * d.k.dim, ref_v.head(h) + off * d.k.dim);
