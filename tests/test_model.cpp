@@ -42,6 +42,27 @@ TEST(Model, LoadsShippedWeights) {
   EXPECT_EQ(m.metadata().at("format"), "qvg-reference-video-dit-v1");
 }
 
+// Hostile config metadata (a fuzzing find): integers past int were
+// truncated (layers 2^32 + 6 read as 6) or overflowed in the derived sizes
+// (heads x head_dim, patch^2 x channels). Each is an error naming the field.
+TEST(Model, ConfigRejectsOutOfRangeIntegers) {
+  auto expect_error = [](const std::string& json, const std::string& phrase) {
+    try {
+      qvg::validate(qvg::parse_model_config(json));
+      ADD_FAILURE() << json << ": accepted";
+    } catch (const qvg::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << json << ": " << e.what();
+    }
+  };
+  expect_error(R"({"layers": 4294967302})", "'layers' must be 1..");
+  expect_error(R"({"layers": -1})", "'layers' must be 1..");
+  expect_error(R"({"channels": 18446744073709551615})", "'channels' must be 1..");
+  expect_error(R"({"heads": 65536, "head_dim": 65536, "dim": 0})", "'dim' must be 1..");
+  expect_error(R"({"frame": 4096, "patch": 4096, "channels": 4096})", "patch^2 x channels");
+  expect_error(R"({"frame": 65536, "patch": 1, "chunk_frames": 3})", "tokens per chunk");
+  EXPECT_NO_THROW(qvg::validate(qvg::parse_model_config("{}")));  // the defaults
+}
+
 TEST(Model, PixelsAndPatchify) {
   const qvg::ModelConfig c;
   const qvg::RawTensor u8 = qvg::read_safetensors_tensor(kGolden, "context_u8");

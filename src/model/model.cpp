@@ -25,12 +25,24 @@ constexpr int64_t kRowBlock = 96;
 
 // ---- config -------------------------------------------------------------------
 
+/// Largest value of an integer config field, and of the sizes derived from
+/// them (patch_dim, tokens_per_chunk).
+constexpr int64_t kMaxField = int64_t{1} << 20;
+constexpr int64_t kMaxDerived = int64_t{1} << 24;
+
 void validate(const ModelConfig& c) {
   QVG_CHECK(c.frame > 0 && c.patch > 0 && c.frame % c.patch == 0, "model config: frame (", c.frame,
             ") must be a positive multiple of patch (", c.patch, ")");
   QVG_CHECK(c.channels > 0, "model config: channels must be > 0, got ", c.channels);
-  QVG_CHECK(c.heads > 0 && c.head_dim > 0 && c.dim == c.heads * c.head_dim, "model config: dim (", c.dim,
+  QVG_CHECK(c.heads > 0 && c.head_dim > 0 && c.dim == int64_t{c.heads} * c.head_dim, "model config: dim (", c.dim,
             ") must equal heads (", c.heads, ") x head_dim (", c.head_dim, ")");
+  // The derived sizes are int: keep them (and their products in the
+  // forward pass) far from overflowing.
+  QVG_CHECK(int64_t{c.patch} * c.patch * c.channels <= kMaxDerived, "model config: patch^2 x channels (",
+            int64_t{c.patch} * c.patch * c.channels, ") exceeds ", kMaxDerived);
+  QVG_CHECK(int64_t{c.frame / c.patch} * (c.frame / c.patch) * c.chunk_frames <= kMaxDerived,
+            "model config: tokens per chunk ((frame / patch)^2 x chunk_frames = ",
+            int64_t{c.frame / c.patch} * (c.frame / c.patch) * c.chunk_frames, ") exceed ", kMaxDerived);
   QVG_CHECK(c.head_dim % 2 == 0, "model config: head_dim must be even, got ", c.head_dim);
   QVG_CHECK(c.layers > 0 && c.layers <= 1024, "model config: layers must be 1..1024, got ", c.layers);
   QVG_CHECK(c.mlp_dim > 0, "model config: mlp_dim must be > 0, got ", c.mlp_dim);
@@ -54,8 +66,13 @@ ModelConfig parse_model_config(const std::string& text) {
   ModelConfig c;
   auto get_int = [&](const char* key, int& field) {
     if (!j.contains(key)) return;
-    QVG_CHECK(j[key].is_number_integer(), "model config: '", key, "' must be an integer");
-    field = j[key].get<int>();
+    const nlohmann::json& v = j[key];
+    QVG_CHECK(v.is_number_integer(), "model config: '", key, "' must be an integer");
+    // Read wide, then range-check (get<int> truncated 2^32 + 6 to 6).
+    const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(kMaxField)
+                                                 : v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxField;
+    QVG_CHECK(in_range && v.get<int64_t>() >= 1, "model config: '", key, "' must be 1..", kMaxField, ", got ", v.dump());
+    field = static_cast<int>(v.get<int64_t>());
   };
   auto get_num = [&](const char* key, double& field) {
     if (!j.contains(key)) return;
