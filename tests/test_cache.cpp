@@ -655,5 +655,21 @@ TEST(CacheConfigTest, SelfForcingDefaults) {
   validate(c);
 }
 
+// Files with a consistent checksum over non-finite content (made by a fuzzing
+// run: tests/data/cache_good.qvgc is `qvg stream --k k.npy --v v.npy --grid
+// 2x2 --chunk-frames 1 --quant-factor 2 --sink 1 --keep-recent 1 --rope 3d
+// --key qvg:block=16,centroids=4 --value kivi:group=16,residual=4 --layers 2
+// --save`; the others change one value and recompute the layer's CRC): a NaN
+// FP8 block scale in span 0's keys, a NaN BF16 value in the sink chunk. They
+// loaded, and read() returned NaN keys; now load refuses them.
+TEST(CacheFile, LoadRejectsNonFiniteContent) {
+  const std::string dir = std::string(QVG_SOURCE_DIR) + "/tests/data/";
+  EXPECT_NO_THROW(StreamingKVCache::load(dir + "cache_good.qvgc"));
+  const std::string scale = error_of([&] { StreamingKVCache::load(dir + "cache_nan_block_scale.qvgc"); });
+  EXPECT_NE(scale.find("span 0, keys: block scale 0 is NaN"), std::string::npos) << scale;
+  const std::string tail = error_of([&] { StreamingKVCache::load(dir + "cache_nan_tail.qvgc"); });
+  EXPECT_NE(tail.find("chunk 0: full-precision data holds a non-finite value"), std::string::npos) << tail;
+}
+
 }  // namespace
 }  // namespace qvg

@@ -114,6 +114,37 @@ void tail_decode(const uint8_t* bytes, size_t n, TailFormat f, float* out) {
   }
 }
 
+/// Whether every value of a full-precision chunk's bytes is finite (a loaded
+/// file's: appended chunks are checked as floats).
+bool tail_finite(const std::vector<uint8_t>& bytes, TailFormat f) {
+  if (f == TailFormat::bf16) {
+    for (size_t i = 0; i + 1 < bytes.size(); i += 2)
+      if ((bytes[i + 1] & 0x7F) == 0x7F && (bytes[i] & 0x80)) return false;  // exponent all ones
+  } else {
+    for (size_t i = 0; i + 3 < bytes.size(); i += 4)
+      if ((bytes[i + 3] & 0x7F) == 0x7F && (bytes[i + 2] & 0x80)) return false;
+  }
+  return true;
+}
+
+/// A loaded QVG / RTN span tensor's scales: every block scale a finite FP8
+/// (E4M3 has no infinity; 0x7F, 0xFF are NaN) or FP16 code, every span scale
+/// finite and > 0. The decoders trust them (the GPU's do not check).
+void check_encoded_scales(const EncodedTensor& t, const std::string& where) {
+  if (t.config.method != Method::qvg && t.config.method != Method::rtn) return;
+  if (t.config.scale_format == ScaleFormat::fp8) {
+    for (size_t i = 0; i < t.scales.size(); ++i)
+      QVG_CHECK((t.scales[i] & 0x7F) != 0x7F, where, ": block scale ", i, " is NaN (FP8 byte ", int(t.scales[i]), ")");
+  } else {
+    for (size_t i = 0; i + 1 < t.scales.size(); i += 2)
+      QVG_CHECK((t.scales[i + 1] & 0x7C) != 0x7C, where, ": block scale ", i / 2, " is not finite (FP16)");
+  }
+  for (size_t h = 0; h + 3 < t.span_scales.size(); h += 4) {
+    const float v = get_f32(t.span_scales, h / 4);
+    QVG_CHECK(std::isfinite(v) && v > 0, where, ": span scale of head ", h / 4, " is ", v);
+  }
+}
+
 StreamingKVCache::Impl::Impl(CacheConfig c, CacheOptions o) : config(std::move(c)), options(o) {
   validate(config);
   key_codec = make_codec(config.key, options.backend);
@@ -525,6 +556,8 @@ void check_layer_state(const StreamingKVCache::Impl& I, int layer) {
       const size_t need = static_cast<size_t>(int64_t{c.heads} * ch.tokens * c.dim) * e;
       QVG_CHECK(ch.k.size() == need && ch.v.size() == need, cw, ": full-precision data has ", ch.k.size(), " / ",
                 ch.v.size(), " bytes, needs ", need);
+      QVG_CHECK(tail_finite(ch.k, c.tail) && tail_finite(ch.v, c.tail), cw,
+                ": full-precision data holds a non-finite value");
     } else {
       QVG_CHECK(ch.k.empty() && ch.v.empty(), cw, ": holds full-precision data although in span ", ch.span);
       QVG_CHECK(ch.index >= p.sink, cw, ": a sink chunk is in a span");
@@ -586,6 +619,7 @@ void check_layer_state(const StreamingKVCache::Impl& I, int layer) {
       const EncodedTensor& t = key ? sp.k : sp.v;
       QVG_CHECK(t.heads == c.heads && t.tokens == sp.tokens && t.dim == c.dim, sw, ": encoded shape mismatch");
       QVG_CHECK(t.role == (key ? TensorRole::key : TensorRole::value), sw, ": encoded role mismatch");
+      check_encoded_scales(t, sw + (key ? ", keys" : ", values"));
     }
   }
   for (const CacheChunk& ch : L.chunks)
