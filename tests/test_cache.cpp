@@ -660,15 +660,22 @@ TEST(CacheConfigTest, SelfForcingDefaults) {
 // 2x2 --chunk-frames 1 --quant-factor 2 --sink 1 --keep-recent 1 --rope 3d
 // --key qvg:block=16,centroids=4 --value kivi:group=16,residual=4 --layers 2
 // --save`; the others change one value and recompute the layer's CRC): a NaN
-// FP8 block scale in span 0's keys, a NaN BF16 value in the sink chunk. They
-// loaded, and read() returned NaN keys; now load refuses them.
-TEST(CacheFile, LoadRejectsNonFiniteContent) {
+// FP8 block scale in span 0's keys, a NaN BF16 value in the sink chunk (they
+// loaded, and read() returned NaN keys); "spans encoded" set to 2^62 - 1 (it
+// loaded, and the next save wrote a file load refused); chunk 1 evicted
+// although the policy has no window (read() returned 4 tokens fewer). Now
+// load refuses each.
+TEST(CacheFile, LoadRejectsImpossibleContent) {
   const std::string dir = std::string(QVG_SOURCE_DIR) + "/tests/data/";
   EXPECT_NO_THROW(StreamingKVCache::load(dir + "cache_good.qvgc"));
   const std::string scale = error_of([&] { StreamingKVCache::load(dir + "cache_nan_block_scale.qvgc"); });
   EXPECT_NE(scale.find("span 0, keys: block scale 0 is NaN"), std::string::npos) << scale;
   const std::string tail = error_of([&] { StreamingKVCache::load(dir + "cache_nan_tail.qvgc"); });
   EXPECT_NE(tail.find("chunk 0: full-precision data holds a non-finite value"), std::string::npos) << tail;
+  const std::string spans = error_of([&] { StreamingKVCache::load(dir + "cache_spans_encoded_huge.qvgc"); });
+  EXPECT_NE(spans.find("spans encoded from 4 non-sink chunks"), std::string::npos) << spans;
+  const std::string evicted = error_of([&] { StreamingKVCache::load(dir + "cache_evicted_without_window.qvgc"); });
+  EXPECT_NE(evicted.find("chunk 1: evicted, but the policy has no window"), std::string::npos) << evicted;
 }
 
 }  // namespace

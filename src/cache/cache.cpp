@@ -532,6 +532,17 @@ void check_layer_state(const StreamingKVCache::Impl& I, int layer) {
             L.next_chunk, " appended");
   QVG_CHECK(L.next_chunk > 0 || (L.spans.empty() && L.next_token == 0 && L.next_span == 0 && !L.warm_k && !L.warm_v),
             where, ": state held without any chunk appended");
+  // What the policy can have produced: a span takes quant_factor non-sink
+  // chunks; without a window nothing is evicted (a fuzzing find: both loaded).
+  const int64_t non_sink = L.next_chunk - std::min<int64_t>(p.sink, L.next_chunk);
+  QVG_CHECK(L.next_span <= non_sink / p.quant_factor, where, ": ", L.next_span, " spans encoded from ", non_sink,
+            " non-sink chunks (spans of ", p.quant_factor, ")");
+  if (p.window_chunks == 0 && p.window_tokens == 0) {
+    QVG_CHECK(static_cast<int64_t>(L.chunks.size()) == L.next_chunk, where, ": ", L.chunks.size(), " chunks held of ",
+              L.next_chunk, " appended, and without a window none is evicted");
+    for (const CacheChunk& ch : L.chunks)
+      QVG_CHECK(ch.live, where, ", chunk ", ch.index, ": evicted, but the policy has no window");
+  }
   // Chunks: increasing indices, consistent token offsets, the newest last.
   for (size_t i = 0; i < L.chunks.size(); ++i) {
     const CacheChunk& ch = L.chunks[i];
