@@ -262,6 +262,10 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
   nc.tokens = T;
   tail_encode(k.data.data(), k.data.size(), c.tail, nc.k);
   tail_encode(v.data.data(), v.data.size(), c.tail, nc.v);
+  // Finite floats above BF16's largest value round to infinity there (and a
+  // saved file holding them would not load).
+  QVG_CHECK(tail_finite(nc.k, c.tail) && tail_finite(nc.v, c.tail), "append (layer ", layer,
+            "): a value overflows the cache's BF16 full-precision format (|x| above 3.39e38)");
   if (pd > 0) nc.positions.assign(positions.begin(), positions.end());
 
   // ---- plan: slots index L.chunks; slot L.chunks.size() is the new chunk ----
