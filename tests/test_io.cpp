@@ -519,6 +519,7 @@ TEST_F(IoTest, SafetensorsCorruptions) {
   check("magic", std::string("\x93NUMPY\x01\x00\x76\x00", 10) + std::string(118, ' '),
         {"header length"});
   check("notjsonobj", st_file("[1, 2]", data), {"must start with '{'"});
+  check("nulpad", st_file(ok + std::string(1, '\0'), data), {"only spaces may follow"});  // a fuzzing find
   check("badjson", st_file("{\"x\": {\"dtype\": \"F32\",", data), {"malformed", "JSON"});
   check("notobj", st_file("{\"x\": 3}", data), {"tensor 'x'", "not an object"});
   check("missing", st_file("{\"x\": {\"dtype\": \"F32\", \"shape\": [4]}}", data),

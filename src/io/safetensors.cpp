@@ -53,6 +53,10 @@ Header parse_header(io_detail::InFile& f, std::map<std::string, std::string>* me
     file_fail(path, "malformed .safetensors header: the JSON header must start with '{' "
                     "(bad magic: not a .safetensors file?)");
 
+  // The format pads the JSON with spaces only (a NUL there was accepted).
+  const size_t last = text.find_last_not_of(' ');
+  if (last == std::string::npos || text[last] != '}')
+    file_fail(path, "malformed .safetensors header: the JSON object must end the header (only spaces may follow it)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
