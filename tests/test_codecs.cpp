@@ -296,6 +296,8 @@ TEST(QvgCodec, RejectsBadInput) {
   EXPECT_THROW(make_codec("qvg:centroid=4"), Error);
   EXPECT_THROW(make_codec("qvg:centroids=four"), Error);
   EXPECT_THROW(make_codec("qvg:centroids"), Error);
+  EXPECT_THROW(make_codec("qvg:seed=-1"), Error);  // wrapped to 2^64 - 1 (a fuzzing find)
+  EXPECT_EQ(parse_codec_spec("qvg:seed=18446744073709551615").kmeans.seed, 18446744073709551615ull);
   HeadTensor empty(1, 0, 64);
   EXPECT_THROW(run("rtn", empty), Error);
   HeadTensor bad = x;

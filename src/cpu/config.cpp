@@ -91,7 +91,11 @@ void apply_option(CodecConfig& c, const std::string& key, const std::string& v) 
               v, "'");
     c.kmeans.init = v == "random" ? KMeansInit::random : KMeansInit::kmeanspp;
   } else if (key == "seed") {
-    c.kmeans.seed = static_cast<uint64_t>(parse_int(key, v));
+    uint64_t seed = 0;  // 0 .. 2^64 - 1 (a negative seed wrapped around)
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), seed);
+    QVG_CHECK(ec == std::errc() && p == v.data() + v.size() && !v.empty() && v[0] != '-', "codec option 'seed' needs ",
+              "an integer 0..18446744073709551615, got '", v, "'");
+    c.kmeans.seed = seed;
   } else if (key == "group") {
     c.group = parse_int(key, v);
   } else if (key == "residual") {
