@@ -127,10 +127,10 @@ bool tail_finite(const std::vector<uint8_t>& bytes, TailFormat f) {
   return true;
 }
 
-/// A loaded QVG / RTN span tensor's scales: every block scale a finite FP8
-/// (E4M3 has no infinity; 0x7F, 0xFF are NaN) or FP16 code, every span scale
-/// finite and > 0. The decoders trust them (the GPU's do not check).
-void check_encoded_scales(const EncodedTensor& t, const std::string& where) {
+/// A loaded QVG / RTN span tensor's block scales: every one a finite FP8
+/// (E4M3 has no infinity; 0x7F, 0xFF are NaN) or FP16 code. The decoders
+/// trust them (the span scales they check, and load decodes every span).
+void check_block_scales(const EncodedTensor& t, const std::string& where) {
   if (t.config.method != Method::qvg && t.config.method != Method::rtn) return;
   if (t.config.scale_format == ScaleFormat::fp8) {
     for (size_t i = 0; i < t.scales.size(); ++i)
@@ -138,10 +138,6 @@ void check_encoded_scales(const EncodedTensor& t, const std::string& where) {
   } else {
     for (size_t i = 0; i + 1 < t.scales.size(); i += 2)
       QVG_CHECK((t.scales[i + 1] & 0x7C) != 0x7C, where, ": block scale ", i / 2, " is not finite (FP16)");
-  }
-  for (size_t h = 0; h + 3 < t.span_scales.size(); h += 4) {
-    const float v = get_f32(t.span_scales, h / 4);
-    QVG_CHECK(std::isfinite(v) && v > 0, where, ": span scale of head ", h / 4, " is ", v);
   }
 }
 
@@ -263,8 +259,8 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
   tail_encode(k.data.data(), k.data.size(), c.tail, nc.k);
   tail_encode(v.data.data(), v.data.size(), c.tail, nc.v);
   // Finite floats above BF16's largest value round to infinity there (and a
-  // saved file holding them would not load).
-  QVG_CHECK(tail_finite(nc.k, c.tail) && tail_finite(nc.v, c.tail), "append (layer ", layer,
+  // saved file holding them would not load); f32 keeps them as they are.
+  QVG_CHECK(c.tail != TailFormat::bf16 || (tail_finite(nc.k, c.tail) && tail_finite(nc.v, c.tail)), "append (layer ", layer,
             "): a value overflows the cache's BF16 full-precision format (|x| above 3.39e38)");
   if (pd > 0) nc.positions.assign(positions.begin(), positions.end());
 
@@ -634,7 +630,7 @@ void check_layer_state(const StreamingKVCache::Impl& I, int layer) {
       const EncodedTensor& t = key ? sp.k : sp.v;
       QVG_CHECK(t.heads == c.heads && t.tokens == sp.tokens && t.dim == c.dim, sw, ": encoded shape mismatch");
       QVG_CHECK(t.role == (key ? TensorRole::key : TensorRole::value), sw, ": encoded role mismatch");
-      check_encoded_scales(t, sw + (key ? ", keys" : ", values"));
+      check_block_scales(t, sw + (key ? ", keys" : ", values"));
     }
   }
   for (const CacheChunk& ch : L.chunks)
@@ -655,9 +651,7 @@ void check_layer_state(const StreamingKVCache::Impl& I, int layer) {
                   w->centroids.size() == static_cast<size_t>(int64_t{base.stages} * c.heads * cn * c.dim * 2),
               where, ": ", role, " warm-start state has ", w->centroids.size(), " bytes, needs ",
               int64_t{base.stages} * c.heads * cn * c.dim * 2);
-    for (size_t i = 0; i < w->centroids.size() / 2; ++i)
-      QVG_CHECK(std::isfinite(bf16_to_float(get_u16(w->centroids, i))), where, ": ", role,
-                " warm-start centroid value ", i, " is not finite");
+    check_bf16_finite(w->centroids, where + ": " + role + " warm-start centroid");
   }
 }
 

@@ -1,8 +1,11 @@
 #include "qvg/codec.h"
 
+#include <cmath>
 #include <cstring>
+#include <string>
 
 #include "cpu/codecs.h"
+#include "qvg/half.h"
 
 namespace qvg {
 
@@ -92,6 +95,16 @@ void put_u16(std::vector<uint8_t>& buf, size_t index, uint16_t v) {
 
 uint16_t get_u16(const std::vector<uint8_t>& buf, size_t index) {
   return static_cast<uint16_t>(buf[index * 2] | (buf[index * 2 + 1] << 8));
+}
+
+void check_bf16_finite(const std::vector<uint8_t>& bytes, const std::string& what) {
+  for (size_t i = 0; i < bytes.size() / 2; ++i)
+    QVG_CHECK(std::isfinite(bf16_to_float(get_u16(bytes, i))), what, " value ", i, " is not finite");
+}
+
+std::string residual_overflow_hint(int stages) {
+  return "the input or the centroids are too close to the float range (inputs up to 2^" +
+         std::to_string(126 - stages) + " with centroids from their own k-means never overflow)";
 }
 
 }  // namespace qvg

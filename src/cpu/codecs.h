@@ -2,7 +2,10 @@
 // helpers they share.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "qvg/codec.h"
 
@@ -21,6 +24,14 @@ void check_encode_input(const CodecConfig& c, const HeadTensor& x);
 /// method, e.config is valid for e.dim, and its part sizes match what its
 /// shape needs (expected: compute it only after validate(e.config, e.dim)).
 void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected);
+
+/// Throws "<what> value i is not finite" for the first BF16 value (little-
+/// endian bits) of bytes that is infinite or NaN.
+void check_bf16_finite(const std::vector<uint8_t>& bytes, const std::string& what);
+
+/// The end of the error a QVG encoder gives where a residual overflows float
+/// (the CPU reference per stage, the CUDA codec from the span scales).
+std::string residual_overflow_hint(int stages);
 
 /// An EncodedTensor carrying c, role and x's shape, its parts still empty.
 inline EncodedTensor encoded_header(const CodecConfig& c, const HeadTensor& x, TensorRole role) {

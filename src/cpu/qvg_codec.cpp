@@ -74,8 +74,7 @@ void advance_stage(const EncodedTensor& e, int64_t h, int s, int s_count, std::v
   if (s + 1 < s_count) std::transform(r.begin(), r.end(), r.begin(), round_bf16);
   const auto bad = std::find_if(r.begin(), r.end(), [](float v) { return !std::isfinite(v); });
   QVG_CHECK(bad == r.end(), e.config.name, ": head ", h, ": the residual after smoothing stage ", s, " overflows float (",
-            *bad, " at token ", (bad - r.begin()) / e.dim, "): the input or the centroids are too close to the float ",
-            "range (inputs up to 2^", 126 - s_count, " with centroids from their own k-means never overflow)");
+            *bad, " at token ", (bad - r.begin()) / e.dim, "): ", residual_overflow_hint(s_count));
 }
 
 /// Group-quantize head h's final residual r (every stage subtracted) into e.
@@ -202,9 +201,7 @@ EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecCon
             " bytes, the config needs ", e.centroids.size());
   QVG_CHECK(ids.size() == e.ids.size(), "given ids have ", ids.size(), " bytes, the config needs ",
             e.ids.size());
-  for (size_t i = 0; i + 1 < centroids.size(); i += 2)
-    QVG_CHECK(std::isfinite(bf16_to_float(get_u16(centroids, i / 2))), c.name, ": given centroid value ", i / 2,
-              " is not finite");
+  check_bf16_finite(centroids, c.name + ": given centroid");
   e.centroids = std::move(centroids);
   e.ids = std::move(ids);
   const int s_count = stages_of(c);

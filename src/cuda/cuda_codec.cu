@@ -9,7 +9,6 @@
 #include "cpu/codecs.h"
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
-#include "qvg/half.h"
 
 namespace qvg {
 
@@ -37,8 +36,7 @@ void check_span_scales(const EncodedTensor& e) {
     float span = 0;
     std::memcpy(&span, e.span_scales.data() + 4 * h, 4);
     QVG_CHECK(std::isfinite(span), e.config.name, ": head ", h, ": the residual overflows float (span scale ", span,
-              "): the input or the centroids are too close to the float range (inputs up to 2^",
-              126 - e.config.stages, " with centroids from their own k-means never overflow)");
+              "): ", residual_overflow_hint(e.config.stages));
   }
 }
 
@@ -131,9 +129,7 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
   check_device();
   check_finite(x, "input tensor");
   const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
-  for (size_t i = 0; i + 1 < centroids.size(); i += 2)
-    QVG_CHECK(std::isfinite(bf16_to_float(static_cast<uint16_t>(centroids[i] | (centroids[i + 1] << 8)))), c.name,
-              ": given centroid value ", i / 2, " is not finite");
+  check_bf16_finite(centroids, c.name + ": given centroid");
   DeviceParts parts;
   parts.allocate(sh);
   upload_bytes(parts.centroids, centroids, nullptr);
