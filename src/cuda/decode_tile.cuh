@@ -115,14 +115,18 @@ __device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgP
 /// (i % (D/VALS)) * VALS on. The host guarantees range.count * D < 2^30
 /// (32-bit in-head offsets) and sh.block >= 16 (a unit never straddles two
 /// scale blocks). block_shift = log2(sh.block). VALS comes last so launchers
-/// written before it existed keep meaning 16.
-template <int BITS, int D, int S, int U, typename OutT, int VALS = 16, bool SPLIT = false>
+/// written before it existed keep meaning 16. IDS4 (experiment,
+/// bench_decode_probe only): p.ids holds each token's S <= 4 ids packed in
+/// one little-endian word ([H][N] uint32, stage st in byte st) instead of
+/// the format's [S][H][N] bytes: one load a unit instead of S.
+template <int BITS, int D, int S, int U, typename OutT, int VALS = 16, bool SPLIT = false, bool IDS4 = false>
 __global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                                   DecodeRange range, int block_shift) {
   static_assert(D == 64 || D == 128, "tile decode: D = 64 or 128");
   static_assert(S >= 0 && S <= kTileMaxStages, "tile decode: up to 4 stages");
   static_assert(VALS == 8 || VALS == 16, "tile decode: units of 8 or 16 values");
   static_assert(!SPLIT || VALS == 16, "tile decode: split units are two pieces of 8 values");
+  static_assert(!IDS4 || !SPLIT, "tile decode: packed ids with whole units only");
   if constexpr (SPLIT) {
     decode_split_body<BITS, D, S, U, OutT>(sh, p, out, range, block_shift);
     return;
@@ -153,8 +157,12 @@ __global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(QvgShape sh, 
     load_code_words<BITS, VALS>(codes + i * kUnitBytes, w[u]);  // = row n, unit c: units are row-major
     sc[u] = load_block_scale(scales, static_cast<int64_t>(n * nblocks + ((c * VALS) >> block_shift)), sh.scale_format);
     id[u] = 0;
+    if constexpr (IDS4 && S > 0) {
+      id[u] = __ldg(reinterpret_cast<const uint32_t*>(p.ids) + (row0 + n));
+    } else {
 #pragma unroll
-    for (int st = 0; st < S; ++st) id[u] |= static_cast<uint32_t>(__ldg(ids + st * stage_ids + n)) << (8 * st);
+      for (int st = 0; st < S; ++st) id[u] |= static_cast<uint32_t>(__ldg(ids + st * stage_ids + n)) << (8 * st);
+    }
   }
   // 2. Per unit: the centroids of every stage at once, then the arithmetic.
 #pragma unroll
