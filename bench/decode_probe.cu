@@ -86,19 +86,19 @@ dim3 tile_grid(const QvgShape& sh) {
               static_cast<unsigned>(sh.heads));
 }
 
-template <int S, int U, int VALS, bool SPLIT = false, bool IDS4 = false>
+template <int S, int U, int VALS, bool SPLIT = false, bool IDS4 = false, bool LEAN = false, int MINB = 1>
 void launch_tile(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  decode_tile_kernel<2, kD, S, U, __nv_bfloat16, VALS, SPLIT, IDS4>
+  decode_tile_kernel<2, kD, S, U, __nv_bfloat16, VALS, SPLIT, IDS4, LEAN, MINB>
       <<<tile_grid<U, VALS>(sh), kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, block_shift(sh));
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int U, int VALS, bool SPLIT = false, bool IDS4 = false>
+template <int U, int VALS, bool SPLIT = false, bool IDS4 = false, bool LEAN = false, int MINB = 1>
 void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   switch (sh.stages) {
-    case 0: return launch_tile<0, U, VALS, SPLIT, IDS4>(sh, p, out);
-    case 1: return launch_tile<1, U, VALS, SPLIT, IDS4>(sh, p, out);
-    case 4: return launch_tile<4, U, VALS, SPLIT, IDS4>(sh, p, out);
+    case 0: return launch_tile<0, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
+    case 1: return launch_tile<1, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
+    case 4: return launch_tile<4, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
     default: throw Error("decode probe: stages 0, 1 or 4");
   }
 }
@@ -232,6 +232,12 @@ int main(int argc, char** argv) {
         tile("tile split U=1", [&] { launch_tile_any<1, 16, true>(sh, p, o); });
         tile("tile split U=2", [&] { launch_tile_any<2, 16, true>(sh, p, o); });
         tile("tile split U=4", [&] { launch_tile_any<4, 16, true>(sh, p, o); });
+        tile("lean v16 U=1", [&] { launch_tile_any<1, 16, false, false, true>(sh, p, o); });
+        tile("lean v16 U=2", [&] { launch_tile_any<2, 16, false, false, true>(sh, p, o); });
+        tile("lean v16 U=4", [&] { launch_tile_any<4, 16, false, false, true>(sh, p, o); });
+        tile("lean v16 U=4 64 regs", [&] { launch_tile_any<4, 16, false, false, true, 4>(sh, p, o); });
+        tile("lean v8 U=2", [&] { launch_tile_any<2, 8, false, false, true>(sh, p, o); });
+        tile("lean v8 U=4", [&] { launch_tile_any<4, 8, false, false, true>(sh, p, o); });
         if (sh.stages > 1) {  // the ids packed a word a token ([H][N] uint32): one load a unit instead of S
           std::vector<uint8_t> ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(ids.data(), p.ids, ids.size(), cudaMemcpyDeviceToHost));
@@ -246,6 +252,9 @@ int main(int argc, char** argv) {
           tile("tile v16 U=2 ids4", [&] { launch_tile_any<2, 16, false, true>(sh, p4, o); });
           tile("tile v16 U=4 ids4", [&] { launch_tile_any<4, 16, false, true>(sh, p4, o); });
           tile("tile v8 U=4 ids4", [&] { launch_tile_any<4, 8, false, true>(sh, p4, o); });
+          tile("lean v16 U=4 ids4", [&] { launch_tile_any<4, 16, false, true, true>(sh, p4, o); });
+          tile("lean v8 U=4 ids4", [&] { launch_tile_any<4, 8, false, true, true>(sh, p4, o); });
+          tile("lean v16 U=4 ids4 64 regs", [&] { launch_tile_any<4, 16, false, true, true, 4>(sh, p4, o); });
         }
       }
     }

@@ -9,7 +9,9 @@
 # the decode kernels), QVG_SKIP_ASSIGN (bench_assign_probe), QVG_NCU_ASSIGN (ncu
 # detail of the k-means assignment), QVG_NCU_KERNELS (a regex: ncu detail of those encode kernels),
 # QVG_NCU_SASS (a regex on mangled kernel names: instruction-level stalls and mix, scripts/sass_hotspots.py),
-# QVG_RACECHECK_PP_S (time limit of the k-means++ racecheck, 0 skips it).
+# QVG_RACECHECK_PP_S (time limit of the k-means++ racecheck, 0 skips it),
+# QVG_SASS_DUMP (a regex on mangled kernel names: cuobjdump -sass of those
+# kernels of bench_decode_probe and their opcode counts, scripts/sass_mix.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/qvg-gpu-out}
@@ -109,6 +111,13 @@ if [ -n "${QVG_NCU_SASS:-}" ]; then  # instruction-level stalls and mix of one k
   ncu -i /tmp/qvg_sass_rep.ncu-rep --page source --csv --print-source sass >/tmp/qvg_sass.csv 2>&1 || rc=1
   gzip -c /tmp/qvg_sass.csv >"$OUT/sass.csv.gz"
   python3 scripts/sass_hotspots.py /tmp/qvg_sass.csv --top 30 | tee "$OUT/sass_hotspots.log" || rc=1
+fi
+if [ -n "${QVG_SASS_DUMP:-}" ]; then  # the code of some kernels, e.g. QVG_SASS_DUMP='decode_tile_kernelILi2ELi128ELi4E'
+  step "SASS of ${QVG_SASS_DUMP}"
+  cuobjdump -sass build-gpu/bench/bench_decode_probe 2>/dev/null |
+    awk -v re="$QVG_SASS_DUMP" '/Function :/ { keep = ($0 ~ re) } keep' >/tmp/qvg_sass_dump.txt || rc=1
+  grep -c "Function :" /tmp/qvg_sass_dump.txt
+  gzip -c /tmp/qvg_sass_dump.txt >"$OUT/sass_dump.txt.gz"
 fi
 if [ -n "${QVG_NCU_KERNELS:-}" ]; then  # detail of the encode kernels matching this regex (one launch each)
   step "ncu kernel detail: ${QVG_NCU_KERNELS}"

@@ -3,7 +3,10 @@
 `cuobjdump -sass BINARY` (static counts: every instruction of the function
 once; unrolled loops dominate).
   sass_mix.py BINARY PATTERN [TOP]
+BINARY may also be a saved dump (a .txt or .txt.gz file of cuobjdump -sass
+output, e.g. gpu_check's sass_dump.txt.gz), read where no cuobjdump exists.
 """
+import gzip
 import collections
 import re
 import subprocess
@@ -11,7 +14,14 @@ import sys
 
 
 def main(binary, pattern, top=40):
-    out = subprocess.run(["cuobjdump", "-sass", binary], capture_output=True, text=True, check=True).stdout
+    if binary.endswith(".gz"):
+        with gzip.open(binary, "rt") as f:
+            out = f.read()
+    elif binary.endswith(".txt"):
+        with open(binary) as f:
+            out = f.read()
+    else:
+        out = subprocess.run(["cuobjdump", "-sass", binary], capture_output=True, text=True, check=True).stdout
     funcs, cur = {}, None
     for line in out.splitlines():
         m = re.match(r"\s*Function : (\S+)", line)
