@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench_data.h"
+#include "cuda/decode_smem.cuh"
 #include "cuda/decode_tile.cuh"
 #include "cuda/qvg_cuda.h"
 #include "cuda_timer.h"
@@ -99,6 +100,17 @@ void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
     case 0: return launch_tile<0, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
     case 1: return launch_tile<1, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
     case 4: return launch_tile<4, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
+    default: throw Error("decode probe: stages 0, 1 or 4");
+  }
+}
+
+template <int STEPS, int THREADS = kSmemThreads>
+void launch_smem_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
+  const DecodeRange r{0, sh.tokens, sh.tokens, 0};
+  switch (sh.stages) {
+    case 0: QVG_CUDA_CHECK((launch_decode_smem<2, kD, 0, __nv_bfloat16, STEPS, THREADS>(sh, p, r, out, nullptr))); return;
+    case 1: QVG_CUDA_CHECK((launch_decode_smem<2, kD, 1, __nv_bfloat16, STEPS, THREADS>(sh, p, r, out, nullptr))); return;
+    case 4: QVG_CUDA_CHECK((launch_decode_smem<2, kD, 4, __nv_bfloat16, STEPS, THREADS>(sh, p, r, out, nullptr))); return;
     default: throw Error("decode probe: stages 0, 1 or 4");
   }
 }
@@ -236,6 +248,13 @@ int main(int argc, char** argv) {
         tile("lean v16 U=2", [&] { launch_tile_any<2, 16, false, false, true>(sh, p, o); });
         tile("lean v16 U=4", [&] { launch_tile_any<4, 16, false, false, true>(sh, p, o); });
         tile("lean v16 U=4 64 regs", [&] { launch_tile_any<4, 16, false, false, true, 4>(sh, p, o); });
+        tile("lean v16 U=4 51 regs", [&] { launch_tile_any<4, 16, false, false, true, 5>(sh, p, o); });
+        tile("tile v16 U=4 51 regs", [&] { launch_tile_any<4, 16, false, false, false, 5>(sh, p, o); });
+        tile("smem steps=1", [&] { launch_smem_any<1>(sh, p, o); });
+        tile("smem steps=2", [&] { launch_smem_any<2>(sh, p, o); });
+        tile("smem steps=2 768 threads", [&] { launch_smem_any<2, 768>(sh, p, o); });
+        tile("smem steps=4 768 threads", [&] { launch_smem_any<4, 768>(sh, p, o); });
+        tile("smem steps=2 512 threads", [&] { launch_smem_any<2, 512>(sh, p, o); });
         tile("lean v8 U=2", [&] { launch_tile_any<2, 8, false, false, true>(sh, p, o); });
         tile("lean v8 U=4", [&] { launch_tile_any<4, 8, false, false, true>(sh, p, o); });
         if (sh.stages > 1) {  // the ids packed a word a token ([H][N] uint32): one load a unit instead of S

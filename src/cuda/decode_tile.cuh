@@ -209,7 +209,7 @@ __device__ __forceinline__ void decode_lean_body(const QvgShape& sh, const QvgPa
 /// one little-endian word ([H][N] uint32, stage st in byte st) instead of
 /// the format's [S][H][N] bytes: one load a unit instead of S.
 template <int BITS, int D, int S, int U, typename OutT, int VALS = 16, bool SPLIT = false, bool IDS4 = false,
-          bool LEAN = false, int MINB = 1>
+          bool LEAN = false, int MINB = 0>
 __global__ void __launch_bounds__(kTileThreads, MINB) decode_tile_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                                   DecodeRange range, int block_shift) {
   static_assert(D == 64 || D == 128, "tile decode: D = 64 or 128");
