@@ -255,8 +255,30 @@ int main(int argc, char** argv) {
         tile("smem steps=2 768 threads", [&] { launch_smem_any<2, 768>(sh, p, o); });
         tile("smem steps=4 768 threads", [&] { launch_smem_any<4, 768>(sh, p, o); });
         tile("smem steps=2 512 threads", [&] { launch_smem_any<2, 512>(sh, p, o); });
+        tile("tile v8 U=4 64 regs", [&] { launch_tile_any<4, 8, false, false, false, 4>(sh, p, o); });
+        tile("tile split U=4 64 regs", [&] { launch_tile_any<4, 16, true, false, false, 4>(sh, p, o); });
+        tile("lean v8 U=4 64 regs", [&] { launch_tile_any<4, 8, false, false, true, 4>(sh, p, o); });
+        tile("lean v8 U=8 64 regs", [&] { launch_tile_any<8, 8, false, false, true, 4>(sh, p, o); });
+        tile("lean v8 U=4 48 regs", [&] { launch_tile_any<4, 8, false, false, true, 5>(sh, p, o); });
         tile("lean v8 U=2", [&] { launch_tile_any<2, 8, false, false, true>(sh, p, o); });
         tile("lean v8 U=4", [&] { launch_tile_any<4, 8, false, false, true>(sh, p, o); });
+        if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
+          for (const int keep : {32, 4}) {  // ids < keep: each head's tables in keep rows a stage (L1-resident)
+            std::vector<uint8_t> ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
+            QVG_CUDA_CHECK(cudaMemcpy(ids.data(), p.ids, ids.size(), cudaMemcpyDeviceToHost));
+            for (uint8_t& v : ids) v = static_cast<uint8_t>(v % keep);
+            DeviceBuffer<uint8_t> few;
+            few.upload(ids.data(), ids.size());
+            QvgParts pf = p;
+            pf.ids = few.get();
+            row(m, "tile, ids < " + std::to_string(keep) + " (bound)", timer.median_ms(reps, [&] {
+                  decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::tile);
+                }), bytes);
+          }
+          QVG_CUDA_CHECK(cudaFuncSetAttribute(decode_tile_kernel<2, kD, 4, 4, __nv_bfloat16, 16, false, false, true, 4>,
+                                              cudaFuncAttributePreferredSharedMemoryCarveout, 0));
+          tile("lean v16 U=4 64 regs, L1 max", [&] { launch_tile_any<4, 16, false, false, true, 4>(sh, p, o); });
+        }
         if (sh.stages > 1) {  // the ids packed a word a token ([H][N] uint32): one load a unit instead of S
           std::vector<uint8_t> ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(ids.data(), p.ids, ids.size(), cudaMemcpyDeviceToHost));
@@ -273,6 +295,8 @@ int main(int argc, char** argv) {
           tile("tile v8 U=4 ids4", [&] { launch_tile_any<4, 8, false, true>(sh, p4, o); });
           tile("lean v16 U=4 ids4", [&] { launch_tile_any<4, 16, false, true, true>(sh, p4, o); });
           tile("lean v8 U=4 ids4", [&] { launch_tile_any<4, 8, false, true, true>(sh, p4, o); });
+          tile("lean v8 U=4 ids4 64 regs", [&] { launch_tile_any<4, 8, false, true, true, 4>(sh, p4, o); });
+          tile("lean v8 U=8 ids4 64 regs", [&] { launch_tile_any<8, 8, false, true, true, 4>(sh, p4, o); });
           tile("lean v16 U=4 ids4 64 regs", [&] { launch_tile_any<4, 16, false, true, true, 4>(sh, p4, o); });
         }
       }
