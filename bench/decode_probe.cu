@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "bench_data.h"
-#include "cuda/decode_smem.cuh"
 #include "cuda/decode_tile.cuh"
 #include "cuda/qvg_cuda.h"
 #include "cuda_timer.h"
@@ -87,30 +86,19 @@ dim3 tile_grid(const QvgShape& sh) {
               static_cast<unsigned>(sh.heads));
 }
 
-template <int S, int U, int VALS, bool SPLIT = false, bool IDS4 = false, bool LEAN = false, int MINB = 1>
+template <int S, int U, int VALS, bool SPLIT = false, bool IDS4 = false, bool LEAN = false, int MINB = 0>
 void launch_tile(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   decode_tile_kernel<2, kD, S, U, __nv_bfloat16, VALS, SPLIT, IDS4, LEAN, MINB>
       <<<tile_grid<U, VALS>(sh), kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, block_shift(sh));
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int U, int VALS, bool SPLIT = false, bool IDS4 = false, bool LEAN = false, int MINB = 1>
+template <int U, int VALS, bool SPLIT = false, bool IDS4 = false, bool LEAN = false, int MINB = 0>
 void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   switch (sh.stages) {
     case 0: return launch_tile<0, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
     case 1: return launch_tile<1, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
     case 4: return launch_tile<4, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
-    default: throw Error("decode probe: stages 0, 1 or 4");
-  }
-}
-
-template <int STEPS, int THREADS = kSmemThreads>
-void launch_smem_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  const DecodeRange r{0, sh.tokens, sh.tokens, 0};
-  switch (sh.stages) {
-    case 0: QVG_CUDA_CHECK((launch_decode_smem<2, kD, 0, __nv_bfloat16, STEPS, THREADS>(sh, p, r, out, nullptr))); return;
-    case 1: QVG_CUDA_CHECK((launch_decode_smem<2, kD, 1, __nv_bfloat16, STEPS, THREADS>(sh, p, r, out, nullptr))); return;
-    case 4: QVG_CUDA_CHECK((launch_decode_smem<2, kD, 4, __nv_bfloat16, STEPS, THREADS>(sh, p, r, out, nullptr))); return;
     default: throw Error("decode probe: stages 0, 1 or 4");
   }
 }
@@ -238,29 +226,15 @@ int main(int argc, char** argv) {
         tile("tile v16 U=1", [&] { launch_tile_any<1, 16>(sh, p, o); });
         tile("tile v16 U=2", [&] { launch_tile_any<2, 16>(sh, p, o); });
         tile("tile v16 U=4", [&] { launch_tile_any<4, 16>(sh, p, o); });
-        tile("tile v8 U=1", [&] { launch_tile_any<1, 8>(sh, p, o); });
         tile("tile v8 U=2", [&] { launch_tile_any<2, 8>(sh, p, o); });
         tile("tile v8 U=4", [&] { launch_tile_any<4, 8>(sh, p, o); });
-        tile("tile split U=1", [&] { launch_tile_any<1, 16, true>(sh, p, o); });
         tile("tile split U=2", [&] { launch_tile_any<2, 16, true>(sh, p, o); });
         tile("tile split U=4", [&] { launch_tile_any<4, 16, true>(sh, p, o); });
         tile("lean v16 U=1", [&] { launch_tile_any<1, 16, false, false, true>(sh, p, o); });
         tile("lean v16 U=2", [&] { launch_tile_any<2, 16, false, false, true>(sh, p, o); });
         tile("lean v16 U=4", [&] { launch_tile_any<4, 16, false, false, true>(sh, p, o); });
         tile("lean v16 U=4 64 regs", [&] { launch_tile_any<4, 16, false, false, true, 4>(sh, p, o); });
-        tile("lean v16 U=4 51 regs", [&] { launch_tile_any<4, 16, false, false, true, 5>(sh, p, o); });
-        tile("tile v16 U=4 51 regs", [&] { launch_tile_any<4, 16, false, false, false, 5>(sh, p, o); });
-        tile("smem steps=1", [&] { launch_smem_any<1>(sh, p, o); });
-        tile("smem steps=2", [&] { launch_smem_any<2>(sh, p, o); });
-        tile("smem steps=2 768 threads", [&] { launch_smem_any<2, 768>(sh, p, o); });
-        tile("smem steps=4 768 threads", [&] { launch_smem_any<4, 768>(sh, p, o); });
-        tile("smem steps=2 512 threads", [&] { launch_smem_any<2, 512>(sh, p, o); });
-        tile("tile v8 U=4 64 regs", [&] { launch_tile_any<4, 8, false, false, false, 4>(sh, p, o); });
-        tile("tile split U=4 64 regs", [&] { launch_tile_any<4, 16, true, false, false, 4>(sh, p, o); });
         tile("lean v8 U=4 64 regs", [&] { launch_tile_any<4, 8, false, false, true, 4>(sh, p, o); });
-        tile("lean v8 U=8 64 regs", [&] { launch_tile_any<8, 8, false, false, true, 4>(sh, p, o); });
-        tile("lean v8 U=4 48 regs", [&] { launch_tile_any<4, 8, false, false, true, 5>(sh, p, o); });
-        tile("lean v8 U=2", [&] { launch_tile_any<2, 8, false, false, true>(sh, p, o); });
         tile("lean v8 U=4", [&] { launch_tile_any<4, 8, false, false, true>(sh, p, o); });
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           for (const int keep : {32, 4}) {  // ids < keep: each head's tables in keep rows a stage (L1-resident)
@@ -275,9 +249,6 @@ int main(int argc, char** argv) {
                   decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::tile);
                 }), bytes);
           }
-          QVG_CUDA_CHECK(cudaFuncSetAttribute(decode_tile_kernel<2, kD, 4, 4, __nv_bfloat16, 16, false, false, true, 4>,
-                                              cudaFuncAttributePreferredSharedMemoryCarveout, 0));
-          tile("lean v16 U=4 64 regs, L1 max", [&] { launch_tile_any<4, 16, false, false, true, 4>(sh, p, o); });
         }
         if (sh.stages > 1) {  // the ids packed a word a token ([H][N] uint32): one load a unit instead of S
           std::vector<uint8_t> ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
@@ -290,13 +261,7 @@ int main(int argc, char** argv) {
           ids4.upload(packed.data(), packed.size());
           QvgParts p4 = p;
           p4.ids = reinterpret_cast<uint8_t*>(ids4.get());
-          tile("tile v16 U=2 ids4", [&] { launch_tile_any<2, 16, false, true>(sh, p4, o); });
           tile("tile v16 U=4 ids4", [&] { launch_tile_any<4, 16, false, true>(sh, p4, o); });
-          tile("tile v8 U=4 ids4", [&] { launch_tile_any<4, 8, false, true>(sh, p4, o); });
-          tile("lean v16 U=4 ids4", [&] { launch_tile_any<4, 16, false, true, true>(sh, p4, o); });
-          tile("lean v8 U=4 ids4", [&] { launch_tile_any<4, 8, false, true, true>(sh, p4, o); });
-          tile("lean v8 U=4 ids4 64 regs", [&] { launch_tile_any<4, 8, false, true, true, 4>(sh, p4, o); });
-          tile("lean v8 U=8 ids4 64 regs", [&] { launch_tile_any<8, 8, false, true, true, 4>(sh, p4, o); });
           tile("lean v16 U=4 ids4 64 regs", [&] { launch_tile_any<4, 16, false, true, true, 4>(sh, p4, o); });
         }
       }
