@@ -86,19 +86,19 @@ dim3 tile_grid(const QvgShape& sh) {
               static_cast<unsigned>(sh.heads));
 }
 
-template <int S, int U, int VALS, bool SPLIT = false, bool IDS4 = false, bool LEAN = false, int MINB = 0>
+template <int S, int U, int VALS, bool SPLIT = false>
 void launch_tile(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  decode_tile_kernel<2, kD, S, U, __nv_bfloat16, VALS, SPLIT, IDS4, LEAN, MINB>
+  decode_tile_kernel<2, kD, S, U, __nv_bfloat16, VALS, SPLIT>
       <<<tile_grid<U, VALS>(sh), kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, block_shift(sh));
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int U, int VALS, bool SPLIT = false, bool IDS4 = false, bool LEAN = false, int MINB = 0>
+template <int U, int VALS, bool SPLIT = false>
 void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   switch (sh.stages) {
-    case 0: return launch_tile<0, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
-    case 1: return launch_tile<1, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
-    case 4: return launch_tile<4, U, VALS, SPLIT, IDS4, LEAN, MINB>(sh, p, out);
+    case 0: return launch_tile<0, U, VALS, SPLIT>(sh, p, out);
+    case 1: return launch_tile<1, U, VALS, SPLIT>(sh, p, out);
+    case 4: return launch_tile<4, U, VALS, SPLIT>(sh, p, out);
     default: throw Error("decode probe: stages 0, 1 or 4");
   }
 }
@@ -230,12 +230,6 @@ int main(int argc, char** argv) {
         tile("tile v8 U=4", [&] { launch_tile_any<4, 8>(sh, p, o); });
         tile("tile split U=2", [&] { launch_tile_any<2, 16, true>(sh, p, o); });
         tile("tile split U=4", [&] { launch_tile_any<4, 16, true>(sh, p, o); });
-        tile("lean v16 U=1", [&] { launch_tile_any<1, 16, false, false, true>(sh, p, o); });
-        tile("lean v16 U=2", [&] { launch_tile_any<2, 16, false, false, true>(sh, p, o); });
-        tile("lean v16 U=4", [&] { launch_tile_any<4, 16, false, false, true>(sh, p, o); });
-        tile("lean v16 U=4 64 regs", [&] { launch_tile_any<4, 16, false, false, true, 4>(sh, p, o); });
-        tile("lean v8 U=4 64 regs", [&] { launch_tile_any<4, 8, false, false, true, 4>(sh, p, o); });
-        tile("lean v8 U=4", [&] { launch_tile_any<4, 8, false, false, true>(sh, p, o); });
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           for (const int keep : {32, 4}) {  // ids < keep: each head's tables in keep rows a stage (L1-resident)
             std::vector<uint8_t> ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
@@ -249,20 +243,6 @@ int main(int argc, char** argv) {
                   decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::tile);
                 }), bytes);
           }
-        }
-        if (sh.stages > 1) {  // the ids packed a word a token ([H][N] uint32): one load a unit instead of S
-          std::vector<uint8_t> ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
-          QVG_CUDA_CHECK(cudaMemcpy(ids.data(), p.ids, ids.size(), cudaMemcpyDeviceToHost));
-          const size_t rows = static_cast<size_t>(sh.heads) * sh.tokens;
-          std::vector<uint32_t> packed(rows, 0u);
-          for (int st = 0; st < sh.stages; ++st)
-            for (size_t r = 0; r < rows; ++r) packed[r] |= static_cast<uint32_t>(ids[st * rows + r]) << (8 * st);
-          DeviceBuffer<uint32_t> ids4;
-          ids4.upload(packed.data(), packed.size());
-          QvgParts p4 = p;
-          p4.ids = reinterpret_cast<uint8_t*>(ids4.get());
-          tile("tile v16 U=4 ids4", [&] { launch_tile_any<4, 16, false, true>(sh, p4, o); });
-          tile("lean v16 U=4 ids4 64 regs", [&] { launch_tile_any<4, 16, false, true, true, 4>(sh, p4, o); });
         }
       }
     }

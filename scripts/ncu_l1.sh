@@ -17,5 +17,5 @@ metrics+=",sm__warps_active.avg.pct_of_peak_sustained_active"
 for re in "$@"; do
   echo "== $re"
   ncu --clock-control none --kernel-name-base mangled -k "regex:$re" --launch-count 1 --metrics "$metrics" \
-    build-gpu/bench/bench_decode_probe --reps 1 2>&1 | grep -E "^ +[a-z_]+__|decode_tile|decode_smem" | sed 's/  */ /g'
+    build-gpu/bench/bench_decode_probe --reps 1 2>&1 | grep -E "^ +[a-z0-9_]+__|decode_tile" | sed 's/  */ /g'
 done 2>&1 | tee "$OUT/ncu_l1.log"

@@ -110,123 +110,21 @@ __device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgP
   }
 }
 
-/// Codes -> dequantized values in three instructions a value (LOP3, FADD,
-/// FMUL) instead of five: the same bits as unpack_codes + dequantize_codes.
-/// The code u of bit position pos (>= 1) of a word, OR-ed into the float
-/// M = 2^(23 - pos), whose mantissa bit pos is worth 1, reads M + u; minus
-/// the immediate M + off (exact: off is a multiple of 1/2, M's ulp 2^-pos)
-/// it is u - off exactly (Sterbenz: both operands lie within a factor 2 of
-/// M >= 256), the value the reference's float(u) - off has. Each word is
-/// read as w << 1 (its low half's codes at bits 1, 1 + BITS, ...) and w >> 15
-/// (its high half's), so pos stays in 1..16 and no code needs its own shift.
-template <int BITS, int VALS, bool MIDRISE>
-__device__ __forceinline__ void dequantize_lean(const uint32_t* w, float s, float* v) {
-  constexpr int kPerWord = 32 / BITS;
-  constexpr int kPerHalf = kPerWord / 2;
-  constexpr uint32_t kMask = (1u << BITS) - 1u;
-  constexpr float kOff = MIDRISE ? 0.5f * static_cast<float>((1 << BITS) - 1) : static_cast<float>(1 << (BITS - 1));
-#pragma unroll
-  for (int i = 0; i < VALS; ++i) {
-    const int q = i % kPerWord;
-    const uint32_t src = q < kPerHalf ? w[i / kPerWord] << 1 : w[i / kPerWord] >> 15;
-    const int pos = BITS * (q % kPerHalf) + 1;
-    const uint32_t magic = static_cast<uint32_t>(127 + 23 - pos) << 23;  // the float 2^(23 - pos)
-    const float m_off = static_cast<float>(1u << (23 - pos)) + kOff;     // exact: see above
-    v[i] = __fmul_rn(__fsub_rn(__uint_as_float((src & (kMask << pos)) | magic), m_off), s);
-  }
-}
-
-/// decode_tile_kernel with LEAN: the same units, loads and order of
-/// operations, fewer instructions a unit: dequantize_lean, the level rule a
-/// template constant (MIDRISE), centroid rows addressed with 32-bit in-head
-/// offsets from one base a head (the host guarantees S * H * C * D < 2^31),
-/// and each stage's id kept in its own register (no packing and unpacking),
-/// unless IDS4 (the ids packed a word a token, bench_decode_probe only).
-template <int BITS, int D, int S, int U, typename OutT, int VALS, bool IDS4, bool MIDRISE>
-__device__ __forceinline__ void decode_lean_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
-                                                 const DecodeRange& range, int block_shift) {
-  constexpr int kUnitsPerRow = D / VALS;
-  constexpr int kRowBytes = D * BITS / 8;
-  constexpr int kUnitBytes = VALS * BITS / 8;
-  constexpr int kS = S > 0 ? S : 1;
-  const int h = blockIdx.y;
-  const uint32_t units = static_cast<uint32_t>(range.count) * kUnitsPerRow;
-  const uint32_t first = blockIdx.x * (kTileThreads * U) + threadIdx.x;
-  const int64_t row0 = static_cast<int64_t>(h) * sh.tokens + range.begin;
-  const int nblocks = D >> block_shift;
-  const uint8_t* codes = p.codes + row0 * kRowBytes;
-  const uint8_t* scales = p.scales + row0 * nblocks * scale_bytes(sh.scale_format);
-  const uint8_t* ids = p.ids + row0;
-  const int64_t stage_ids = static_cast<int64_t>(sh.heads) * sh.tokens;
-  const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D;  // stage 0 of head h
-  const uint32_t cstride = static_cast<uint32_t>(sh.heads * sh.centroids * D);     // values between stages
-  const float span = __ldg(p.span_scales + h);
-  OutT* o = out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset) * D;
-
-  uint32_t w[U][2];
-  uint16_t sc[U];
-  uint32_t id[U][kS];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const uint32_t i = min(first + u * kTileThreads, units - 1);  // dead units repeat the last
-    const uint32_t n = i / kUnitsPerRow, c = i % kUnitsPerRow;
-    load_code_words<BITS, VALS>(codes + i * kUnitBytes, w[u]);
-    sc[u] = load_block_scale(scales, static_cast<int64_t>(n * nblocks + ((c * VALS) >> block_shift)), sh.scale_format);
-    if constexpr (IDS4 && S > 0) {
-      const uint32_t packed = __ldg(reinterpret_cast<const uint32_t*>(p.ids) + (row0 + n));
-#pragma unroll
-      for (int st = 0; st < S; ++st) id[u][st] = (packed >> (8 * st)) & 0xFFu;
-    } else {
-#pragma unroll
-      for (int st = 0; st < S; ++st) id[u][st] = __ldg(ids + st * stage_ids + n);
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const uint32_t i = first + u * kTileThreads;
-    if (i >= units) break;
-    const uint32_t col = (i % kUnitsPerRow) * VALS;
-    float cen[kS][VALS];
-#pragma unroll
-    for (int st = 0; st < S; ++st) load_bf16_vals<VALS>(cent + (st * cstride + id[u][st] * D + col), cen[st]);
-    float v[VALS];
-    dequantize_lean<BITS, VALS, MIDRISE>(w[u], decode_block_scale(sc[u], span, sh.scale_format), v);
-#pragma unroll
-    for (int st = S - 1; st >= 0; --st)
-#pragma unroll
-      for (int k = 0; k < VALS; ++k) v[k] = __fadd_rn(v[k], cen[st][k]);
-    store_vals<OutT, VALS>(o + i * VALS, v);  // o + i * VALS: see decode_tile_kernel
-  }
-}
-
 /// Grid: (ceil(range.count * D/VALS / (256 * U)), H); block 256. Units are
 /// numbered row-major within the head: unit i is token i / (D/VALS), values
 /// (i % (D/VALS)) * VALS on. The host guarantees range.count * D < 2^30
 /// (32-bit in-head offsets) and sh.block >= 16 (a unit never straddles two
 /// scale blocks). block_shift = log2(sh.block). VALS comes last so launchers
-/// written before it existed keep meaning 16. IDS4 (experiment,
-/// bench_decode_probe only): p.ids holds each token's S <= 4 ids packed in
-/// one little-endian word ([H][N] uint32, stage st in byte st) instead of
-/// the format's [S][H][N] bytes: one load a unit instead of S.
-template <int BITS, int D, int S, int U, typename OutT, int VALS = 16, bool SPLIT = false, bool IDS4 = false,
-          bool LEAN = false, int MINB = 0>
-__global__ void __launch_bounds__(kTileThreads, MINB) decode_tile_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
+/// written before it existed keep meaning 16.
+template <int BITS, int D, int S, int U, typename OutT, int VALS = 16, bool SPLIT = false>
+__global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                                   DecodeRange range, int block_shift) {
   static_assert(D == 64 || D == 128, "tile decode: D = 64 or 128");
   static_assert(S >= 0 && S <= kTileMaxStages, "tile decode: up to 4 stages");
   static_assert(VALS == 8 || VALS == 16, "tile decode: units of 8 or 16 values");
   static_assert(!SPLIT || VALS == 16, "tile decode: split units are two pieces of 8 values");
-  static_assert(!IDS4 || !SPLIT, "tile decode: packed ids with whole units only");
-  static_assert(!LEAN || !SPLIT, "tile decode: lean units are whole units");
   if constexpr (SPLIT) {
     decode_split_body<BITS, D, S, U, OutT>(sh, p, out, range, block_shift);
-    return;
-  }
-  if constexpr (LEAN) {
-    if (sh.levels == LevelRule::midrise)
-      decode_lean_body<BITS, D, S, U, OutT, VALS, IDS4, true>(sh, p, out, range, block_shift);
-    else
-      decode_lean_body<BITS, D, S, U, OutT, VALS, IDS4, false>(sh, p, out, range, block_shift);
     return;
   }
   constexpr int kUnitsPerRow = D / VALS;
@@ -255,12 +153,8 @@ __global__ void __launch_bounds__(kTileThreads, MINB) decode_tile_kernel(QvgShap
     load_code_words<BITS, VALS>(codes + i * kUnitBytes, w[u]);  // = row n, unit c: units are row-major
     sc[u] = load_block_scale(scales, static_cast<int64_t>(n * nblocks + ((c * VALS) >> block_shift)), sh.scale_format);
     id[u] = 0;
-    if constexpr (IDS4 && S > 0) {
-      id[u] = __ldg(reinterpret_cast<const uint32_t*>(p.ids) + (row0 + n));
-    } else {
 #pragma unroll
-      for (int st = 0; st < S; ++st) id[u] |= static_cast<uint32_t>(__ldg(ids + st * stage_ids + n)) << (8 * st);
-    }
+    for (int st = 0; st < S; ++st) id[u] |= static_cast<uint32_t>(__ldg(ids + st * stage_ids + n)) << (8 * st);
   }
   // 2. Per unit: the centroids of every stage at once, then the arithmetic.
 #pragma unroll
