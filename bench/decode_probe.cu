@@ -86,19 +86,19 @@ dim3 tile_grid(const QvgShape& sh) {
               static_cast<unsigned>(sh.heads));
 }
 
-template <int S, int U, int VALS, bool SPLIT = false>
+template <int S, int U, int VALS, bool SPLIT = false, int MINB = 0>
 void launch_tile(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  decode_tile_kernel<2, kD, S, U, __nv_bfloat16, VALS, SPLIT>
+  decode_tile_kernel<2, kD, S, U, __nv_bfloat16, VALS, SPLIT, MINB>
       <<<tile_grid<U, VALS>(sh), kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, block_shift(sh));
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int U, int VALS, bool SPLIT = false>
+template <int U, int VALS, bool SPLIT = false, int MINB = 0>
 void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   switch (sh.stages) {
-    case 0: return launch_tile<0, U, VALS, SPLIT>(sh, p, out);
-    case 1: return launch_tile<1, U, VALS, SPLIT>(sh, p, out);
-    case 4: return launch_tile<4, U, VALS, SPLIT>(sh, p, out);
+    case 0: return launch_tile<0, U, VALS, SPLIT, MINB>(sh, p, out);
+    case 1: return launch_tile<1, U, VALS, SPLIT, MINB>(sh, p, out);
+    case 4: return launch_tile<4, U, VALS, SPLIT, MINB>(sh, p, out);
     default: throw Error("decode probe: stages 0, 1 or 4");
   }
 }
@@ -230,6 +230,9 @@ int main(int argc, char** argv) {
         tile("tile v8 U=4", [&] { launch_tile_any<4, 8>(sh, p, o); });
         tile("tile split U=2", [&] { launch_tile_any<2, 16, true>(sh, p, o); });
         tile("tile split U=4", [&] { launch_tile_any<4, 16, true>(sh, p, o); });
+        tile("tile split U=2 64 regs", [&] { launch_tile_any<2, 16, true, 4>(sh, p, o); });
+        tile("tile split U=4 64 regs", [&] { launch_tile_any<4, 16, true, 4>(sh, p, o); });
+        tile("tile v16 U=4 64 regs", [&] { launch_tile_any<4, 16, false, 4>(sh, p, o); });
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           for (const int keep : {32, 4}) {  // ids < keep: each head's tables in keep rows a stage (L1-resident)
             std::vector<uint8_t> ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);

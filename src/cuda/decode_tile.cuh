@@ -29,7 +29,38 @@ constexpr int kTileThreads = 256;
 constexpr int tile_units(int stages) { return stages == 0 ? 1 : stages == 1 ? 2 : 4; }
 /// Whether the default decode of `stages` stages takes split units
 /// (decode_split_body): at one stage only, where it measured faster.
-constexpr bool tile_split(int stages) { return stages == 1; }
+constexpr bool tile_split(int stages) { return stages >= 1; }
+/// Launch-bounds minimum of blocks an SM for the default decode of `stages`
+/// stages: at 2 or more, 4 (64 registers a thread, half the SM's warps);
+/// without it ptxas takes up to 80 and the decode loses a fifth of its speed
+/// (docs/BENCHMARKS.md, tenth slice).
+constexpr int tile_min_blocks(int stages) { return stages >= 2 ? 4 : 0; }
+
+/// Codes -> dequantized values in three instructions a value (LOP3, FADD,
+/// FMUL) instead of five: the same bits as unpack_codes + dequantize_codes.
+/// The code u of bit position pos (>= 1) of a word, OR-ed into the float
+/// M = 2^(23 - pos), whose mantissa bit pos is worth 1, reads M + u; minus
+/// the immediate M + off (exact: off is a multiple of 1/2, M's ulp 2^-pos)
+/// it is u - off exactly (Sterbenz: both operands lie within a factor 2 of
+/// M >= 256), the value the reference's float(u) - off has. Each word is
+/// read as w << 1 (its low half's codes at bits 1, 1 + BITS, ...) and w >> 15
+/// (its high half's), so pos stays in 1..16 and no code needs its own shift.
+template <int BITS, int VALS, bool MIDRISE>
+__device__ __forceinline__ void dequantize_lean(const uint32_t* w, float s, float* v) {
+  constexpr int kPerWord = 32 / BITS;
+  constexpr int kPerHalf = kPerWord / 2;
+  constexpr uint32_t kMask = (1u << BITS) - 1u;
+  constexpr float kOff = MIDRISE ? 0.5f * static_cast<float>((1 << BITS) - 1) : static_cast<float>(1 << (BITS - 1));
+#pragma unroll
+  for (int i = 0; i < VALS; ++i) {
+    const int q = i % kPerWord;
+    const uint32_t src = q < kPerHalf ? w[i / kPerWord] << 1 : w[i / kPerWord] >> 15;
+    const int pos = BITS * (q % kPerHalf) + 1;
+    const uint32_t magic = static_cast<uint32_t>(127 + 23 - pos) << 23;  // the float 2^(23 - pos)
+    const float m_off = static_cast<float>(1u << (23 - pos)) + kOff;     // exact: see above
+    v[i] = __fmul_rn(__fsub_rn(__uint_as_float((src & (kMask << pos)) | magic), m_off), s);
+  }
+}
 
 /// decode_tile_kernel with SPLIT: unit c (< D/16) of a row is the two pieces
 /// of 8 values [8c, 8c + 8) and [D/2 + 8c, D/2 + 8c + 8), so the D/16 lanes
@@ -42,7 +73,7 @@ constexpr bool tile_split(int stages) { return stages == 1; }
 /// stages (RTN 84.5 -> 81.1 %, U = 1) and at four (QVG-Pro 60.5 -> 58.3 %,
 /// U = 4): launch_decode_tile takes it for one stage only. Same values, same
 /// order of operations: the same bits.
-template <int BITS, int D, int S, int U, typename OutT>
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE>
 __device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                   const DecodeRange& range, int block_shift) {
   constexpr int kUnitsPerRow = D / 16;
@@ -60,6 +91,8 @@ __device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgP
   const int64_t stage_ids = static_cast<int64_t>(sh.heads) * sh.tokens;
   const float span = __ldg(p.span_scales + h);
   OutT* o = out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset) * D;
+  const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D;  // stage 0 of head h
+  const uint32_t cstride = static_cast<uint32_t>(sh.heads * sh.centroids * D);     // < 2^31 (host)
   uint32_t w[U][2];
   uint16_t sc[U][2];
   uint32_t id[U];
@@ -92,15 +125,14 @@ __device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgP
     float cen[S > 0 ? S : 1][16];
 #pragma unroll
     for (int st = 0; st < S; ++st) {
-      const uint32_t cid = (id[u] >> (8 * st)) & 0xFFu;
-      const uint16_t* crow = p.centroids + ((static_cast<int64_t>(st) * sh.heads + h) * sh.centroids + cid) * D;
-      load_bf16_vals<8>(crow + 8 * c, cen[st]);
-      load_bf16_vals<8>(crow + kHalf + 8 * c, cen[st] + 8);
+      const uint16_t* crow = cent + (st * cstride + ((id[u] >> (8 * st)) & 0xFFu) * D + 8 * c);
+      load_bf16_vals<8>(crow, cen[st]);
+      load_bf16_vals<8>(crow + kHalf, cen[st] + 8);
     }
     float v[16];
-    unpack_codes<BITS, 16>(w[u], v);
-    dequantize_codes<BITS, 8>(v, decode_block_scale(sc[u][0], span, sh.scale_format), sh.levels);
-    dequantize_codes<BITS, 8>(v + 8, decode_block_scale(sc[u][1], span, sh.scale_format), sh.levels);
+    const uint32_t w1 = BITS == 2 ? w[u][0] >> 16 : w[u][1];  // the second piece's codes
+    dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], decode_block_scale(sc[u][0], span, sh.scale_format), v);
+    dequantize_lean<BITS, 8, MIDRISE>(&w1, decode_block_scale(sc[u][1], span, sh.scale_format), v + 8);
 #pragma unroll
     for (int st = S - 1; st >= 0; --st)
 #pragma unroll
@@ -114,17 +146,23 @@ __device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgP
 /// numbered row-major within the head: unit i is token i / (D/VALS), values
 /// (i % (D/VALS)) * VALS on. The host guarantees range.count * D < 2^30
 /// (32-bit in-head offsets) and sh.block >= 16 (a unit never straddles two
-/// scale blocks). block_shift = log2(sh.block). VALS comes last so launchers
-/// written before it existed keep meaning 16.
-template <int BITS, int D, int S, int U, typename OutT, int VALS = 16, bool SPLIT = false>
-__global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
+/// scale blocks); with SPLIT also S * H * C * D < 2^31 (32-bit centroid
+/// offsets). block_shift = log2(sh.block). VALS comes last so launchers
+/// written before it existed keep meaning 16. MINB > 0 is the launch bounds'
+/// minimum of resident blocks an SM (it caps the registers a thread: 4 ->
+/// 64); 0 leaves the registers to ptxas.
+template <int BITS, int D, int S, int U, typename OutT, int VALS = 16, bool SPLIT = false, int MINB = 0>
+__global__ void __launch_bounds__(kTileThreads, MINB) decode_tile_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                                   DecodeRange range, int block_shift) {
   static_assert(D == 64 || D == 128, "tile decode: D = 64 or 128");
   static_assert(S >= 0 && S <= kTileMaxStages, "tile decode: up to 4 stages");
   static_assert(VALS == 8 || VALS == 16, "tile decode: units of 8 or 16 values");
   static_assert(!SPLIT || VALS == 16, "tile decode: split units are two pieces of 8 values");
   if constexpr (SPLIT) {
-    decode_split_body<BITS, D, S, U, OutT>(sh, p, out, range, block_shift);
+    if (sh.levels == LevelRule::midrise)
+      decode_split_body<BITS, D, S, U, OutT, true>(sh, p, out, range, block_shift);
+    else
+      decode_split_body<BITS, D, S, U, OutT, false>(sh, p, out, range, block_shift);
     return;
   }
   constexpr int kUnitsPerRow = D / VALS;

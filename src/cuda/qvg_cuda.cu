@@ -251,8 +251,8 @@ void launch_decode_tile_ds(const QvgShape& sh, QvgParts p, const DecodeRange& ra
   constexpr int kPerBlock = kTileThreads * U;
   const int64_t units = range.count * (D / 16);
   const dim3 grid(static_cast<unsigned>((units + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(sh.heads));
-  decode_tile_kernel<BITS, D, S, U, OutT, 16, tile_split(S)><<<grid, kTileThreads, 0, s>>>(sh, p, out, range,
-                                                                                         block_shift(sh));
+  decode_tile_kernel<BITS, D, S, U, OutT, 16, tile_split(S), tile_min_blocks(S)>
+      <<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift(sh));
 }
 
 template <int BITS, int D, typename OutT>
@@ -703,12 +703,14 @@ void decode_range(const QvgShape& sh, QvgParts p, const DecodeRange& range, void
   const bool d_ok = sh.dim == 64 || sh.dim == 128;
   const bool rows_ok = d_ok && sh.tokens < (int64_t{1} << 30);
   const bool tile_ok = d_ok && sh.stages <= kTileMaxStages && range.count * sh.dim < (int64_t{1} << 30) &&
-                       sh.heads <= 65535;  // grid.y
+                       sh.heads <= 65535 &&  // grid.y
+                       int64_t{sh.stages} * sh.heads * sh.centroids * sh.dim < (int64_t{1} << 31);  // split units
   if (kernel == DecodeKernel::automatic) kernel = tile_ok ? DecodeKernel::tile : DecodeKernel::vals16;
   QVG_CHECK(kernel != DecodeKernel::rows || rows_ok, "decode: the rows kernel needs dim 64 or 128, got ", sh.dim);
   QVG_CHECK(kernel != DecodeKernel::tile || tile_ok, "decode: the tile kernel needs dim 64 or 128, at most ",
-            kTileMaxStages, " stages, at most 65535 heads and under 2^30 values per head; got dim ", sh.dim, ", ",
-            sh.stages, " stages, ", sh.heads, " heads, ", range.count, " tokens");
+            kTileMaxStages, " stages, at most 65535 heads, under 2^30 values per head and under 2^31 centroid values;"
+            " got dim ", sh.dim, ", ", sh.stages, " stages, ", sh.heads, " heads, ", range.count, " tokens, ",
+            sh.centroids, " centroids");
   constexpr int kRows = 4;  // rows per thread of the rows kernel
   auto launch = [&](auto bits_tag, auto out_tag) {
     constexpr int B = decltype(bits_tag)::value;
