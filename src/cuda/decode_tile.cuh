@@ -28,12 +28,15 @@ constexpr int kTileThreads = 256;
 /// the gathers dominate (4 stages) and costs where they do not.
 constexpr int tile_units(int stages) { return stages == 0 ? 1 : stages == 1 ? 2 : 4; }
 /// Whether the default decode of `stages` stages takes split units
-/// (decode_split_body): at one stage only, where it measured faster.
+/// (decode_split_body): with stages, where they measured faster (their
+/// whole-line gathers halve the L1 data-pipe wavefronts that bind the
+/// contiguous units at four stages; docs/BENCHMARKS.md, tenth slice).
 constexpr bool tile_split(int stages) { return stages >= 1; }
 /// Launch-bounds minimum of blocks an SM for the default decode of `stages`
-/// stages: at 2 or more, 4 (64 registers a thread, half the SM's warps);
-/// without it ptxas takes up to 80 and the decode loses a fifth of its speed
-/// (docs/BENCHMARKS.md, tenth slice).
+/// stages: at 2 or more, 4 (64 registers a thread, half the SM's warps).
+/// Without it ptxas takes 72 and QVG-Pro's LongCat decode measured 59.3
+/// against 62.8 % of copy; at one stage the cap costs (74.9 against 82.3 %
+/// at U = 2), so there it is left to ptxas (0).
 constexpr int tile_min_blocks(int stages) { return stages >= 2 ? 4 : 0; }
 
 /// Codes -> dequantized values in three instructions a value (LOP3, FADD,
@@ -67,12 +70,12 @@ __device__ __forceinline__ void dequantize_lean(const uint32_t* w, float s, floa
 /// of a row read and write whole 128-byte lines with each 16-byte load or
 /// store instruction (D = 128: 8 lanes x 16 bytes), where the contiguous
 /// 16-value unit spreads each instruction over every other 16 bytes of 256.
-/// The price: two code loads and two scale loads a unit instead of one.
-/// Measured (bench_decode_probe, H200, docs/BENCHMARKS.md): faster at one
-/// stage (LongCat QVG 78.3 -> 80.9 % of copy at U = 2), slower without
-/// stages (RTN 84.5 -> 81.1 %, U = 1) and at four (QVG-Pro 60.5 -> 58.3 %,
-/// U = 4): launch_decode_tile takes it for one stage only. Same values, same
-/// order of operations: the same bits.
+/// The price: two code loads and two scale loads a unit instead of one,
+/// paid back by dequantize_lean and 32-bit centroid offsets. Measured
+/// (bench_decode_probe, H200, docs/BENCHMARKS.md, tenth slice): LongCat
+/// QVG-Pro 60.3 -> 62.8 % of copy (U = 4, 64 registers), Self-Forcing
+/// 54.4 -> 58.6 %; QVG about as fast as before or 1 % faster (U = 2). Same
+/// values, same order of operations: the same bits.
 template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE>
 __device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                   const DecodeRange& range, int block_shift) {
