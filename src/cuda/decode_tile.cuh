@@ -95,7 +95,7 @@ __device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgP
   const float span = __ldg(p.span_scales + h);
   OutT* o = out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset) * D;
   const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D;  // stage 0 of head h
-  const uint32_t cstride = static_cast<uint32_t>(sh.heads * sh.centroids * D);     // < 2^31 (host)
+  const uint32_t cstride = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.centroids) * D;  // < 2^31
   uint32_t w[U][2];
   uint16_t sc[U][2];
   uint32_t id[U];
