@@ -234,9 +234,10 @@ int main(int argc, char** argv) {
         tile("tile split U=4 64 regs", [&] { launch_tile_any<4, 16, true, 4>(sh, p, o); });
         tile("tile v16 U=4 64 regs", [&] { launch_tile_any<4, 16, false, 4>(sh, p, o); });
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
+          std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
+          QVG_CUDA_CHECK(cudaMemcpy(all_ids.data(), p.ids, all_ids.size(), cudaMemcpyDeviceToHost));
           for (const int keep : {32, 4}) {  // ids < keep: each head's tables in keep rows a stage (L1-resident)
-            std::vector<uint8_t> ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
-            QVG_CUDA_CHECK(cudaMemcpy(ids.data(), p.ids, ids.size(), cudaMemcpyDeviceToHost));
+            std::vector<uint8_t> ids(all_ids);
             for (uint8_t& v : ids) v = static_cast<uint8_t>(v % keep);
             DeviceBuffer<uint8_t> few;
             few.upload(ids.data(), ids.size());

@@ -20,11 +20,8 @@ step() { echo "== $(date +%T) $*"; }
 step "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/device.log"
 step "configure + build"
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
-  >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-cmake --build build-gpu -j16 --target test_cuda test_cuda_baselines test_model_cuda test_assign_kernel test_kmeans test_codecs test_formats test_group_quant bench_cuda bench_decode_probe bench_model_cuda bench_assign_probe \
-  >>"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+scripts/gpu_build.sh "$OUT/build.log" test_cuda test_cuda_baselines test_model_cuda test_assign_kernel test_kmeans \
+  test_codecs test_formats test_group_quant bench_cuda bench_decode_probe bench_model_cuda bench_assign_probe || exit 1
 rc=0
 step "tests"
 for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines test_model_cuda test_assign_kernel; do  # one log file (at most 8 files come back)

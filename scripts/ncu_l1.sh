@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What in the L1/TEX unit binds a decode kernel: ncu's breakdown of
-# l1tex__throughput, the global load requests, sectors and wavefronts, and
-# the issue rate, for each mangled-name regex given (one launch each, from
+# l1tex__throughput (the data-pipe wavefronts among it), the global load
+# requests and sectors, and the issue rate, for each mangled-name regex given (one launch each, from
 # bench_decode_probe at LongCat). Run after scripts/probe_only.sh or
 # gpu_check.sh has built build-gpu. Output under $OUT (ncu_l1.log).
 #   scripts/ncu_l1.sh REGEX...
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/qvg-gpu-out}
 metrics="breakdown:l1tex__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum"
 metrics+=",l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
-metrics+=",l1tex__data_pipe_lsu_wavefronts_mem_lg.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
+metrics+=",l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
 metrics+=",l1tex__t_sector_hit_rate.pct,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_elapsed"
 metrics+=",dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed"
 metrics+=",sm__warps_active.avg.pct_of_peak_sustained_active"

@@ -7,9 +7,5 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/qvg-gpu-out}
 mkdir -p "$OUT"
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
-  >/tmp/qvg_probe_build.log 2>&1 || { tail -30 /tmp/qvg_probe_build.log; exit 1; }
-cmake --build build-gpu -j16 --target bench_decode_probe >>/tmp/qvg_probe_build.log 2>&1 ||
-  { grep -E "error" /tmp/qvg_probe_build.log | head -30; exit 1; }
+scripts/gpu_build.sh /tmp/qvg_probe_build.log bench_decode_probe || exit 1
 build-gpu/bench/bench_decode_probe --reps "${QVG_BENCH_REPS:-20}" 2>&1 | tee "$OUT/decode_probe.log"

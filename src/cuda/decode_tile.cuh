@@ -39,32 +39,6 @@ constexpr bool tile_split(int stages) { return stages >= 1; }
 /// at U = 2), so there it is left to ptxas (0).
 constexpr int tile_min_blocks(int stages) { return stages >= 2 ? 4 : 0; }
 
-/// Codes -> dequantized values in three instructions a value (LOP3, FADD,
-/// FMUL) instead of five: the same bits as unpack_codes + dequantize_codes.
-/// The code u of bit position pos (>= 1) of a word, OR-ed into the float
-/// M = 2^(23 - pos), whose mantissa bit pos is worth 1, reads M + u; minus
-/// the immediate M + off (exact: off is a multiple of 1/2, M's ulp 2^-pos)
-/// it is u - off exactly (Sterbenz: both operands lie within a factor 2 of
-/// M >= 256), the value the reference's float(u) - off has. Each word is
-/// read as w << 1 (its low half's codes at bits 1, 1 + BITS, ...) and w >> 15
-/// (its high half's), so pos stays in 1..16 and no code needs its own shift.
-template <int BITS, int VALS, bool MIDRISE>
-__device__ __forceinline__ void dequantize_lean(const uint32_t* w, float s, float* v) {
-  constexpr int kPerWord = 32 / BITS;
-  constexpr int kPerHalf = kPerWord / 2;
-  constexpr uint32_t kMask = (1u << BITS) - 1u;
-  constexpr float kOff = MIDRISE ? 0.5f * static_cast<float>((1 << BITS) - 1) : static_cast<float>(1 << (BITS - 1));
-#pragma unroll
-  for (int i = 0; i < VALS; ++i) {
-    const int q = i % kPerWord;
-    const uint32_t src = q < kPerHalf ? w[i / kPerWord] << 1 : w[i / kPerWord] >> 15;
-    const int pos = BITS * (q % kPerHalf) + 1;
-    const uint32_t magic = static_cast<uint32_t>(127 + 23 - pos) << 23;  // the float 2^(23 - pos)
-    const float m_off = static_cast<float>(1u << (23 - pos)) + kOff;     // exact: see above
-    v[i] = __fmul_rn(__fsub_rn(__uint_as_float((src & (kMask << pos)) | magic), m_off), s);
-  }
-}
-
 /// decode_tile_kernel with SPLIT: unit c (< D/16) of a row is the two pieces
 /// of 8 values [8c, 8c + 8) and [D/2 + 8c, D/2 + 8c + 8), so the D/16 lanes
 /// of a row read and write whole 128-byte lines with each 16-byte load or

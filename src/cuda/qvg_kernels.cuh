@@ -494,6 +494,33 @@ __device__ __forceinline__ void dequantize_codes(float* v, float s, LevelRule le
   for (int i = 0; i < VALS; ++i) v[i] = __fmul_rn(__fsub_rn(v[i], offset), s);
 }
 
+/// Codes -> dequantized values in three instructions a value (LOP3, FADD,
+/// FMUL) instead of five: the same bits as unpack_codes + dequantize_codes
+/// (decode_tile.cuh's split units use it; the level rule a template constant).
+/// The code u of bit position pos (>= 1) of a word, OR-ed into the float
+/// M = 2^(23 - pos), whose mantissa bit pos is worth 1, reads M + u; minus
+/// the immediate M + off (exact: off is a multiple of 1/2, M's ulp 2^-pos)
+/// it is u - off exactly (Sterbenz: both operands lie within a factor 2 of
+/// M >= 256), the value the reference's float(u) - off has. Each word is
+/// read as w << 1 (its low half's codes at bits 1, 1 + BITS, ...) and w >> 15
+/// (its high half's), so pos stays in 1..16 and no code needs its own shift.
+template <int BITS, int VALS, bool MIDRISE>
+__device__ __forceinline__ void dequantize_lean(const uint32_t* w, float s, float* v) {
+  constexpr int kPerWord = 32 / BITS;
+  constexpr int kPerHalf = kPerWord / 2;
+  constexpr uint32_t kMask = (1u << BITS) - 1u;
+  constexpr float kOff = MIDRISE ? 0.5f * static_cast<float>((1 << BITS) - 1) : static_cast<float>(1 << (BITS - 1));
+#pragma unroll
+  for (int i = 0; i < VALS; ++i) {
+    const int q = i % kPerWord;
+    const uint32_t src = q < kPerHalf ? w[i / kPerWord] << 1 : w[i / kPerWord] >> 15;
+    const int pos = BITS * (q % kPerHalf) + 1;
+    const uint32_t magic = static_cast<uint32_t>(127 + 23 - pos) << 23;  // the float 2^(23 - pos)
+    const float m_off = static_cast<float>(1u << (23 - pos)) + kOff;     // exact: see above
+    v[i] = __fmul_rn(__fsub_rn(__uint_as_float((src & (kMask << pos)) | magic), m_off), s);
+  }
+}
+
 /// The stored block scale of block bi (FP8 byte or FP16 bits, little-endian).
 __device__ __forceinline__ uint16_t load_block_scale(const uint8_t* scales, int64_t bi, ScaleFormat f) {
   return f == ScaleFormat::fp8 ? __ldg(scales + bi)

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Configure build-gpu (CUDA for sm_90a, no FFmpeg, no tools; nlohmann-json
+# from the carried .deps) and build the given targets, logging to LOG. On
+# failure prints the configure log's tail or the build's errors and exits 1.
+# Shared by scripts/gpu_check.sh and scripts/probe_only.sh.
+#   scripts/gpu_build.sh LOG TARGET...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+log=${1:?usage: gpu_build.sh LOG TARGET...}
+shift
+[ $# -ge 1 ] || { echo "usage: gpu_build.sh LOG TARGET..." >&2; exit 2; }
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
+  >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+cmake --build build-gpu -j16 --target "$@" >>"$log" 2>&1 || { grep -E "error" "$log" | head -30; exit 1; }
