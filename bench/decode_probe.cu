@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench_data.h"
+#include "cuda/decode_lines.cuh"
 #include "cuda/decode_tile.cuh"
 #include "cuda/qvg_cuda.h"
 #include "cuda_timer.h"
@@ -99,6 +100,25 @@ void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
     case 0: return launch_tile<0, U, VALS, SPLIT, MINB>(sh, p, out);
     case 1: return launch_tile<1, U, VALS, SPLIT, MINB>(sh, p, out);
     case 4: return launch_tile<4, U, VALS, SPLIT, MINB>(sh, p, out);
+    default: throw Error("decode probe: stages 0, 1 or 4");
+  }
+}
+
+template <int S, int U, int MINB>
+void launch_lines(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
+  constexpr int kRowsPerBlock = kTileThreads / (kD / 16) * U;
+  const dim3 grid(static_cast<unsigned>((sh.tokens + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(sh.heads));
+  decode_lines_kernel<2, kD, S, U, __nv_bfloat16, MINB>
+      <<<grid, kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, block_shift(sh));
+  QVG_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int U, int MINB = 0>
+void launch_lines_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
+  switch (sh.stages) {
+    case 0: return launch_lines<0, U, MINB>(sh, p, out);
+    case 1: return launch_lines<1, U, MINB>(sh, p, out);
+    case 4: return launch_lines<4, U, MINB>(sh, p, out);
     default: throw Error("decode probe: stages 0, 1 or 4");
   }
 }
@@ -212,7 +232,7 @@ int main(int argc, char** argv) {
         };
         for (const auto& [name, k] : {std::pair{"vals16", DecodeKernel::vals16},
                                       std::pair{"vals8", DecodeKernel::vals8}, std::pair{"rows", DecodeKernel::rows},
-                                      std::pair{"tile", DecodeKernel::tile},
+                                      std::pair{"tile", DecodeKernel::tile}, std::pair{"lines", DecodeKernel::lines},
                                       std::pair{"automatic (default)", DecodeKernel::automatic}}) {
           const DecodeKernel kernel = k;  // a lambda may not capture a structured binding in C++17
           row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, kernel); }),
@@ -233,6 +253,11 @@ int main(int argc, char** argv) {
         tile("tile split U=2 64 regs", [&] { launch_tile_any<2, 16, true, 4>(sh, p, o); });
         tile("tile split U=4 64 regs", [&] { launch_tile_any<4, 16, true, 4>(sh, p, o); });
         tile("tile v16 U=4 64 regs", [&] { launch_tile_any<4, 16, false, 4>(sh, p, o); });
+        tile("lines U=1", [&] { launch_lines_any<1>(sh, p, o); });
+        tile("lines U=2", [&] { launch_lines_any<2>(sh, p, o); });
+        tile("lines U=4", [&] { launch_lines_any<4>(sh, p, o); });
+        tile("lines U=2 64 regs", [&] { launch_lines_any<2, 4>(sh, p, o); });
+        tile("lines U=4 64 regs", [&] { launch_lines_any<4, 4>(sh, p, o); });
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(all_ids.data(), p.ids, all_ids.size(), cudaMemcpyDeviceToHost));

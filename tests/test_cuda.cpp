@@ -253,21 +253,27 @@ TEST(Cuda, ResidualOverflowIsAnEncodeError) {
   }
 }
 
+const DecodeKernel kDecodeKernels[] = {DecodeKernel::lines, DecodeKernel::tile, DecodeKernel::rows,
+                                       DecodeKernel::vals16, DecodeKernel::vals8};
+
 // Every decode kernel gives the same bits (rows kernel: tails where the
-// rows do not fill the last warp, D = 64 and 128, INT2 and INT4).
+// rows do not fill the last warp; lines kernel: runs of rows cut short; D =
+// 64 and 128, INT2 and INT4, FP8 and FP16 scales, both level rules).
 TEST(Cuda, DecodeKernelsAgree) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
     for (int64_t n : {1, 5, 777})
-      for (const std::string spec : {"rtn", "rtn-int4:block=16", "qvg:centroids=1", "qvg-pro-int4:centroids=1",
-                                     "qvg:centroids=4", "qvg-pro:centroids=4,block=32"}) {
+      for (const std::string spec :
+           {"rtn", "rtn-int4:block=16", "qvg:centroids=1", "qvg-pro-int4:centroids=1", "qvg:centroids=4",
+            "qvg-pro:centroids=4,block=32", "rtn:scale=fp16,block=32", "qvg-int4:centroids=4,levels=midrise",
+            "qvg-pro:centroids=4,scale=fp16,levels=midrise"}) {
         const CodecConfig c = parse_codec_spec(spec);
         if (c.method == Method::qvg && c.kmeans.centroids > n) continue;  // more centroids than tokens: an error
         const HeadTensor x = blobs(3, n, d, 3, static_cast<unsigned>(n), 0.7f);
         const EncodedTensor e = make_codec(c)->encode(x);
         HeadTensor cpu;
         make_codec(e.config)->decode(e, cpu);
-        for (DecodeKernel k : {DecodeKernel::tile, DecodeKernel::rows, DecodeKernel::vals16, DecodeKernel::vals8}) {
+        for (DecodeKernel k : kDecodeKernels) {
           const std::vector<uint16_t> b = cuda_decode_bf16(e, k);
           size_t mismatches = 0;
           for (size_t i = 0; i < b.size(); ++i) mismatches += b[i] != bf16_from_float(cpu.data[i]);
@@ -276,9 +282,50 @@ TEST(Cuda, DecodeKernelsAgree) {
       }
 }
 
+// Every stored block-scale code decodes as on the CPU, in every kernel: the
+// 256 FP8 E4M3 codes (subnormals, both zeros, the NaNs) and the 65536 FP16
+// codes (subnormals, infinities, NaNs), one a block, with and without
+// stages. The decode kernels convert them in hardware, the CPU in software;
+// a NaN scale decodes to NaN either way (its payload is not part of the
+// result: any NaN matches).
+TEST(Cuda, DecodeOfEveryScaleCode) {
+  REQUIRE_GPU();
+  auto is_nan = [](uint16_t b) { return (b & 0x7F80u) == 0x7F80u && (b & 0x7Fu) != 0; };
+  for (const std::string spec : {"rtn:block=16", "qvg-pro:centroids=4,block=16", "rtn:block=16,scale=fp16",
+                                 "qvg:centroids=4,block=16,scale=fp16,levels=midrise"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    const bool fp8 = c.scale_format == ScaleFormat::fp8;
+    const int64_t codes = fp8 ? 256 : 65536, d = 128, n = codes / (d / 16);  // one code a block
+    const HeadTensor x = blobs(1, n, d, 4, 11, 0.8f);
+    EncodedTensor e = make_codec(c)->encode(x);
+    ASSERT_EQ(e.scales.size(), static_cast<size_t>(codes * (fp8 ? 1 : 2))) << spec;
+    for (int64_t i = 0; i < codes; ++i) {
+      if (fp8) {
+        e.scales[i] = static_cast<uint8_t>(i);
+      } else {
+        e.scales[2 * i] = static_cast<uint8_t>(i & 0xFF);  // little-endian FP16 bits
+        e.scales[2 * i + 1] = static_cast<uint8_t>(i >> 8);
+      }
+    }
+    HeadTensor cpu;
+    make_codec(e.config)->decode(e, cpu);
+    for (DecodeKernel k : kDecodeKernels) {
+      const std::vector<uint16_t> b = cuda_decode_bf16(e, k);
+      size_t mismatches = 0, nans = 0;
+      for (size_t i = 0; i < b.size(); ++i) {
+        const uint16_t want = bf16_from_float(cpu.data[i]);
+        nans += is_nan(want);
+        mismatches += is_nan(want) ? !is_nan(b[i]) : b[i] != want;
+      }
+      EXPECT_EQ(mismatches, 0u) << spec << " kernel " << static_cast<int>(k);
+      EXPECT_GT(nans, 0u) << spec << ": the NaN codes should decode to NaN";
+    }
+  }
+}
+
 #if QVG_WITH_CUDA
 // A token range decoded into a larger destination (the streaming cache's
-// read): the tile and vals16 kernels write the whole-tensor decode's rows of
+// read): the lines, tile and vals16 kernels write the whole-tensor decode's rows of
 // the range at the destination's rows and nothing else (long and short
 // ranges, 1 and 4 stages).
 TEST(Cuda, DecodeOfARangeWritesOnlyItsRows) {
@@ -299,7 +346,7 @@ TEST(Cuda, DecodeOfARangeWritesOnlyItsRows) {
     std::vector<uint16_t> whole(x.data.size());
     whole_d.download(whole.data(), whole.size());
     for (const cuda::DecodeRange r : {cuda::DecodeRange{17, 2900, 3100, 150}, cuda::DecodeRange{1000, 7, 20, 3}})
-      for (const DecodeKernel k : {DecodeKernel::tile, DecodeKernel::vals16}) {
+      for (const DecodeKernel k : {DecodeKernel::lines, DecodeKernel::tile, DecodeKernel::vals16}) {
         cuda::DeviceBuffer<uint16_t> out(static_cast<size_t>(x.heads * r.out_tokens * x.dim));
         QVG_CUDA_CHECK(cudaMemset(out.get(), 0xA5, out.bytes()));
         cuda::decode_range(sh, parts.view(), r, out.get(), cuda::DeviceDType::bf16, nullptr, k);

@@ -34,15 +34,17 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
                                               TensorRole role = TensorRole::key);
 
 /// The fused decode kernels of qvg / rtn (all give the same bits). The
-/// default (`automatic`) is `tile` where it applies (dim 64 or 128, at most 4
-/// stages, under 2^30 values per head; else `vals16`): one block per head
-/// and token tile, 32-bit offsets, 1-4 units of 16 values per thread with
-/// every load issued first (1.4-1.7x the others on the H200,
-/// docs/BENCHMARKS.md). `vals16` / `vals8` = one thread per 16 / 8
+/// default (`automatic`) is `lines` where it applies (dim 64 or 128, at most
+/// 4 stages, under 2^30 values per head and 2^31 ids; else `vals16`): one
+/// block per head and run of rows, D/16 lanes a row reading and writing
+/// whole 128-byte lines, 2-4 consecutive rows per lane with every load
+/// issued first and immediate offsets, hardware scale conversions
+/// (docs/BENCHMARKS.md). `tile` = the same lines in units of 16 values, 256
+/// units apart (its predecessor). `vals16` / `vals8` = one thread per 16 / 8
 /// consecutive values, any shape; `rows` = D/8 lanes per row, 8 values each,
 /// whole rows per warp store, 4 rows per thread (dim 64 and 128, whole
 /// tensors only). Other methods ignore the choice.
-enum class DecodeKernel { automatic, tile, rows, vals16, vals8 };
+enum class DecodeKernel { automatic, tile, rows, vals16, vals8, lines };
 
 /// Fused GPU decode to BF16 bits ([heads, tokens, dim]): the float decode
 /// rounded to nearest even. Every method (kivi, quarot, bf16: see above).

@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "cuda/assign_tc.cuh"
+#include "cuda/decode_lines.cuh"
 #include "cuda/decode_tile.cuh"
 #include "cuda/kmeans_kernels.cuh"
 #include "cuda/kmeanspp.cuh"
@@ -255,23 +256,34 @@ void launch_decode_tile_ds(const QvgShape& sh, QvgParts p, const DecodeRange& ra
       <<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift(sh));
 }
 
-template <int BITS, int D, typename OutT>
-void launch_decode_tile_d(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s) {
-  switch (sh.stages) {
-    case 0: return launch_decode_tile_ds<BITS, D, 0>(sh, p, range, out, s);
-    case 1: return launch_decode_tile_ds<BITS, D, 1>(sh, p, range, out, s);
-    case 2: return launch_decode_tile_ds<BITS, D, 2>(sh, p, range, out, s);
-    case 3: return launch_decode_tile_ds<BITS, D, 3>(sh, p, range, out, s);
-    default: return launch_decode_tile_ds<BITS, D, 4>(sh, p, range, out, s);  // <= kTileMaxStages (checked)
-  }
+template <int BITS, int D, int S, typename OutT>
+void launch_decode_lines_ds(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s) {
+  constexpr int U = lines_rows(S);
+  constexpr int kRowsPerBlock = kTileThreads / (D / 16) * U;
+  const dim3 grid(static_cast<unsigned>((range.count + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>(sh.heads));
+  decode_lines_kernel<BITS, D, S, U, OutT><<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift(sh));
 }
 
-template <int BITS, typename OutT>
-void launch_decode_tile(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s) {
+/// Calls launch(D, S) with the tiled decode kernels' template constants for
+/// sh (dim 64 or 128, at most kTileMaxStages stages: checked by the caller),
+/// as std::integral_constant values.
+template <typename F>
+void with_decode_tile(const QvgShape& sh, F&& launch) {
+  static_assert(kTileMaxStages == 4, "with_decode_tile lists 0 to 4 stages");
+  auto stages = [&](auto d) {
+    switch (sh.stages) {
+      case 0: return launch(d, std::integral_constant<int, 0>{});
+      case 1: return launch(d, std::integral_constant<int, 1>{});
+      case 2: return launch(d, std::integral_constant<int, 2>{});
+      case 3: return launch(d, std::integral_constant<int, 3>{});
+      default: return launch(d, std::integral_constant<int, 4>{});
+    }
+  };
   if (sh.dim == 64)
-    launch_decode_tile_d<BITS, 64>(sh, p, range, out, s);
+    stages(std::integral_constant<int, 64>{});
   else
-    launch_decode_tile_d<BITS, 128>(sh, p, range, out, s);
+    stages(std::integral_constant<int, 128>{});
 }
 
 }  // namespace
@@ -705,19 +717,31 @@ void decode_range(const QvgShape& sh, QvgParts p, const DecodeRange& range, void
   const bool tile_ok = d_ok && sh.stages <= kTileMaxStages && range.count * sh.dim < (int64_t{1} << 30) &&
                        sh.heads <= 65535 &&  // grid.y
                        int64_t{sh.stages} * sh.heads * sh.centroids * sh.dim < (int64_t{1} << 31);  // split units
-  if (kernel == DecodeKernel::automatic) kernel = tile_ok ? DecodeKernel::tile : DecodeKernel::vals16;
+  const bool lines_ok = tile_ok && int64_t{sh.stages} * sh.heads * sh.tokens < (int64_t{1} << 31);  // id offsets
+  if (kernel == DecodeKernel::automatic) kernel = lines_ok ? DecodeKernel::lines : DecodeKernel::vals16;
   QVG_CHECK(kernel != DecodeKernel::rows || rows_ok, "decode: the rows kernel needs dim 64 or 128, got ", sh.dim);
   QVG_CHECK(kernel != DecodeKernel::tile || tile_ok, "decode: the tile kernel needs dim 64 or 128, at most ",
             kTileMaxStages, " stages, at most 65535 heads, under 2^30 values per head and under 2^31 centroid values;"
             " got dim ", sh.dim, ", ", sh.stages, " stages, ", sh.heads, " heads, ", range.count, " tokens, ",
             sh.centroids, " centroids");
+  QVG_CHECK(kernel != DecodeKernel::lines || lines_ok, "decode: the lines kernel needs what the tile kernel needs"
+            " and under 2^31 ids; got dim ", sh.dim, ", ", sh.stages, " stages, ", sh.heads, " heads, ", range.count,
+            " of ", sh.tokens, " tokens, ", sh.centroids, " centroids");
   constexpr int kRows = 4;  // rows per thread of the rows kernel
   auto launch = [&](auto bits_tag, auto out_tag) {
     constexpr int B = decltype(bits_tag)::value;
     using OutT = typename decltype(out_tag)::type;
     OutT* o = static_cast<OutT*>(out);
     if (kernel == DecodeKernel::tile) {
-      launch_decode_tile<B, OutT>(sh, p, range, o, s);
+      with_decode_tile(sh, [&](auto d, auto st) {
+        launch_decode_tile_ds<B, decltype(d)::value, decltype(st)::value>(sh, p, range, o, s);
+      });
+      return;
+    }
+    if (kernel == DecodeKernel::lines) {
+      with_decode_tile(sh, [&](auto d, auto st) {
+        launch_decode_lines_ds<B, decltype(d)::value, decltype(st)::value>(sh, p, range, o, s);
+      });
       return;
     }
     if (kernel == DecodeKernel::rows) {

@@ -1,0 +1,187 @@
+// Fused decode in whole lines with runs of rows: a decode kernel for D = 64 /
+// 128 and up to 4 smoothing stages, with fewer instructions a value than
+// decode_tile_kernel's split units (decode_tile.cuh), which it otherwise
+// resembles.
+//
+// Why: with split units the four-stage decode is bound by instruction issue
+// (ncu: issue slots 82 %, ~23 thread instructions a value, of which the
+// decode proper, dequantization, centroid conversions and adds and the
+// output packing, is ~12; docs/BENCHMARKS.md, eleventh slice). The rest was
+// addressing and the block scales: every unit computed 64-bit addresses for
+// its codes, scales, ids and output from its own row, decoded two FP8 scales
+// in software (a branchy ~16 instructions each) and carried the FP16-scale
+// path beside the FP8 one. Here
+//   - the D/16 lanes of a row group own U consecutive rows, so every load and
+//     store of a thread's rows sits at an immediate offset from one base
+//     (rows kRowBytes, D values apart), and the ids of a run of U rows are
+//     U consecutive bytes of each stage: one load a stage, where aligned;
+//   - the scale format is a template constant and the scales are converted
+//     by the hardware (FP8 E4M3 pair -> f16x2 -> f32), exact like the
+//     reference's software conversion;
+//   - centroid rows are addressed with one wide multiply-add from the lane's
+//     base.
+// A row's lanes still read and write whole 128-byte lines with each 16-byte
+// load or store instruction (the split units' pieces [8c, 8c + 8) and
+// [D/2 + 8c, D/2 + 8c + 8)), and the values and their order of operations are
+// decode_kernel's: the same bits.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "cuda/decode_tile.cuh"
+
+namespace qvg::cuda {
+
+/// Rows a thread group owns in the default decode of `stages` stages
+/// (bench_decode_probe on the H200, docs/BENCHMARKS.md).
+constexpr int lines_rows(int stages) { return stages == 0 ? 2 : 4; }
+
+/// The decoded scales of a unit's two pieces from their stored codes packed
+/// in one word (FP8: bytes 0 and 1; FP16: halves 0 and 1, the low piece's
+/// first), times the head's span scale. The hardware conversions (FP8 E4M3
+/// pair to f16x2, f16 to f32) are exact for every code, as qvg/fp8.h's and
+/// qvg/half.h's software ones; a NaN code gives a NaN either way, and the
+/// product's NaN is the device's canonical one on both paths.
+template <bool FP8>
+__device__ __forceinline__ float2 decode_scale_pair(uint32_t packed, float span) {
+  __half2_raw h;
+  if constexpr (FP8) {
+    h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(packed), __NV_E4M3);
+  } else {
+    h.x = static_cast<unsigned short>(packed);
+    h.y = static_cast<unsigned short>(packed >> 16);
+  }
+  const float2 f = __half22float2(__half2(h));
+  return make_float2(__fmul_rn(f.x, span), __fmul_rn(f.y, span));
+}
+
+/// The ids of rows q[0], q[1], ..., q[U-1] (byte u = row u's), with one
+/// load where the run is aligned.
+template <int U>
+__device__ __forceinline__ uint32_t load_id_run(const uint8_t* q, bool aligned) {
+  static_assert(U == 1 || U == 2 || U == 4, "runs of 1, 2 or 4 rows");
+  if constexpr (U == 4) {
+    if (aligned) return __ldg(reinterpret_cast<const unsigned int*>(q));
+  } else if constexpr (U == 2) {
+    if (aligned) return __ldg(reinterpret_cast<const unsigned short*>(q));
+  }
+  uint32_t v = 0;
+#pragma unroll
+  for (int u = 0; u < U; ++u) v |= static_cast<uint32_t>(__ldg(q + u)) << (8 * u);
+  return v;
+}
+
+/// Rows r0 .. r0 + U - 1 of the range (all of them < range.count), lane c of
+/// each: dequantize, add every stage's centroid, store.
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8>
+__device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
+                                                 const DecodeRange& range, int block_shift, uint32_t r0) {
+  constexpr int kLanes = D / 16;
+  constexpr int kRowBytes = D * BITS / 8;
+  constexpr int kHalf = D / 2;                 // the second piece's offset in values
+  constexpr int kScaleBytes = FP8 ? 1 : 2;
+  const int h = blockIdx.y;
+  const uint32_t c = threadIdx.x % kLanes;
+  const int64_t row = static_cast<int64_t>(h) * sh.tokens + range.begin + r0;  // source row of r0
+  const uint8_t* codes = p.codes + row * kRowBytes + c * BITS;                  // piece 0 of row r0
+  const int row_scales = (D >> block_shift) * kScaleBytes;                      // bytes a row
+  const uint8_t* scales = p.scales + row * row_scales;
+  const int sc0 = (((8 * c) >> block_shift) * kScaleBytes), sc1 = (((kHalf + 8 * c) >> block_shift) * kScaleBytes);
+  const uint8_t* ids = p.ids + row;
+  const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);  // < 2^31 (host)
+  const bool aligned = ((reinterpret_cast<uintptr_t>(ids) | stage_ids) & (U - 1)) == 0;
+  const float span = __ldg(p.span_scales + h);
+  OutT* o = out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset + r0) * D + 8 * c;
+  // Stage st's centroid id of row u, at the lane's columns: cent + (st * H * C + id) * D.
+  const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D + 8 * c;
+  const uint32_t hc = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.centroids);
+
+  // 1. Every load that does not depend on another one.
+  uint32_t w[U][2];
+  uint32_t sc[U];  // the two pieces' scale codes (decode_scale_pair)
+  uint32_t id[S > 0 ? S : 1];  // byte u = row u's centroid index
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    uint32_t a[2], b[2];
+    load_code_words<BITS, 8>(codes + u * kRowBytes, a);
+    load_code_words<BITS, 8>(codes + u * kRowBytes + kRowBytes / 2, b);
+    if constexpr (BITS == 2) {  // 16 codes in one word: the first piece's in the low half
+      w[u][0] = a[0] | (b[0] << 16);
+      w[u][1] = 0u;
+    } else {
+      w[u][0] = a[0];
+      w[u][1] = b[0];
+    }
+    const uint8_t* su = scales + u * row_scales;
+    if constexpr (FP8)
+      sc[u] = __ldg(su + sc0) | (static_cast<uint32_t>(__ldg(su + sc1)) << 8);
+    else
+      sc[u] = __ldg(reinterpret_cast<const unsigned short*>(su + sc0)) |
+              (static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(su + sc1))) << 16);
+  }
+#pragma unroll
+  for (int st = 0; st < S; ++st) id[st] = load_id_run<U>(ids + st * stage_ids, aligned);
+
+  // 2. Per row: the centroids of every stage at once, then the arithmetic.
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    float cen[S > 0 ? S : 1][16];
+#pragma unroll
+    for (int st = 0; st < S; ++st) {
+      const uint32_t k = ((id[st] >> (8 * u)) & 0xFFu) + st * hc;
+      const uint16_t* crow = cent + static_cast<uint64_t>(k) * D;
+      load_bf16_vals<8>(crow, cen[st]);
+      load_bf16_vals<8>(crow + kHalf, cen[st] + 8);
+    }
+    const float2 s = decode_scale_pair<FP8>(sc[u], span);
+    float v[16];
+    const uint32_t w1 = BITS == 2 ? w[u][0] >> 16 : w[u][1];  // the second piece's codes
+    dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], s.x, v);
+    dequantize_lean<BITS, 8, MIDRISE>(&w1, s.y, v + 8);
+#pragma unroll
+    for (int st = S - 1; st >= 0; --st)
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], cen[st][k]);
+    store_vals<OutT, 8>(o + u * D, v);
+    store_vals<OutT, 8>(o + u * D + kHalf, v + 8);
+  }
+}
+
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8>
+__device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
+                                                  const DecodeRange& range, int block_shift) {
+  constexpr int kGroups = kTileThreads / (D / 16);  // row groups a block
+  const uint32_t r0 = (blockIdx.x * kGroups + threadIdx.x / (D / 16)) * U;
+  const uint32_t count = static_cast<uint32_t>(range.count);
+  if (r0 + U <= count) {
+    decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8>(sh, p, out, range, block_shift, r0);
+  } else {  // the range's last, short run: a row at a time
+    for (uint32_t r = r0; r < count; ++r) decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8>(sh, p, out, range, block_shift, r);
+  }
+}
+
+/// Grid: (ceil(range.count / (256 / (D/16) * U)), H); block 256. The group of
+/// D/16 lanes g of block x owns rows (x * 256 / (D/16) + g) * U .. + U - 1 of
+/// the range. The host guarantees what decode_tile_kernel's split units need
+/// (range.count * D < 2^30, S * H * C * D < 2^31, sh.block >= 16) and
+/// H * N < 2^31 (32-bit stage offsets of the ids). block_shift =
+/// log2(sh.block). MINB > 0 is the launch bounds' minimum of resident blocks
+/// an SM (4 -> 64 registers a thread); 0 leaves the registers to ptxas.
+template <int BITS, int D, int S, int U, typename OutT, int MINB = 0>
+__global__ void __launch_bounds__(kTileThreads, MINB) decode_lines_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
+                                                                   DecodeRange range, int block_shift) {
+  static_assert(D == 64 || D == 128, "lines decode: D = 64 or 128");
+  static_assert(S >= 0 && S <= kTileMaxStages, "lines decode: up to 4 stages");
+  const bool midrise = sh.levels == LevelRule::midrise, fp8 = sh.scale_format == ScaleFormat::fp8;
+  if (midrise && fp8)
+    decode_lines_body<BITS, D, S, U, OutT, true, true>(sh, p, out, range, block_shift);
+  else if (midrise)
+    decode_lines_body<BITS, D, S, U, OutT, true, false>(sh, p, out, range, block_shift);
+  else if (fp8)
+    decode_lines_body<BITS, D, S, U, OutT, false, true>(sh, p, out, range, block_shift);
+  else
+    decode_lines_body<BITS, D, S, U, OutT, false, false>(sh, p, out, range, block_shift);
+}
+
+}  // namespace qvg::cuda
