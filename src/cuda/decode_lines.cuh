@@ -73,8 +73,12 @@ __device__ __forceinline__ uint32_t load_id_run(const uint8_t* q, bool aligned) 
 }
 
 /// Rows r0 .. r0 + U - 1 of the range (all of them < range.count), lane c of
-/// each: dequantize, add every stage's centroid, store.
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8>
+/// each: dequantize, add every stage's centroid, store. PIPE = 0: each row
+/// loads every stage's centroids at once (ptxas schedules the next row's
+/// among this row's arithmetic as registers allow); PIPE > 0: the (row,
+/// stage) centroid loads go in the order of their adds with PIPE of them in
+/// flight, each issued as the add PIPE places earlier retires.
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, int PIPE>
 __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                  const DecodeRange& range, int block_shift, uint32_t r0) {
   constexpr int kLanes = D / 16;
@@ -123,6 +127,51 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
 #pragma unroll
   for (int st = 0; st < S; ++st) id[st] = load_id_run<U>(ids + st * stage_ids, aligned);
 
+  if constexpr (PIPE > 0 && S > 0) {
+    // 2'. (row, stage) pairs k in the order of the adds: row k / S, stage
+    // S - 1 - k % S; the loads of pair k + P issued once pair k's add is done.
+    constexpr int K = U * S, P = PIPE < K ? PIPE : K;
+    uint4 buf[P][2];
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int u = k / S, st = S - 1 - k % S;
+      const uint4* crow = reinterpret_cast<const uint4*>(cent + static_cast<uint64_t>(((id[st] >> (8 * u)) & 0xFFu) + st * hc) * D);
+      buf[k][0] = __ldg(crow);
+      buf[k][1] = __ldg(crow + kHalf / 8);
+    }
+    float v[16];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int u = k / S;
+      if (k % S == 0) {
+        const float2 sf = decode_scale_pair<FP8>(sc[u], span);
+        const uint32_t w1 = BITS == 2 ? w[u][0] >> 16 : w[u][1];
+        dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], sf.x, v);
+        dequantize_lean<BITS, 8, MIDRISE>(&w1, sf.y, v + 8);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint32_t q[4] = {buf[k % P][j].x, buf[k % P][j].y, buf[k % P][j].z, buf[k % P][j].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          v[8 * j + 2 * i] = __fadd_rn(v[8 * j + 2 * i], __uint_as_float(q[i] << 16));
+          v[8 * j + 2 * i + 1] = __fadd_rn(v[8 * j + 2 * i + 1], __uint_as_float(q[i] & 0xFFFF0000u));
+        }
+      }
+      if (k + P < K) {
+        const int un = (k + P) / S, sn = S - 1 - (k + P) % S;
+        const uint4* crow =
+            reinterpret_cast<const uint4*>(cent + static_cast<uint64_t>(((id[sn] >> (8 * un)) & 0xFFu) + sn * hc) * D);
+        buf[k % P][0] = __ldg(crow);
+        buf[k % P][1] = __ldg(crow + kHalf / 8);
+      }
+      if (k % S == S - 1) {
+        store_vals<OutT, 8>(o + u * D, v);
+        store_vals<OutT, 8>(o + u * D + kHalf, v + 8);
+      }
+    }
+    return;
+  }
   // 2. Per row: the centroids of every stage at once, then the arithmetic.
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -148,16 +197,17 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   }
 }
 
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8>
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, int PIPE>
 __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                   const DecodeRange& range, int block_shift) {
   constexpr int kGroups = kTileThreads / (D / 16);  // row groups a block
   const uint32_t r0 = (blockIdx.x * kGroups + threadIdx.x / (D / 16)) * U;
   const uint32_t count = static_cast<uint32_t>(range.count);
   if (r0 + U <= count) {
-    decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8>(sh, p, out, range, block_shift, r0);
+    decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, PIPE>(sh, p, out, range, block_shift, r0);
   } else {  // the range's last, short run: a row at a time
-    for (uint32_t r = r0; r < count; ++r) decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8>(sh, p, out, range, block_shift, r);
+    for (uint32_t r = r0; r < count; ++r)
+      decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8, PIPE>(sh, p, out, range, block_shift, r);
   }
 }
 
@@ -168,20 +218,21 @@ __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgP
 /// H * N < 2^31 (32-bit stage offsets of the ids). block_shift =
 /// log2(sh.block). MINB > 0 is the launch bounds' minimum of resident blocks
 /// an SM (4 -> 64 registers a thread); 0 leaves the registers to ptxas.
-template <int BITS, int D, int S, int U, typename OutT, int MINB = 0>
+/// PIPE: decode_lines_run's centroid loads in flight (0: ptxas's schedule).
+template <int BITS, int D, int S, int U, typename OutT, int MINB = 0, int PIPE = 0>
 __global__ void __launch_bounds__(kTileThreads, MINB) decode_lines_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                                    DecodeRange range, int block_shift) {
   static_assert(D == 64 || D == 128, "lines decode: D = 64 or 128");
   static_assert(S >= 0 && S <= kTileMaxStages, "lines decode: up to 4 stages");
   const bool midrise = sh.levels == LevelRule::midrise, fp8 = sh.scale_format == ScaleFormat::fp8;
   if (midrise && fp8)
-    decode_lines_body<BITS, D, S, U, OutT, true, true>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, true, PIPE>(sh, p, out, range, block_shift);
   else if (midrise)
-    decode_lines_body<BITS, D, S, U, OutT, true, false>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, false, PIPE>(sh, p, out, range, block_shift);
   else if (fp8)
-    decode_lines_body<BITS, D, S, U, OutT, false, true>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, true, PIPE>(sh, p, out, range, block_shift);
   else
-    decode_lines_body<BITS, D, S, U, OutT, false, false>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, false, PIPE>(sh, p, out, range, block_shift);
 }
 
 }  // namespace qvg::cuda
