@@ -33,9 +33,12 @@
 
 namespace qvg::cuda {
 
-/// Rows a thread group owns in the default decode of `stages` stages
-/// (bench_decode_probe on the H200, docs/BENCHMARKS.md).
-constexpr int lines_rows(int stages) { return stages == 0 ? 2 : 4; }
+/// Rows a thread group owns in the default decode of `stages` stages, and
+/// its launch bounds' minimum of blocks an SM (4: 64 registers a thread; 0:
+/// ptxas's choice), the fastest in bench_decode_probe on the H200
+/// (docs/BENCHMARKS.md, eleventh slice).
+constexpr int lines_rows(int stages) { return stages >= 0 ? 2 : 2; }
+constexpr int lines_min_blocks(int stages) { return stages >= 2 ? 4 : 0; }
 
 /// The decoded scales of a unit's two pieces from their stored codes packed
 /// in one word (FP8: bytes 0 and 1; FP16: halves 0 and 1, the low piece's
@@ -56,34 +59,47 @@ __device__ __forceinline__ float2 decode_scale_pair(uint32_t packed, float span)
   return make_float2(__fmul_rn(f.x, span), __fmul_rn(f.y, span));
 }
 
-/// The ids of rows q[0], q[1], ..., q[U-1] (byte u = row u's), with one
-/// load where the run is aligned.
-template <int U>
-__device__ __forceinline__ uint32_t load_id_run(const uint8_t* q, bool aligned) {
-  static_assert(U == 1 || U == 2 || U == 4, "runs of 1, 2 or 4 rows");
-  if constexpr (U == 4) {
-    if (aligned) return __ldg(reinterpret_cast<const unsigned int*>(q));
-  } else if constexpr (U == 2) {
-    if (aligned) return __ldg(reinterpret_cast<const unsigned short*>(q));
-  }
-  uint32_t v = 0;
+/// dequantize_lean with one LOP3 a value instead of two: its exponent words
+/// (the magic M of each code position) held in registers, so that (src &
+/// mask) | magic is one three-input LOP3 (SASS takes one immediate an
+/// instruction: with both constants immediate ptxas emits two). Codes are
+/// read in source words of four: source j of a word is w << 1 (j = 0) or
+/// w >> (4 BITS j - 1), so the four codes of each sit at positions 1, 1 +
+/// BITS, 1 + 2 BITS, 1 + 3 BITS and four exponent words (magic, from
+/// lean_magic) serve every code. Same values as dequantize_lean (same
+/// arithmetic after the LOP3).
+template <int BITS>
+__device__ __forceinline__ void lean_magic(uint32_t (&magic)[4]) {
 #pragma unroll
-  for (int u = 0; u < U; ++u) v |= static_cast<uint32_t>(__ldg(q + u)) << (8 * u);
-  return v;
+  for (int r = 0; r < 4; ++r) magic[r] = static_cast<uint32_t>(127 + 23 - (BITS * r + 1)) << 23;
+}
+template <int BITS, int VALS, bool MIDRISE>
+__device__ __forceinline__ void dequantize_lean2(const uint32_t* w, float s, const uint32_t (&magic)[4], float* v) {
+  constexpr int kPerWord = 32 / BITS;
+  constexpr uint32_t kMask = (1u << BITS) - 1u;
+  constexpr float kOff = MIDRISE ? 0.5f * static_cast<float>((1 << BITS) - 1) : static_cast<float>(1 << (BITS - 1));
+#pragma unroll
+  for (int i = 0; i < VALS; ++i) {
+    const int q = i % kPerWord, j = q / 4, r = q % 4;
+    const uint32_t src = j == 0 ? w[i / kPerWord] << 1 : w[i / kPerWord] >> (4 * BITS * j - 1);
+    const int pos = BITS * r + 1;
+    const float m_off = static_cast<float>(1u << (23 - pos)) + kOff;  // exact: see dequantize_lean
+    uint32_t bits;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(bits) : "r"(src), "r"(kMask << pos), "r"(magic[r]));  // (a & b) | c
+    v[i] = __fmul_rn(__fsub_rn(__uint_as_float(bits), m_off), s);
+  }
 }
 
 /// Rows r0 .. r0 + U - 1 of the range (all of them < range.count), lane c of
-/// each: dequantize, add every stage's centroid, store. PIPE = 0: each row
-/// loads every stage's centroids at once (ptxas schedules the next row's
-/// among this row's arithmetic as registers allow); PIPE > 0: the (row,
-/// stage) centroid loads go in the order of their adds with PIPE of them in
-/// flight, each issued as the add PIPE places earlier retires.
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, int PIPE>
+/// each: dequantize, add every stage's centroid, store. ALIGNED: the ids of
+/// the run start at a multiple of U bytes in every stage (one load a
+/// stage); LEAN2: dequantize_lean2 instead of dequantize_lean.
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool ALIGNED, bool LEAN2>
 __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                  const DecodeRange& range, int block_shift, uint32_t r0) {
   constexpr int kLanes = D / 16;
   constexpr int kRowBytes = D * BITS / 8;
-  constexpr int kHalf = D / 2;                 // the second piece's offset in values
+  constexpr int kHalf = D / 2;  // the second piece's offset in values
   constexpr int kScaleBytes = FP8 ? 1 : 2;
   const int h = blockIdx.y;
   const uint32_t c = threadIdx.x % kLanes;
@@ -91,15 +107,16 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   const uint8_t* codes = p.codes + row * kRowBytes + c * BITS;                  // piece 0 of row r0
   const int row_scales = (D >> block_shift) * kScaleBytes;                      // bytes a row
   const uint8_t* scales = p.scales + row * row_scales;
-  const int sc0 = (((8 * c) >> block_shift) * kScaleBytes), sc1 = (((kHalf + 8 * c) >> block_shift) * kScaleBytes);
+  const int sc0 = ((8 * c) >> block_shift) * kScaleBytes, sc1 = ((kHalf + 8 * c) >> block_shift) * kScaleBytes;
   const uint8_t* ids = p.ids + row;
-  const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);  // < 2^31 (host)
-  const bool aligned = ((reinterpret_cast<uintptr_t>(ids) | stage_ids) & (U - 1)) == 0;
+  const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);  // S H N < 2^31
   const float span = __ldg(p.span_scales + h);
   OutT* o = out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset + r0) * D + 8 * c;
-  // Stage st's centroid id of row u, at the lane's columns: cent + (st * H * C + id) * D.
-  const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D + 8 * c;
+  // Stage st's centroid k of the head at the lane's columns: cent + (st H C + k) * 2D bytes.
+  const char* cent = reinterpret_cast<const char*>(p.centroids + static_cast<int64_t>(h) * sh.centroids * D + 8 * c);
   const uint32_t hc = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.centroids);
+  uint32_t magic[4];
+  if constexpr (LEAN2) lean_magic<BITS>(magic);
 
   // 1. Every load that does not depend on another one.
   uint32_t w[U][2];
@@ -125,69 +142,40 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
               (static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(su + sc1))) << 16);
   }
 #pragma unroll
-  for (int st = 0; st < S; ++st) id[st] = load_id_run<U>(ids + st * stage_ids, aligned);
-
-  if constexpr (PIPE > 0 && S > 0) {
-    // 2'. (row, stage) pairs k in the order of the adds: row k / S, stage
-    // S - 1 - k % S; the loads of pair k + P issued once pair k's add is done.
-    constexpr int K = U * S, P = PIPE < K ? PIPE : K;
-    uint4 buf[P][2];
+  for (int st = 0; st < S; ++st) {
+    const uint8_t* q = ids + st * stage_ids;
+    if constexpr (ALIGNED && U == 4) {
+      id[st] = __ldg(reinterpret_cast<const unsigned int*>(q));
+    } else if constexpr (ALIGNED && U == 2) {
+      id[st] = __ldg(reinterpret_cast<const unsigned short*>(q));
+    } else {
+      id[st] = 0;
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      const int u = k / S, st = S - 1 - k % S;
-      const uint4* crow = reinterpret_cast<const uint4*>(cent + static_cast<uint64_t>(((id[st] >> (8 * u)) & 0xFFu) + st * hc) * D);
-      buf[k][0] = __ldg(crow);
-      buf[k][1] = __ldg(crow + kHalf / 8);
+      for (int u = 0; u < U; ++u) id[st] |= static_cast<uint32_t>(__ldg(q + u)) << (8 * u);
     }
-    float v[16];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int u = k / S;
-      if (k % S == 0) {
-        const float2 sf = decode_scale_pair<FP8>(sc[u], span);
-        const uint32_t w1 = BITS == 2 ? w[u][0] >> 16 : w[u][1];
-        dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], sf.x, v);
-        dequantize_lean<BITS, 8, MIDRISE>(&w1, sf.y, v + 8);
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const uint32_t q[4] = {buf[k % P][j].x, buf[k % P][j].y, buf[k % P][j].z, buf[k % P][j].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          v[8 * j + 2 * i] = __fadd_rn(v[8 * j + 2 * i], __uint_as_float(q[i] << 16));
-          v[8 * j + 2 * i + 1] = __fadd_rn(v[8 * j + 2 * i + 1], __uint_as_float(q[i] & 0xFFFF0000u));
-        }
-      }
-      if (k + P < K) {
-        const int un = (k + P) / S, sn = S - 1 - (k + P) % S;
-        const uint4* crow =
-            reinterpret_cast<const uint4*>(cent + static_cast<uint64_t>(((id[sn] >> (8 * un)) & 0xFFu) + sn * hc) * D);
-        buf[k % P][0] = __ldg(crow);
-        buf[k % P][1] = __ldg(crow + kHalf / 8);
-      }
-      if (k % S == S - 1) {
-        store_vals<OutT, 8>(o + u * D, v);
-        store_vals<OutT, 8>(o + u * D + kHalf, v + 8);
-      }
-    }
-    return;
   }
+
   // 2. Per row: the centroids of every stage at once, then the arithmetic.
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     float cen[S > 0 ? S : 1][16];
 #pragma unroll
     for (int st = 0; st < S; ++st) {
-      const uint32_t k = ((id[st] >> (8 * u)) & 0xFFu) + st * hc;
-      const uint16_t* crow = cent + static_cast<uint64_t>(k) * D;
+      const uint32_t k = __byte_perm(id[st], 0u, 0x4440u + u) + st * hc;  // byte u, zero-extended
+      const uint16_t* crow = reinterpret_cast<const uint16_t*>(cent + static_cast<uint64_t>(k) * (2 * D));
       load_bf16_vals<8>(crow, cen[st]);
       load_bf16_vals<8>(crow + kHalf, cen[st] + 8);
     }
     const float2 s = decode_scale_pair<FP8>(sc[u], span);
     float v[16];
     const uint32_t w1 = BITS == 2 ? w[u][0] >> 16 : w[u][1];  // the second piece's codes
-    dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], s.x, v);
-    dequantize_lean<BITS, 8, MIDRISE>(&w1, s.y, v + 8);
+    if constexpr (LEAN2) {
+      dequantize_lean2<BITS, 8, MIDRISE>(&w[u][0], s.x, magic, v);
+      dequantize_lean2<BITS, 8, MIDRISE>(&w1, s.y, magic, v + 8);
+    } else {
+      dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], s.x, v);
+      dequantize_lean<BITS, 8, MIDRISE>(&w1, s.y, v + 8);
+    }
 #pragma unroll
     for (int st = S - 1; st >= 0; --st)
 #pragma unroll
@@ -197,17 +185,25 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   }
 }
 
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, int PIPE>
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool LEAN2>
 __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                   const DecodeRange& range, int block_shift) {
   constexpr int kGroups = kTileThreads / (D / 16);  // row groups a block
   const uint32_t r0 = (blockIdx.x * kGroups + threadIdx.x / (D / 16)) * U;
   const uint32_t count = static_cast<uint32_t>(range.count);
   if (r0 + U <= count) {
-    decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, PIPE>(sh, p, out, range, block_shift, r0);
+    // The same for every thread of the block (r0 is a multiple of U): a
+    // uniform branch, not two predicated paths.
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p.ids) + static_cast<uintptr_t>(blockIdx.y) * sh.tokens +
+                            range.begin + r0;
+    const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
+    if (U > 1 && ((first | stage_ids) & (U - 1)) == 0)
+      decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, true, LEAN2>(sh, p, out, range, block_shift, r0);
+    else
+      decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, false, LEAN2>(sh, p, out, range, block_shift, r0);
   } else {  // the range's last, short run: a row at a time
     for (uint32_t r = r0; r < count; ++r)
-      decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8, PIPE>(sh, p, out, range, block_shift, r);
+      decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8, false, LEAN2>(sh, p, out, range, block_shift, r);
   }
 }
 
@@ -215,24 +211,24 @@ __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgP
 /// D/16 lanes g of block x owns rows (x * 256 / (D/16) + g) * U .. + U - 1 of
 /// the range. The host guarantees what decode_tile_kernel's split units need
 /// (range.count * D < 2^30, S * H * C * D < 2^31, sh.block >= 16) and
-/// H * N < 2^31 (32-bit stage offsets of the ids). block_shift =
+/// S * H * N < 2^31 (32-bit stage offsets of the ids). block_shift =
 /// log2(sh.block). MINB > 0 is the launch bounds' minimum of resident blocks
 /// an SM (4 -> 64 registers a thread); 0 leaves the registers to ptxas.
-/// PIPE: decode_lines_run's centroid loads in flight (0: ptxas's schedule).
-template <int BITS, int D, int S, int U, typename OutT, int MINB = 0, int PIPE = 0>
+template <int BITS, int D, int S, int U, typename OutT, int MINB = 0, bool LEAN2 = false>
 __global__ void __launch_bounds__(kTileThreads, MINB) decode_lines_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                                    DecodeRange range, int block_shift) {
   static_assert(D == 64 || D == 128, "lines decode: D = 64 or 128");
   static_assert(S >= 0 && S <= kTileMaxStages, "lines decode: up to 4 stages");
+  static_assert(U == 1 || U == 2 || U == 4, "lines decode: runs of 1, 2 or 4 rows");
   const bool midrise = sh.levels == LevelRule::midrise, fp8 = sh.scale_format == ScaleFormat::fp8;
   if (midrise && fp8)
-    decode_lines_body<BITS, D, S, U, OutT, true, true, PIPE>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, true, LEAN2>(sh, p, out, range, block_shift);
   else if (midrise)
-    decode_lines_body<BITS, D, S, U, OutT, true, false, PIPE>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, false, LEAN2>(sh, p, out, range, block_shift);
   else if (fp8)
-    decode_lines_body<BITS, D, S, U, OutT, false, true, PIPE>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, true, LEAN2>(sh, p, out, range, block_shift);
   else
-    decode_lines_body<BITS, D, S, U, OutT, false, false, PIPE>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, false, LEAN2>(sh, p, out, range, block_shift);
 }
 
 }  // namespace qvg::cuda
