@@ -262,6 +262,13 @@ int main(int argc, char** argv) {
         tile("lines U=4 lean2", [&] { launch_lines_any<4, 0, true>(sh, p, o); });
         tile("lines U=2 lean2 64 regs", [&] { launch_lines_any<2, 4, true>(sh, p, o); });
         tile("lines U=4 lean2 64 regs", [&] { launch_lines_any<4, 4, true>(sh, p, o); });
+        if (sh.stages == 4) {  // the same kernel with the largest L1 (no shared memory carve-out), then back
+          auto* k = decode_lines_kernel<2, kD, 4, 4, __nv_bfloat16, 4, true>;
+          QVG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 0));
+          tile("lines U=4 lean2 64 regs max L1", [&] { launch_lines_any<4, 4, true>(sh, p, o); });
+          QVG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                              cudaSharedmemCarveoutDefault));
+        }
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(all_ids.data(), p.ids, all_ids.size(), cudaMemcpyDeviceToHost));

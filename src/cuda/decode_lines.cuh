@@ -37,7 +37,7 @@ namespace qvg::cuda {
 /// its launch bounds' minimum of blocks an SM (4: 64 registers a thread; 0:
 /// ptxas's choice), the fastest in bench_decode_probe on the H200
 /// (docs/BENCHMARKS.md, eleventh slice).
-constexpr int lines_rows(int stages) { return stages >= 0 ? 2 : 2; }
+constexpr int lines_rows(int stages) { return stages == 0 ? 1 : stages == 1 ? 2 : 4; }
 constexpr int lines_min_blocks(int stages) { return stages >= 2 ? 4 : 0; }
 
 /// The decoded scales of a unit's two pieces from their stored codes packed
@@ -197,10 +197,13 @@ __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgP
     const uintptr_t first = reinterpret_cast<uintptr_t>(p.ids) + static_cast<uintptr_t>(blockIdx.y) * sh.tokens +
                             range.begin + r0;
     const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
-    if (U > 1 && ((first | stage_ids) & (U - 1)) == 0)
-      decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, true, LEAN2>(sh, p, out, range, block_shift, r0);
-    else
-      decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, false, LEAN2>(sh, p, out, range, block_shift, r0);
+    if constexpr (U > 1) {
+      if (((first | stage_ids) & (U - 1)) == 0) {
+        decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, true, LEAN2>(sh, p, out, range, block_shift, r0);
+        return;
+      }
+    }
+    decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, false, LEAN2>(sh, p, out, range, block_shift, r0);
   } else {  // the range's last, short run: a row at a time
     for (uint32_t r = r0; r < count; ++r)
       decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8, false, LEAN2>(sh, p, out, range, block_shift, r);
