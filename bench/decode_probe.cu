@@ -104,21 +104,21 @@ void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   }
 }
 
-template <int S, int U, int MINB, bool LEAN2>
+template <int S, int U, int MINB>
 void launch_lines(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   constexpr int kRowsPerBlock = kTileThreads / (kD / 16) * U;
   const dim3 grid(static_cast<unsigned>((sh.tokens + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(sh.heads));
-  decode_lines_kernel<2, kD, S, U, __nv_bfloat16, MINB, LEAN2>
+  decode_lines_kernel<2, kD, S, U, __nv_bfloat16, MINB>
       <<<grid, kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, block_shift(sh));
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int U, int MINB = 0, bool LEAN2 = false>
+template <int U, int MINB = 0>
 void launch_lines_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   switch (sh.stages) {
-    case 0: return launch_lines<0, U, MINB, LEAN2>(sh, p, out);
-    case 1: return launch_lines<1, U, MINB, LEAN2>(sh, p, out);
-    case 4: return launch_lines<4, U, MINB, LEAN2>(sh, p, out);
+    case 0: return launch_lines<0, U, MINB>(sh, p, out);
+    case 1: return launch_lines<1, U, MINB>(sh, p, out);
+    case 4: return launch_lines<4, U, MINB>(sh, p, out);
     default: throw Error("decode probe: stages 0, 1 or 4");
   }
 }
@@ -258,17 +258,6 @@ int main(int argc, char** argv) {
         tile("lines U=4", [&] { launch_lines_any<4>(sh, p, o); });
         tile("lines U=2 64 regs", [&] { launch_lines_any<2, 4>(sh, p, o); });
         tile("lines U=4 64 regs", [&] { launch_lines_any<4, 4>(sh, p, o); });
-        tile("lines U=2 lean2", [&] { launch_lines_any<2, 0, true>(sh, p, o); });
-        tile("lines U=4 lean2", [&] { launch_lines_any<4, 0, true>(sh, p, o); });
-        tile("lines U=2 lean2 64 regs", [&] { launch_lines_any<2, 4, true>(sh, p, o); });
-        tile("lines U=4 lean2 64 regs", [&] { launch_lines_any<4, 4, true>(sh, p, o); });
-        if (sh.stages == 4) {  // the same kernel with the largest L1 (no shared memory carve-out), then back
-          auto* k = decode_lines_kernel<2, kD, 4, 4, __nv_bfloat16, 4, true>;
-          QVG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 0));
-          tile("lines U=4 lean2 64 regs max L1", [&] { launch_lines_any<4, 4, true>(sh, p, o); });
-          QVG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                              cudaSharedmemCarveoutDefault));
-        }
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(all_ids.data(), p.ids, all_ids.size(), cudaMemcpyDeviceToHost));
@@ -280,7 +269,7 @@ int main(int argc, char** argv) {
             QvgParts pf = p;
             pf.ids = few.get();
             row(m, "tile, ids < " + std::to_string(keep) + " (bound)", timer.median_ms(reps, [&] {
-                  decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::tile);
+                  decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::lines);
                 }), bytes);
           }
         }

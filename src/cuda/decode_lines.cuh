@@ -1,25 +1,30 @@
-// Fused decode in whole lines with runs of rows: a decode kernel for D = 64 /
-// 128 and up to 4 smoothing stages, with fewer instructions a value than
-// decode_tile_kernel's split units (decode_tile.cuh), which it otherwise
-// resembles.
+// Fused decode in whole lines with runs of rows: the default decode kernel
+// for D = 64 / 128 and up to 4 smoothing stages (DecodeKernel::lines).
+// decode_tile_kernel's split units (decode_tile.cuh) are its predecessor.
 //
-// Why: with split units the four-stage decode is bound by instruction issue
-// (ncu: issue slots 82 %, ~23 thread instructions a value, of which the
-// decode proper, dequantization, centroid conversions and adds and the
-// output packing, is ~12; docs/BENCHMARKS.md, eleventh slice). The rest was
-// addressing and the block scales: every unit computed 64-bit addresses for
-// its codes, scales, ids and output from its own row, decoded two FP8 scales
-// in software (a branchy ~16 instructions each) and carried the FP16-scale
-// path beside the FP8 one. Here
+// Why: with split units the four-stage decode issued ~23 thread
+// instructions a value (ncu: issue slots 84 %), of which the decode proper
+// (dequantization, the stages' conversions and adds, the output packing) is
+// ~13. The rest was addressing and the block scales: every unit computed
+// 64-bit addresses for its codes, scales, ids and output from its own row,
+// decoded two FP8 scales in software (a branchy ~16 instructions each) and
+// carried the FP16-scale path beside the FP8 one. Here
 //   - the D/16 lanes of a row group own U consecutive rows, so every load and
 //     store of a thread's rows sits at an immediate offset from one base
 //     (rows kRowBytes, D values apart), and the ids of a run of U rows are
-//     U consecutive bytes of each stage: one load a stage, where aligned;
+//     U consecutive bytes of each stage: one load a stage where aligned (a
+//     uniform branch per block);
 //   - the scale format is a template constant and the scales are converted
 //     by the hardware (FP8 E4M3 pair -> f16x2 -> f32), exact like the
-//     reference's software conversion;
-//   - centroid rows are addressed with one wide multiply-add from the lane's
-//     base.
+//     reference's software conversion (tests: every FP8 and FP16 code);
+//   - centroid rows are addressed with a byte PRMT and one wide multiply-add
+//     from the lane's base.
+// Measured (bench_decode_probe, H200, docs/BENCHMARKS.md, eleventh slice):
+// 88.5 M -> 67-71 M warp instructions for QVG-Pro at LongCat; QVG-Pro
+// 63.6 -> 68.1 % of copy, QVG 82.1 -> 84.8 %, RTN 84.9 -> 86.3 % (LongCat).
+// What binds now is no longer issue (67-74 %) but the latency of the
+// centroid gathers: the L1 hits 35 % of their sectors (a head's four tables
+// are 256 KB), the L2 runs at 66-70 %, warps stall on long scoreboards.
 // A row's lanes still read and write whole 128-byte lines with each 16-byte
 // load or store instruction (the split units' pieces [8c, 8c + 8) and
 // [D/2 + 8c, D/2 + 8c + 8)), and the values and their order of operations are
@@ -59,42 +64,11 @@ __device__ __forceinline__ float2 decode_scale_pair(uint32_t packed, float span)
   return make_float2(__fmul_rn(f.x, span), __fmul_rn(f.y, span));
 }
 
-/// dequantize_lean with one LOP3 a value instead of two: its exponent words
-/// (the magic M of each code position) held in registers, so that (src &
-/// mask) | magic is one three-input LOP3 (SASS takes one immediate an
-/// instruction: with both constants immediate ptxas emits two). Codes are
-/// read in source words of four: source j of a word is w << 1 (j = 0) or
-/// w >> (4 BITS j - 1), so the four codes of each sit at positions 1, 1 +
-/// BITS, 1 + 2 BITS, 1 + 3 BITS and four exponent words (magic, from
-/// lean_magic) serve every code. Same values as dequantize_lean (same
-/// arithmetic after the LOP3).
-template <int BITS>
-__device__ __forceinline__ void lean_magic(uint32_t (&magic)[4]) {
-#pragma unroll
-  for (int r = 0; r < 4; ++r) magic[r] = static_cast<uint32_t>(127 + 23 - (BITS * r + 1)) << 23;
-}
-template <int BITS, int VALS, bool MIDRISE>
-__device__ __forceinline__ void dequantize_lean2(const uint32_t* w, float s, const uint32_t (&magic)[4], float* v) {
-  constexpr int kPerWord = 32 / BITS;
-  constexpr uint32_t kMask = (1u << BITS) - 1u;
-  constexpr float kOff = MIDRISE ? 0.5f * static_cast<float>((1 << BITS) - 1) : static_cast<float>(1 << (BITS - 1));
-#pragma unroll
-  for (int i = 0; i < VALS; ++i) {
-    const int q = i % kPerWord, j = q / 4, r = q % 4;
-    const uint32_t src = j == 0 ? w[i / kPerWord] << 1 : w[i / kPerWord] >> (4 * BITS * j - 1);
-    const int pos = BITS * r + 1;
-    const float m_off = static_cast<float>(1u << (23 - pos)) + kOff;  // exact: see dequantize_lean
-    uint32_t bits;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(bits) : "r"(src), "r"(kMask << pos), "r"(magic[r]));  // (a & b) | c
-    v[i] = __fmul_rn(__fsub_rn(__uint_as_float(bits), m_off), s);
-  }
-}
-
 /// Rows r0 .. r0 + U - 1 of the range (all of them < range.count), lane c of
 /// each: dequantize, add every stage's centroid, store. ALIGNED: the ids of
 /// the run start at a multiple of U bytes in every stage (one load a
-/// stage); LEAN2: dequantize_lean2 instead of dequantize_lean.
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool ALIGNED, bool LEAN2>
+/// stage).
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool ALIGNED>
 __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                  const DecodeRange& range, int block_shift, uint32_t r0) {
   constexpr int kLanes = D / 16;
@@ -115,8 +89,6 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   // Stage st's centroid k of the head at the lane's columns: cent + (st H C + k) * 2D bytes.
   const char* cent = reinterpret_cast<const char*>(p.centroids + static_cast<int64_t>(h) * sh.centroids * D + 8 * c);
   const uint32_t hc = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.centroids);
-  uint32_t magic[4];
-  if constexpr (LEAN2) lean_magic<BITS>(magic);
 
   // 1. Every load that does not depend on another one.
   uint32_t w[U][2];
@@ -169,13 +141,8 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
     const float2 s = decode_scale_pair<FP8>(sc[u], span);
     float v[16];
     const uint32_t w1 = BITS == 2 ? w[u][0] >> 16 : w[u][1];  // the second piece's codes
-    if constexpr (LEAN2) {
-      dequantize_lean2<BITS, 8, MIDRISE>(&w[u][0], s.x, magic, v);
-      dequantize_lean2<BITS, 8, MIDRISE>(&w1, s.y, magic, v + 8);
-    } else {
-      dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], s.x, v);
-      dequantize_lean<BITS, 8, MIDRISE>(&w1, s.y, v + 8);
-    }
+    dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], s.x, v);
+    dequantize_lean<BITS, 8, MIDRISE>(&w1, s.y, v + 8);
 #pragma unroll
     for (int st = S - 1; st >= 0; --st)
 #pragma unroll
@@ -185,7 +152,7 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   }
 }
 
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool LEAN2>
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8>
 __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                   const DecodeRange& range, int block_shift) {
   constexpr int kGroups = kTileThreads / (D / 16);  // row groups a block
@@ -199,14 +166,14 @@ __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgP
     const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
     if constexpr (U > 1) {
       if (((first | stage_ids) & (U - 1)) == 0) {
-        decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, true, LEAN2>(sh, p, out, range, block_shift, r0);
+        decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, true>(sh, p, out, range, block_shift, r0);
         return;
       }
     }
-    decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, false, LEAN2>(sh, p, out, range, block_shift, r0);
+    decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, false>(sh, p, out, range, block_shift, r0);
   } else {  // the range's last, short run: a row at a time
     for (uint32_t r = r0; r < count; ++r)
-      decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8, false, LEAN2>(sh, p, out, range, block_shift, r);
+      decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8, false>(sh, p, out, range, block_shift, r);
   }
 }
 
@@ -217,7 +184,7 @@ __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgP
 /// S * H * N < 2^31 (32-bit stage offsets of the ids). block_shift =
 /// log2(sh.block). MINB > 0 is the launch bounds' minimum of resident blocks
 /// an SM (4 -> 64 registers a thread); 0 leaves the registers to ptxas.
-template <int BITS, int D, int S, int U, typename OutT, int MINB = 0, bool LEAN2 = false>
+template <int BITS, int D, int S, int U, typename OutT, int MINB = 0>
 __global__ void __launch_bounds__(kTileThreads, MINB) decode_lines_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                                    DecodeRange range, int block_shift) {
   static_assert(D == 64 || D == 128, "lines decode: D = 64 or 128");
@@ -225,13 +192,13 @@ __global__ void __launch_bounds__(kTileThreads, MINB) decode_lines_kernel(QvgSha
   static_assert(U == 1 || U == 2 || U == 4, "lines decode: runs of 1, 2 or 4 rows");
   const bool midrise = sh.levels == LevelRule::midrise, fp8 = sh.scale_format == ScaleFormat::fp8;
   if (midrise && fp8)
-    decode_lines_body<BITS, D, S, U, OutT, true, true, LEAN2>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, true>(sh, p, out, range, block_shift);
   else if (midrise)
-    decode_lines_body<BITS, D, S, U, OutT, true, false, LEAN2>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, false>(sh, p, out, range, block_shift);
   else if (fp8)
-    decode_lines_body<BITS, D, S, U, OutT, false, true, LEAN2>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, true>(sh, p, out, range, block_shift);
   else
-    decode_lines_body<BITS, D, S, U, OutT, false, false, LEAN2>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, false>(sh, p, out, range, block_shift);
 }
 
 }  // namespace qvg::cuda

@@ -1,5 +1,7 @@
-// Fused decode, tiled per head: the default decode kernel for D = 64 / 128
-// and up to 4 smoothing stages (decode_kernel covers every other shape).
+// Fused decode, tiled per head, for D = 64 / 128 and up to 4 smoothing
+// stages (DecodeKernel::tile): the default before decode_lines.cuh, which
+// took its split units over runs of rows (decode_kernel covers every other
+// shape).
 //
 // Why a second kernel: decode writes ~8x the bytes it reads, so it should run
 // at the device's write rate, but the one-thread-per-16-values kernel spent
