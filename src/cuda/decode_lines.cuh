@@ -96,16 +96,7 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   uint32_t id[S > 0 ? S : 1];  // byte u = row u's centroid index
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    uint32_t a[2], b[2];
-    load_code_words<BITS, 8>(codes + u * kRowBytes, a);
-    load_code_words<BITS, 8>(codes + u * kRowBytes + kRowBytes / 2, b);
-    if constexpr (BITS == 2) {  // 16 codes in one word: the first piece's in the low half
-      w[u][0] = a[0] | (b[0] << 16);
-      w[u][1] = 0u;
-    } else {
-      w[u][0] = a[0];
-      w[u][1] = b[0];
-    }
+    load_split_codes<BITS, D>(codes + u * kRowBytes, w[u]);
     const uint8_t* su = scales + u * row_scales;
     if constexpr (FP8)
       sc[u] = __ldg(su + sc0) | (static_cast<uint32_t>(__ldg(su + sc1)) << 8);

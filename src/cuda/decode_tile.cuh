@@ -41,6 +41,23 @@ constexpr bool tile_split(int stages) { return stages >= 1; }
 /// at U = 2), so there it is left to ptxas (0).
 constexpr int tile_min_blocks(int stages) { return stages >= 2 ? 4 : 0; }
 
+/// The codes of a split unit's two pieces of 8 values, the first at p (the
+/// second half a row later): INT2, all 16 in w[0] (the first piece's in the
+/// low half); INT4, one piece a word.
+template <int BITS, int D>
+__device__ __forceinline__ void load_split_codes(const uint8_t* p, uint32_t (&w)[2]) {
+  uint32_t a[2], b[2];
+  load_code_words<BITS, 8>(p, a);
+  load_code_words<BITS, 8>(p + D * BITS / 16, b);
+  if constexpr (BITS == 2) {
+    w[0] = a[0] | (b[0] << 16);
+    w[1] = 0u;
+  } else {
+    w[0] = a[0];
+    w[1] = b[0];
+  }
+}
+
 /// decode_tile_kernel with SPLIT: unit c (< D/16) of a row is the two pieces
 /// of 8 values [8c, 8c + 8) and [D/2 + 8c, D/2 + 8c + 8), so the D/16 lanes
 /// of a row read and write whole 128-byte lines with each 16-byte load or
@@ -79,16 +96,7 @@ __device__ __forceinline__ void decode_split_body(const QvgShape& sh, const QvgP
   for (int u = 0; u < U; ++u) {
     const uint32_t i = min(first + u * kTileThreads, units - 1);  // dead units repeat the last
     const uint32_t n = i / kUnitsPerRow, c = i % kUnitsPerRow;
-    uint32_t a[2], b[2];
-    load_code_words<BITS, 8>(codes + n * kRowBytes + c * kPieceBytes, a);
-    load_code_words<BITS, 8>(codes + n * kRowBytes + (kHalf / 8 + c) * kPieceBytes, b);
-    if constexpr (BITS == 2) {  // 16 codes in one word: the first piece's in the low half
-      w[u][0] = a[0] | (b[0] << 16);
-      w[u][1] = 0u;
-    } else {
-      w[u][0] = a[0];
-      w[u][1] = b[0];
-    }
+    load_split_codes<BITS, D>(codes + n * kRowBytes + c * kPieceBytes, w[u]);
     sc[u][0] = load_block_scale(scales, static_cast<int64_t>(n * nblocks + ((8 * c) >> block_shift)), sh.scale_format);
     sc[u][1] = load_block_scale(scales, static_cast<int64_t>(n * nblocks + ((kHalf + 8 * c) >> block_shift)),
                                 sh.scale_format);
