@@ -494,9 +494,12 @@ __device__ __forceinline__ void dequantize_codes(float* v, float s, LevelRule le
   for (int i = 0; i < VALS; ++i) v[i] = __fmul_rn(__fsub_rn(v[i], offset), s);
 }
 
-/// Codes -> dequantized values in three instructions a value (LOP3, FADD,
-/// FMUL) instead of five: the same bits as unpack_codes + dequantize_codes
-/// (decode_tile.cuh's split units use it; the level rule a template constant).
+/// Codes -> dequantized values in four SASS instructions a value (two LOP3,
+/// since an instruction takes one immediate and the mask and exponent word
+/// are two; FADD; FMUL) instead of five: the same bits as unpack_codes +
+/// dequantize_codes (the split units of decode_tile.cuh and decode_lines.cuh
+/// use it; the level rule a template constant). Holding the exponent words in
+/// registers (one LOP3) measured no faster (docs/BENCHMARKS.md, eleventh slice).
 /// The code u of bit position pos (>= 1) of a word, OR-ed into the float
 /// M = 2^(23 - pos), whose mantissa bit pos is worth 1, reads M + u; minus
 /// the immediate M + off (exact: off is a multiple of 1/2, M's ulp 2^-pos)
