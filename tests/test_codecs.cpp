@@ -249,6 +249,14 @@ TEST(QvgCodec, WarmStartUsesPreviousCentroids) {
   const EncodedTensor other = make_codec("qvg:centroids=8")->encode(x);
   opt.warm_start = &other;
   EXPECT_THROW(codec->encode(y, opt), Error);
+  // So is one whose centroids hold a BF16 infinity or NaN (a corrupted file).
+  for (const uint16_t bits : {uint16_t{0x7F80}, uint16_t{0xFFC1}}) {
+    EncodedTensor broken = first;
+    broken.centroids[6] = static_cast<uint8_t>(bits & 0xFF);  // centroid 0, value 3 (little-endian BF16)
+    broken.centroids[7] = static_cast<uint8_t>(bits >> 8);
+    opt.warm_start = &broken;
+    test::expect_encode_error([&] { codec->encode(y, opt); }, "not finite in BF16", "warm start with a non-finite centroid");
+  }
 }
 
 // Finite inputs near FLT_MAX: x - c overflows float for clusters of mixed

@@ -954,6 +954,13 @@ TEST(Cuda, WarmStartAndBadInput) {
     EXPECT_TRUE(warm.kmeans[i].warm_started);
     EXPECT_LE(warm.kmeans[i].iterations, cold.kmeans[i].iterations);
   }
+  for (const uint16_t bits : {uint16_t{0x7F80}, uint16_t{0xFFC1}}) {  // a BF16 infinity or NaN centroid: an error
+    EncodedTensor broken = first;
+    broken.centroids[6] = static_cast<uint8_t>(bits & 0xFF);
+    broken.centroids[7] = static_cast<uint8_t>(bits >> 8);
+    opt.warm_start = &broken;
+    test::expect_encode_error([&] { codec->encode(x, opt); }, "not finite in BF16", "GPU warm start, non-finite");
+  }
   HeadTensor bad = x;
   bad.at(1, 5, 3) = NAN;
   EXPECT_THROW(codec->encode(bad), Error);

@@ -307,6 +307,17 @@ TEST(KMeans, RejectsBadArguments) {
   EXPECT_THROW(kmeans_ref(x.data(), 0, 4, p), Error);  // N = 0
   const std::vector<float> bad = {NAN, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_THROW(kmeans_ref(x.data(), 10, 4, p, bad.data()), Error);
+  // Finite as a float, an infinity once rounded to BF16 (the centroids' type):
+  // rejected like a NaN, not clustered with.
+  const std::vector<float> huge = {3.4e38f, 0, 0, 0, 0, 0, 0, 0};
+  ASSERT_TRUE(std::isfinite(huge[0]));
+  ASSERT_FALSE(std::isfinite(round_bf16(huge[0])));
+  try {
+    kmeans_ref(x.data(), 10, 4, p, huge.data());
+    ADD_FAILURE() << "a warm start that overflows BF16 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not finite in BF16"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -183,12 +183,13 @@ KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams
   r.stats.warm_started = init != nullptr;
   if (init) {
     r.centroids.assign(init, init + c * d);
-    for (float v : r.centroids)
-      QVG_CHECK(std::isfinite(v), "k-means: warm-start centroids hold a non-finite value");
   } else {
     r.centroids = kmeans_init_ref(x, n, d, static_cast<int>(c), p.init, p.seed);
   }
   std::transform(r.centroids.begin(), r.centroids.end(), r.centroids.begin(), round_bf16);  // BF16 values
+  if (init)  // after the rounding: a finite float beyond BF16's range rounds to an infinity
+    for (float v : r.centroids)
+      QVG_CHECK(std::isfinite(v), "k-means: warm-start centroids hold a value that is not finite in BF16");
   r.ids.resize(static_cast<size_t>(n));
   std::vector<float> dist(static_cast<size_t>(n));
   double mse = kmeans_assign_ref(x, n, d, r.centroids.data(), c, r.ids.data(), dist.data());
