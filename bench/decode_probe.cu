@@ -104,6 +104,101 @@ void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   }
 }
 
+/// A locality experiment (probe only; INT2, D = 128, FP8 scales, BF16 out):
+/// the lines kernel's runs of U rows, but block y = 2h + half owns one half of
+/// head h's columns, and its 8 lanes a row one piece of 8 values each. Each
+/// block then gathers from half of every centroid row: a head half's four
+/// tables are 128 KB instead of the head's 256 KB, for the L1 (which holds
+/// 35 % of the lines kernel's gathered sectors). The price: a lane's ids,
+/// addresses and scale serve 8 values a row instead of 16.
+template <int S, int U, bool MIDRISE, bool ALIGNED>
+__device__ __forceinline__ void half_run(const QvgShape& sh, const QvgParts& p, __nv_bfloat16* __restrict__ out,
+                                         int block_shift, uint32_t r0) {
+  constexpr int kRowBytes = kD * 2 / 8;
+  const int h = blockIdx.y / 2;
+  const uint32_t col = (blockIdx.y % 2) * (kD / 2) + 8 * (threadIdx.x % 8);
+  const int64_t row = static_cast<int64_t>(h) * sh.tokens + r0;
+  const uint8_t* codes = p.codes + row * kRowBytes + col / 4;
+  const int nblocks = kD >> block_shift;
+  const uint8_t* scales = p.scales + row * nblocks + (col >> block_shift);
+  const uint8_t* ids = p.ids + row;
+  const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
+  const float span = __ldg(p.span_scales + h);
+  __nv_bfloat16* o = out + row * kD + col;
+  const char* cent = reinterpret_cast<const char*>(p.centroids + static_cast<int64_t>(h) * sh.centroids * kD + col);
+  const uint32_t hc = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.centroids);
+  uint32_t w[U][2], sc[U], id[S > 0 ? S : 1];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    load_code_words<2, 8>(codes + u * kRowBytes, w[u]);
+    sc[u] = __ldg(scales + u * nblocks);
+  }
+#pragma unroll
+  for (int st = 0; st < S; ++st) {
+    const uint8_t* q = ids + st * stage_ids;
+    if constexpr (ALIGNED && U == 4) {
+      id[st] = __ldg(reinterpret_cast<const unsigned int*>(q));
+    } else if constexpr (ALIGNED && U == 2) {
+      id[st] = __ldg(reinterpret_cast<const unsigned short*>(q));
+    } else {
+      id[st] = 0;
+#pragma unroll
+      for (int u = 0; u < U; ++u) id[st] |= static_cast<uint32_t>(__ldg(q + u)) << (8 * u);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    float cen[S > 0 ? S : 1][8];
+#pragma unroll
+    for (int st = 0; st < S; ++st) {
+      const uint32_t k = __byte_perm(id[st], 0u, 0x4440u + u) + st * hc;
+      load_bf16_vals<8>(reinterpret_cast<const uint16_t*>(cent + static_cast<uint64_t>(k) * (2 * kD)), cen[st]);
+    }
+    float v[8];
+    dequantize_lean<2, 8, MIDRISE>(w[u], decode_scale_pair<true>(sc[u], span).x, v);
+#pragma unroll
+    for (int st = S - 1; st >= 0; --st)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = __fadd_rn(v[k], cen[st][k]);
+    store_vals<__nv_bfloat16, 8>(o + u * kD, v);
+  }
+}
+
+template <int S, int U, int MINB>
+__global__ void __launch_bounds__(kTileThreads, MINB) half_kernel(QvgShape sh, QvgParts p,
+                                                                  __nv_bfloat16* __restrict__ out, int block_shift) {
+  const uint32_t r0 = (blockIdx.x * (kTileThreads / 8) + threadIdx.x / 8) * U;
+  const uint32_t count = static_cast<uint32_t>(sh.tokens);
+  const bool midrise = sh.levels == LevelRule::midrise;
+  if (r0 + U <= count) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p.ids) + static_cast<uintptr_t>(blockIdx.y / 2) * sh.tokens + r0;
+    const bool aligned = ((first | static_cast<uint32_t>(sh.heads * sh.tokens)) & (U - 1)) == 0;
+    if (midrise)
+      aligned ? half_run<S, U, true, true>(sh, p, out, block_shift, r0) : half_run<S, U, true, false>(sh, p, out, block_shift, r0);
+    else
+      aligned ? half_run<S, U, false, true>(sh, p, out, block_shift, r0)
+              : half_run<S, U, false, false>(sh, p, out, block_shift, r0);
+  } else {
+    for (uint32_t r = r0; r < count; ++r)
+      midrise ? half_run<S, 1, true, false>(sh, p, out, block_shift, r) : half_run<S, 1, false, false>(sh, p, out, block_shift, r);
+  }
+}
+
+template <int U, int MINB = 0>
+void launch_half(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
+  if (sh.scale_format != ScaleFormat::fp8 || sh.bits != 2 || sh.dim != kD) throw Error("decode probe: half_kernel is INT2, FP8, D = 128");
+  const dim3 grid(static_cast<unsigned>((sh.tokens + kTileThreads / 8 * U - 1) / (kTileThreads / 8 * U)),
+                  static_cast<unsigned>(2 * sh.heads));
+  const int bs = block_shift(sh);
+  switch (sh.stages) {
+    case 0: half_kernel<0, U, MINB><<<grid, kTileThreads>>>(sh, p, out, bs); break;
+    case 1: half_kernel<1, U, MINB><<<grid, kTileThreads>>>(sh, p, out, bs); break;
+    case 4: half_kernel<4, U, MINB><<<grid, kTileThreads>>>(sh, p, out, bs); break;
+    default: throw Error("decode probe: stages 0, 1 or 4");
+  }
+  QVG_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int S, int U, int MINB>
 void launch_lines(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   constexpr int kRowsPerBlock = kTileThreads / (kD / 16) * U;
@@ -258,6 +353,13 @@ int main(int argc, char** argv) {
         tile("lines U=4", [&] { launch_lines_any<4>(sh, p, o); });
         tile("lines U=2 64 regs", [&] { launch_lines_any<2, 4>(sh, p, o); });
         tile("lines U=4 64 regs", [&] { launch_lines_any<4, 4>(sh, p, o); });
+        tile("half U=1", [&] { launch_half<1>(sh, p, o); });
+        tile("half U=2", [&] { launch_half<2>(sh, p, o); });
+        tile("half U=4", [&] { launch_half<4>(sh, p, o); });
+        tile("half U=2 64 regs", [&] { launch_half<2, 4>(sh, p, o); });
+        tile("half U=4 64 regs", [&] { launch_half<4, 4>(sh, p, o); });
+        tile("half U=1 40 regs", [&] { launch_half<1, 6>(sh, p, o); });
+        tile("half U=2 40 regs", [&] { launch_half<2, 6>(sh, p, o); });
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(all_ids.data(), p.ids, all_ids.size(), cudaMemcpyDeviceToHost));
