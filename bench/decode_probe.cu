@@ -133,19 +133,7 @@ __device__ __forceinline__ void half_run(const QvgShape& sh, const QvgParts& p, 
     load_code_words<2, 8>(codes + u * kRowBytes, w[u]);
     sc[u] = __ldg(scales + u * nblocks);
   }
-#pragma unroll
-  for (int st = 0; st < S; ++st) {
-    const uint8_t* q = ids + st * stage_ids;
-    if constexpr (ALIGNED && U == 4) {
-      id[st] = __ldg(reinterpret_cast<const unsigned int*>(q));
-    } else if constexpr (ALIGNED && U == 2) {
-      id[st] = __ldg(reinterpret_cast<const unsigned short*>(q));
-    } else {
-      id[st] = 0;
-#pragma unroll
-      for (int u = 0; u < U; ++u) id[st] |= static_cast<uint32_t>(__ldg(q + u)) << (8 * u);
-    }
-  }
+  load_id_runs<S, U, ALIGNED>(ids, stage_ids, id);
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     float cen[S > 0 ? S : 1][8];

@@ -64,6 +64,26 @@ __device__ __forceinline__ float2 decode_scale_pair(uint32_t packed, float span)
   return make_float2(__fmul_rn(f.x, span), __fmul_rn(f.y, span));
 }
 
+/// The centroid ids of rows ids[0 .. U-1] in each of S stages (stage_ids
+/// bytes apart): id[st] byte u = row u's. ALIGNED: the run starts at a
+/// multiple of U bytes in every stage, one 16- or 32-bit load a stage.
+template <int S, int U, bool ALIGNED>
+__device__ __forceinline__ void load_id_runs(const uint8_t* ids, uint32_t stage_ids, uint32_t (&id)[S > 0 ? S : 1]) {
+#pragma unroll
+  for (int st = 0; st < S; ++st) {
+    const uint8_t* q = ids + st * stage_ids;
+    if constexpr (ALIGNED && U == 4) {
+      id[st] = __ldg(reinterpret_cast<const unsigned int*>(q));
+    } else if constexpr (ALIGNED && U == 2) {
+      id[st] = __ldg(reinterpret_cast<const unsigned short*>(q));
+    } else {
+      id[st] = 0;
+#pragma unroll
+      for (int u = 0; u < U; ++u) id[st] |= static_cast<uint32_t>(__ldg(q + u)) << (8 * u);
+    }
+  }
+}
+
 /// Rows r0 .. r0 + U - 1 of the range (all of them < range.count), lane c of
 /// each: dequantize, add every stage's centroid, store. ALIGNED: the ids of
 /// the run start at a multiple of U bytes in every stage (one load a
@@ -104,19 +124,7 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
       sc[u] = __ldg(reinterpret_cast<const unsigned short*>(su + sc0)) |
               (static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(su + sc1))) << 16);
   }
-#pragma unroll
-  for (int st = 0; st < S; ++st) {
-    const uint8_t* q = ids + st * stage_ids;
-    if constexpr (ALIGNED && U == 4) {
-      id[st] = __ldg(reinterpret_cast<const unsigned int*>(q));
-    } else if constexpr (ALIGNED && U == 2) {
-      id[st] = __ldg(reinterpret_cast<const unsigned short*>(q));
-    } else {
-      id[st] = 0;
-#pragma unroll
-      for (int u = 0; u < U; ++u) id[st] |= static_cast<uint32_t>(__ldg(q + u)) << (8 * u);
-    }
-  }
+  load_id_runs<S, U, ALIGNED>(ids, stage_ids, id);
 
   // 2. Per row: the centroids of every stage at once, then the arithmetic.
 #pragma unroll
