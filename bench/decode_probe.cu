@@ -432,7 +432,7 @@ int main(int argc, char** argv) {
             few.upload(ids.data(), ids.size());
             QvgParts pf = p;
             pf.ids = few.get();
-            row(m, "tile, ids < " + std::to_string(keep) + " (bound)", timer.median_ms(reps, [&] {
+            row(m, "lines, ids < " + std::to_string(keep) + " (bound)", timer.median_ms(reps, [&] {
                   decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::lines);
                 }), bytes);
           }
