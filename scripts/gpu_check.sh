@@ -125,5 +125,19 @@ if [ -n "${QVG_NCU_KERNELS:-}" ]; then  # detail of the encode kernels matching 
   grep -E "^  [a-zA-Z_:]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Issued Warp|Eligible Warps|issue_stalled_(long|wait|math|barrier|short|mio|lg|not_sel|selected|dispatch)" \
     "$OUT/ncu_kernels.log" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | cut -c1-110 | head -80
 fi
+# At most 8 files come back from a device call (device/README.md): keep up
+# to 7 of the figures' files in this order and bundle the rest (build, device,
+# test and sanitizer logs, dumps) into logs.tgz.
+keep=(decode_probe.log bench_cuda.log bench_cuda.json runtime.log sass_hotspots.log assign_probe.log ncu.log)
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+  kept=0; bundle=()
+  for f in "$OUT"/*; do
+    [ -f "$f" ] || continue
+    b=$(basename "$f")
+    if [ $kept -lt 7 ] && printf '%s\n' "${keep[@]}" | grep -qx "$b"; then kept=$((kept + 1)); else bundle+=("$b"); fi
+  done
+  (cd "$OUT" && tar czf logs.tgz "${bundle[@]}" && rm -f "${bundle[@]}") || rc=1
+  echo "bundled into logs.tgz: ${bundle[*]}"
+fi
 step "done rc=$rc"
 exit $rc
