@@ -258,7 +258,8 @@ const DecodeKernel kDecodeKernels[] = {DecodeKernel::lines, DecodeKernel::tile, 
 
 // Every decode kernel gives the same bits (rows kernel: tails where the
 // rows do not fill the last warp; lines kernel: runs of rows cut short; D =
-// 64 and 128, INT2 and INT4, FP8 and FP16 scales, both level rules).
+// 64 and 128, INT2 and INT4, FP8 and FP16 scales, both level rules, 0 to 4
+// stages).
 TEST(Cuda, DecodeKernelsAgree) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
@@ -266,7 +267,8 @@ TEST(Cuda, DecodeKernelsAgree) {
       for (const std::string spec :
            {"rtn", "rtn-int4:block=16", "qvg:centroids=1", "qvg-pro-int4:centroids=1", "qvg:centroids=4",
             "qvg-pro:centroids=4,block=32", "rtn:scale=fp16,block=32", "qvg-int4:centroids=4,levels=midrise",
-            "qvg-pro:centroids=4,scale=fp16,levels=midrise"}) {
+            "qvg-pro:centroids=4,scale=fp16,levels=midrise", "qvg-pro:centroids=4,stages=2",
+            "qvg-pro-int4:centroids=4,stages=3"}) {
         const CodecConfig c = parse_codec_spec(spec);
         if (c.method == Method::qvg && c.kmeans.centroids > n) continue;  // more centroids than tokens: an error
         const HeadTensor x = blobs(3, n, d, 3, static_cast<unsigned>(n), 0.7f);
