@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "qvg/codec.h"
@@ -331,6 +332,11 @@ TEST(QvgCodec, RejectsBadInput) {
   t = e;
   t.span_scales.assign(4, 0xFF);  // NaN
   EXPECT_THROW(codec->decode(t, out), Error);
+  for (const float bad_span : {0.0f, -1.0f, INFINITY}) {  // finite and positive only
+    t = e;
+    std::memcpy(t.span_scales.data(), &bad_span, 4);
+    test::expect_encode_error([&] { codec->decode(t, out); }, "span scale of head 0", "span scale " + std::to_string(bad_span));
+  }
   EXPECT_THROW(make_codec("rtn")->decode(e, out), Error);  // another method's tensor
   t = e;
   t.config.block = 0;  // a damaged config must not divide by zero

@@ -284,6 +284,35 @@ TEST(Cuda, DecodeKernelsAgree) {
       }
 }
 
+// Damaged tensors are errors on the GPU as on the CPU, before any kernel
+// reads them: a centroid id not below C (the kernels would read past the
+// tables), a span scale that is NaN, infinite, zero or negative; for the
+// codec's decode and cuda_decode_bf16 alike.
+TEST(Cuda, DamagedTensorsAreDecodeErrors) {
+  REQUIRE_GPU();
+  const CodecConfig c = parse_codec_spec("qvg-pro:centroids=4,iters=2");
+  const EncodedTensor e = make_codec(c)->encode(blobs(2, 64, 128, 4, 3, 0.5f));
+  auto gpu = make_codec(c, Backend::cuda);
+  auto both = [&](const EncodedTensor& t, const std::string& phrase, const std::string& what) {
+    HeadTensor out;
+    test::expect_encode_error([&] { make_codec(c)->decode(t, out); }, phrase, "CPU: " + what);
+    test::expect_encode_error([&] { gpu->decode(t, out); }, phrase, "GPU: " + what);
+    for (DecodeKernel k : kDecodeKernels)
+      test::expect_encode_error([&] { cuda_decode_bf16(t, k); }, phrase, "cuda_decode_bf16: " + what);
+  };
+  EncodedTensor t = e;
+  t.ids[t.ids.size() - 1] = 4;  // the last stage's last token
+  both(t, "out of range (C = 4)", "id 4");
+  t = e;
+  t.ids[0] = 255;
+  both(t, "out of range (C = 4)", "id 255");
+  for (const float bad : {NAN, INFINITY, 0.0f, -2.0f}) {
+    t = e;
+    std::memcpy(t.span_scales.data() + 4, &bad, 4);  // head 1
+    both(t, "span scale of head 1", "span scale " + std::to_string(bad));
+  }
+}
+
 // Every stored block-scale code decodes as on the CPU, in every kernel: the
 // 256 FP8 E4M3 codes (subnormals, both zeros, the NaNs) and the 65536 FP16
 // codes (subnormals, infinities, NaNs), one a block, with and without

@@ -25,6 +25,13 @@ void check_encode_input(const CodecConfig& c, const HeadTensor& x);
 /// shape needs (expected: compute it only after validate(e.config, e.dim)).
 void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected);
 
+/// Checks of a qvg / rtn tensor's values that every decoder needs (after
+/// check_decode_input: the part sizes match): each head's span scale is
+/// finite and positive, each centroid id is below C. The CPU decode and the
+/// upload to the GPU (cuda::upload_parts) share them, so both reject the same
+/// damaged tensors, before writing anything.
+void check_qvg_part_values(const EncodedTensor& e);
+
 /// Throws "<what> value i is not finite" for the first BF16 value (little-
 /// endian bits) of bytes that is infinite or NaN.
 void check_bf16_finite(const std::vector<uint8_t>& bytes, const std::string& what);

@@ -148,6 +148,7 @@ class QvgCodec final : public Codec {
   void decode(const EncodedTensor& e, HeadTensor& out, int threads) const override {
     validate(e.config, e.dim);  // before expected_bytes divides by the block
     check_decode_input(config_, e, expected_bytes(e.config, e.heads, e.tokens, e.dim));
+    check_qvg_part_values(e);
     const CodecConfig& c = e.config;
     const int s_count = stages_of(c);
     const int64_t n = e.tokens, d = e.dim, cn = c.kmeans.centroids;
@@ -156,8 +157,7 @@ class QvgCodec final : public Codec {
     const int64_t scale_row = (d / c.block) * scale_bytes(c.scale_format);
     out = HeadTensor(e.heads, n, d);
     parallel_for(e.heads, threads, [&](int64_t h) {
-      const float span = get_f32(e.span_scales, static_cast<size_t>(h));
-      QVG_CHECK(std::isfinite(span) && span > 0, "encoded tensor: span scale of head ", h, " is ", span);
+      const float span = get_f32(e.span_scales, static_cast<size_t>(h));  // checked: finite, > 0
       float* o = out.head(h);
       for (int64_t i = 0; i < n; ++i) {
         float* row = o + i * d;
@@ -165,8 +165,7 @@ class QvgCodec final : public Codec {
                                  e.scales.data() + (h * n + i) * scale_row, d, p, span, row);
         // Add the stages back, last stage first (the order the fused kernel uses).
         for (int s = s_count - 1; s >= 0; --s) {
-          const uint8_t id = e.ids[static_cast<size_t>((s * e.heads + h) * n + i)];
-          QVG_CHECK(id < cn, "encoded tensor: centroid id ", int(id), " out of range (C = ", cn, ")");
+          const uint8_t id = e.ids[static_cast<size_t>((s * e.heads + h) * n + i)];  // checked: < C
           const size_t base = static_cast<size_t>(((s * e.heads + h) * cn + id) * d);
           for (int64_t k = 0; k < d; ++k) row[k] += bf16_to_float(get_u16(e.centroids, base + k));
         }
@@ -179,6 +178,19 @@ class QvgCodec final : public Codec {
 };
 
 }  // namespace
+
+void check_qvg_part_values(const EncodedTensor& e) {
+  QVG_CHECK(e.span_scales.size() >= static_cast<size_t>(e.heads) * 4, "encoded tensor: ", e.span_scales.size(),
+            " bytes of span scales for ", e.heads, " heads");
+  for (int64_t h = 0; h < e.heads; ++h) {
+    const float span = get_f32(e.span_scales, static_cast<size_t>(h));
+    QVG_CHECK(std::isfinite(span) && span > 0, "encoded tensor: span scale of head ", h, " is ", span);
+  }
+  const int64_t cn = e.config.method == Method::qvg ? e.config.kmeans.centroids : 0;
+  for (size_t i = 0; i < e.ids.size(); ++i)
+    QVG_CHECK(e.ids[i] < cn, "encoded tensor: centroid id ", int(e.ids[i]), " out of range (C = ", cn, ")",
+              " at id ", i);
+}
 
 uint64_t qvg_kmeans_seed(const CodecConfig& c, int stage, int64_t head) {
   return c.kmeans.seed + 1000003ull * static_cast<uint64_t>(stage) + static_cast<uint64_t>(head);

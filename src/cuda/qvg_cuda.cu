@@ -2,6 +2,7 @@
 #include <chrono>
 #include <type_traits>
 
+#include "cpu/codecs.h"
 #include "cuda/assign_tc.cuh"
 #include "cuda/decode_lines.cuh"
 #include "cuda/decode_tile.cuh"
@@ -298,6 +299,7 @@ void DeviceParts::allocate(const QvgShape& sh) {
 }
 
 void upload_parts(const EncodedTensor& e, const QvgShape& sh, DeviceParts& d, cudaStream_t s) {
+  check_qvg_part_values(e);  // as the CPU decode: the kernels trust spans and ids
   d.allocate(sh);
   upload_bytes(d.codes, e.codes, s);
   upload_bytes(d.scales, e.scales, s);

@@ -46,7 +46,9 @@ void download_bytes(const DeviceBuffer<T>& src, std::vector<uint8_t>& dst, cudaS
 }
 
 /// The parts of an encoded qvg / rtn tensor (host) into device buffers
-/// allocated for sh. Stream-ordered.
+/// allocated for sh. Stream-ordered. Throws (qvg::Error) before copying a
+/// part whose size does not match sh, a span scale that is not finite and
+/// positive or a centroid id not below C, as the CPU decode does.
 void upload_parts(const EncodedTensor& e, const QvgShape& sh, DeviceParts& d, cudaStream_t s);
 /// The reverse: every part of d into e's byte vectors; returns once they are
 /// on the host (synchronises s).
