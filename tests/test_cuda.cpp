@@ -263,7 +263,7 @@ const DecodeKernel kDecodeKernels[] = {DecodeKernel::lines, DecodeKernel::tile, 
 TEST(Cuda, DecodeKernelsAgree) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
-    for (int64_t n : {1, 5, 777})
+    for (int64_t n : {1, 5, 777, 776})  // 3 x 776: the lines kernel's aligned id runs; the rest unaligned
       for (const std::string spec :
            {"rtn", "rtn-int4:block=16", "qvg:centroids=1", "qvg-pro-int4:centroids=1", "qvg:centroids=4",
             "qvg-pro:centroids=4,block=32", "rtn:scale=fp16,block=32", "qvg-int4:centroids=4,levels=midrise",
@@ -363,7 +363,7 @@ TEST(Cuda, DecodeOfARangeWritesOnlyItsRows) {
   REQUIRE_GPU();
   for (const std::string spec : {"rtn", "qvg:centroids=8,init=random", "qvg-pro:centroids=8,init=random,iters=2"}) {
     const CodecConfig c = parse_codec_spec(spec);
-    const HeadTensor x = blobs(3, 3001, 128, 6, 5, 0.6f);
+    const HeadTensor x = blobs(3, 3000, 128, 6, 5, 0.6f);  // ranges from a multiple of 4: aligned id runs
     const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
     cuda::GpuKMeansOptions km;
     km.params = c.kmeans;
@@ -376,7 +376,8 @@ TEST(Cuda, DecodeOfARangeWritesOnlyItsRows) {
     cuda::decode(sh, parts.view(), whole_d.get(), cuda::DeviceDType::bf16, nullptr);
     std::vector<uint16_t> whole(x.data.size());
     whole_d.download(whole.data(), whole.size());
-    for (const cuda::DecodeRange r : {cuda::DecodeRange{17, 2900, 3100, 150}, cuda::DecodeRange{1000, 7, 20, 3}})
+    for (const cuda::DecodeRange r : {cuda::DecodeRange{17, 2900, 3100, 150}, cuda::DecodeRange{1000, 7, 20, 3},
+                                      cuda::DecodeRange{16, 2901, 3000, 99}})
       for (const DecodeKernel k : {DecodeKernel::lines, DecodeKernel::tile, DecodeKernel::vals16}) {
         cuda::DeviceBuffer<uint16_t> out(static_cast<size_t>(x.heads * r.out_tokens * x.dim));
         QVG_CUDA_CHECK(cudaMemset(out.get(), 0xA5, out.bytes()));
@@ -992,6 +993,7 @@ TEST(Cuda, WarmStartAndBadInput) {
     opt.warm_start = &broken;
     test::expect_encode_error([&] { codec->encode(x, opt); }, "not finite in BF16", "GPU warm start, non-finite");
   }
+  opt.warm_start = nullptr;  // broken is gone
   HeadTensor bad = x;
   bad.at(1, 5, 3) = NAN;
   EXPECT_THROW(codec->encode(bad), Error);
