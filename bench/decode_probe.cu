@@ -139,8 +139,7 @@ __device__ __forceinline__ void half_run(const QvgShape& sh, const QvgParts& p, 
     float cen[S > 0 ? S : 1][8];
 #pragma unroll
     for (int st = 0; st < S; ++st) {
-      const uint32_t k = __byte_perm(id[st], 0u, 0x4440u + u) + st * hc;
-      load_bf16_vals<8>(reinterpret_cast<const uint16_t*>(cent + static_cast<uint64_t>(k) * (2 * kD)), cen[st]);
+      load_bf16_vals<8>(centroid_row<kD>(cent, id[st], u, st, hc), cen[st]);
     }
     float v[8];
     dequantize_lean<2, 8, MIDRISE>(w[u], decode_scale_pair<true>(sc[u], span).x, v);

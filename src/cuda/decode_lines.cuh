@@ -84,6 +84,15 @@ __device__ __forceinline__ void load_id_runs(const uint8_t* ids, uint32_t stage_
   }
 }
 
+/// Row u's centroid of stage st at the lane's columns: cent (the head's stage
+/// 0 row 0 at those columns, bytes) + (st H C + id) * 2D bytes, id being byte
+/// u of ids (load_id_runs) and hc = H C. 32-bit products (S H C D < 2^31).
+template <int D>
+__device__ __forceinline__ const uint16_t* centroid_row(const char* cent, uint32_t ids, int u, int st, uint32_t hc) {
+  const uint32_t k = __byte_perm(ids, 0u, 0x4440u + u) + st * hc;  // byte u, zero-extended
+  return reinterpret_cast<const uint16_t*>(cent + static_cast<uint64_t>(k) * (2 * D));
+}
+
 /// Rows r0 .. r0 + U - 1 of the range (all of them < range.count), lane c of
 /// each: dequantize, add every stage's centroid, store. ALIGNED: the ids of
 /// the run start at a multiple of U bytes in every stage (one load a
@@ -132,8 +141,7 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
     float cen[S > 0 ? S : 1][16];
 #pragma unroll
     for (int st = 0; st < S; ++st) {
-      const uint32_t k = __byte_perm(id[st], 0u, 0x4440u + u) + st * hc;  // byte u, zero-extended
-      const uint16_t* crow = reinterpret_cast<const uint16_t*>(cent + static_cast<uint64_t>(k) * (2 * D));
+      const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
       load_bf16_vals<8>(crow, cen[st]);
       load_bf16_vals<8>(crow + kHalf, cen[st] + 8);
     }
