@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench_data.h"
@@ -94,14 +95,21 @@ void launch_tile(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int U, int VALS, bool SPLIT = false, int MINB = 0>
-void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
+/// Calls f(std::integral_constant<int, S>) for the probe's codecs' stage
+/// counts: 0 (RTN), 1 (QVG), 4 (QVG-Pro).
+template <typename F>
+void with_probe_stages(const QvgShape& sh, F&& f) {
   switch (sh.stages) {
-    case 0: return launch_tile<0, U, VALS, SPLIT, MINB>(sh, p, out);
-    case 1: return launch_tile<1, U, VALS, SPLIT, MINB>(sh, p, out);
-    case 4: return launch_tile<4, U, VALS, SPLIT, MINB>(sh, p, out);
+    case 0: return f(std::integral_constant<int, 0>{});
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 4: return f(std::integral_constant<int, 4>{});
     default: throw Error("decode probe: stages 0, 1 or 4");
   }
+}
+
+template <int U, int VALS, bool SPLIT = false, int MINB = 0>
+void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
+  with_probe_stages(sh, [&](auto st) { launch_tile<decltype(st)::value, U, VALS, SPLIT, MINB>(sh, p, out); });
 }
 
 /// A locality experiment (probe only; INT2, D = 128, FP8 scales, BF16 out):
@@ -216,18 +224,20 @@ __global__ void __launch_bounds__(kTileThreads, MINB) half_by_sm_kernel(QvgShape
   }
 }
 
+/// What half_run decodes: INT2, FP8 scales, D = 128.
+void check_half_shape(const QvgShape& sh) {
+  if (sh.scale_format != ScaleFormat::fp8 || sh.bits != 2 || sh.dim != kD)
+    throw Error("decode probe: half_kernel is INT2, FP8, D = 128");
+}
+
 template <int U, int MINB = 0>
 void launch_half(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  if (sh.scale_format != ScaleFormat::fp8 || sh.bits != 2 || sh.dim != kD) throw Error("decode probe: half_kernel is INT2, FP8, D = 128");
+  check_half_shape(sh);
   const dim3 grid(static_cast<unsigned>((sh.tokens + kTileThreads / 8 * U - 1) / (kTileThreads / 8 * U)),
                   static_cast<unsigned>(2 * sh.heads));
-  const int bs = block_shift(sh);
-  switch (sh.stages) {
-    case 0: half_kernel<0, U, MINB><<<grid, kTileThreads>>>(sh, p, out, bs); break;
-    case 1: half_kernel<1, U, MINB><<<grid, kTileThreads>>>(sh, p, out, bs); break;
-    case 4: half_kernel<4, U, MINB><<<grid, kTileThreads>>>(sh, p, out, bs); break;
-    default: throw Error("decode probe: stages 0, 1 or 4");
-  }
+  with_probe_stages(sh, [&](auto st) {
+    half_kernel<decltype(st)::value, U, MINB><<<grid, kTileThreads>>>(sh, p, out, block_shift(sh));
+  });
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -244,13 +254,8 @@ void launch_half_by_sm_s(const QvgShape& sh, QvgParts p, __nv_bfloat16* out, uns
 /// counters' memset.
 template <int U, int MINB = 0>
 void launch_half_by_sm(const QvgShape& sh, QvgParts p, __nv_bfloat16* out, unsigned* ctr, int nsm) {
-  if (sh.scale_format != ScaleFormat::fp8 || sh.bits != 2 || sh.dim != kD) throw Error("decode probe: half_kernel is INT2, FP8, D = 128");
-  switch (sh.stages) {
-    case 0: return launch_half_by_sm_s<0, U, MINB>(sh, p, out, ctr, nsm);
-    case 1: return launch_half_by_sm_s<1, U, MINB>(sh, p, out, ctr, nsm);
-    case 4: return launch_half_by_sm_s<4, U, MINB>(sh, p, out, ctr, nsm);
-    default: throw Error("decode probe: stages 0, 1 or 4");
-  }
+  check_half_shape(sh);
+  with_probe_stages(sh, [&](auto st) { launch_half_by_sm_s<decltype(st)::value, U, MINB>(sh, p, out, ctr, nsm); });
 }
 
 template <int S, int U, int MINB>
@@ -264,12 +269,7 @@ void launch_lines(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
 
 template <int U, int MINB = 0>
 void launch_lines_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  switch (sh.stages) {
-    case 0: return launch_lines<0, U, MINB>(sh, p, out);
-    case 1: return launch_lines<1, U, MINB>(sh, p, out);
-    case 4: return launch_lines<4, U, MINB>(sh, p, out);
-    default: throw Error("decode probe: stages 0, 1 or 4");
-  }
+  with_probe_stages(sh, [&](auto st) { launch_lines<decltype(st)::value, U, MINB>(sh, p, out); });
 }
 
 }  // namespace

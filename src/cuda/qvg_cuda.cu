@@ -263,7 +263,8 @@ void launch_decode_lines_ds(const QvgShape& sh, QvgParts p, const DecodeRange& r
   constexpr int kRowsPerBlock = kTileThreads / (D / 16) * U;
   const dim3 grid(static_cast<unsigned>((range.count + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(sh.heads));
-  decode_lines_kernel<BITS, D, S, U, OutT, lines_min_blocks(S)><<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift(sh));
+  decode_lines_kernel<BITS, D, S, U, OutT, lines_min_blocks(S)>
+      <<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift(sh));
 }
 
 /// Calls launch(D, S) with the tiled decode kernels' template constants for
