@@ -256,7 +256,7 @@ TEST(QvgCodec, WarmStartUsesPreviousCentroids) {
     broken.centroids[6] = static_cast<uint8_t>(bits & 0xFF);  // centroid 0, value 3 (little-endian BF16)
     broken.centroids[7] = static_cast<uint8_t>(bits >> 8);
     opt.warm_start = &broken;
-    test::expect_encode_error([&] { codec->encode(y, opt); }, "not finite in BF16", "warm start with a non-finite centroid");
+    test::expect_encode_error([&] { codec->encode(y, opt); }, "warm-start centroid value 3 is not finite", "warm start with a non-finite centroid");
   }
 }
 

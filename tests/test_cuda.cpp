@@ -991,7 +991,7 @@ TEST(Cuda, WarmStartAndBadInput) {
     broken.centroids[6] = static_cast<uint8_t>(bits & 0xFF);
     broken.centroids[7] = static_cast<uint8_t>(bits >> 8);
     opt.warm_start = &broken;
-    test::expect_encode_error([&] { codec->encode(x, opt); }, "not finite in BF16", "GPU warm start, non-finite");
+    test::expect_encode_error([&] { codec->encode(x, opt); }, "warm-start centroid value 3 is not finite", "GPU warm start, non-finite");
   }
   opt.warm_start = nullptr;  // broken is gone
   HeadTensor bad = x;

@@ -188,8 +188,8 @@ KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams
   }
   std::transform(r.centroids.begin(), r.centroids.end(), r.centroids.begin(), round_bf16);  // BF16 values
   if (init)  // after the rounding: a finite float beyond BF16's range rounds to an infinity
-    for (float v : r.centroids)
-      QVG_CHECK(std::isfinite(v), "k-means: warm-start centroids hold a value that is not finite in BF16");
+    for (size_t i = 0; i < r.centroids.size(); ++i)
+      QVG_CHECK(std::isfinite(r.centroids[i]), "k-means: warm-start centroid value ", i, " is not finite in BF16");
   r.ids.resize(static_cast<size_t>(n));
   std::vector<float> dist(static_cast<size_t>(n));
   double mse = kmeans_assign_ref(x, n, d, r.centroids.data(), c, r.ids.data(), dist.data());

@@ -61,9 +61,7 @@ class CudaQvgCodec final : public Codec {
                     w.config.kmeans.centroids == sh.centroids && w.heads == x.heads && w.dim == x.dim &&
                     w.centroids.size() == static_cast<size_t>(sh.stages) * sh.heads * sh.centroids * sh.dim * 2,
                 config_.name, ": the warm-start tensor does not match");
-      for (size_t i = 0; i + 1 < w.centroids.size(); i += 2)  // BF16 bits, little-endian: as the CPU's kmeans_ref
-        QVG_CHECK((w.centroids[i + 1] & 0x7F) != 0x7F || (w.centroids[i] & 0x80) == 0,
-                  "k-means: warm-start centroids hold a value that is not finite in BF16");
+      check_bf16_finite(w.centroids, "k-means: warm-start centroid");  // as the CPU's kmeans_ref
       warm.resize(w.centroids.size() / 2);
       upload_bytes(warm, w.centroids, nullptr);
       km.warm_bf16 = warm.get();
