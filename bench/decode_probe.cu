@@ -112,152 +112,6 @@ void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   with_probe_stages(sh, [&](auto st) { launch_tile<decltype(st)::value, U, VALS, SPLIT, MINB>(sh, p, out); });
 }
 
-/// A locality experiment (probe only; INT2, D = 128, FP8 scales, BF16 out):
-/// the lines kernel's runs of U rows, but block y = 2h + half owns one half of
-/// head h's columns, and its 8 lanes a row one piece of 8 values each. Each
-/// block then gathers from half of every centroid row: a head half's four
-/// tables are 128 KB instead of the head's 256 KB, for the L1 (which holds
-/// 35 % of the lines kernel's gathered sectors). The price: a lane's ids,
-/// addresses and scale serve 8 values a row instead of 16.
-template <int S, int U, bool MIDRISE, bool ALIGNED>
-__device__ __forceinline__ void half_run(const QvgShape& sh, const QvgParts& p, __nv_bfloat16* __restrict__ out,
-                                         int block_shift, int pair, uint32_t r0) {
-  constexpr int kRowBytes = kD * 2 / 8;
-  const int h = pair / 2;
-  const uint32_t col = (pair % 2) * (kD / 2) + 8 * (threadIdx.x % 8);
-  const int64_t row = static_cast<int64_t>(h) * sh.tokens + r0;
-  const uint8_t* codes = p.codes + row * kRowBytes + col / 4;
-  const int nblocks = kD >> block_shift;
-  const uint8_t* scales = p.scales + row * nblocks + (col >> block_shift);
-  const uint8_t* ids = p.ids + row;
-  const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
-  const float span = __ldg(p.span_scales + h);
-  __nv_bfloat16* o = out + row * kD + col;
-  const char* cent = reinterpret_cast<const char*>(p.centroids + static_cast<int64_t>(h) * sh.centroids * kD + col);
-  const uint32_t hc = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.centroids);
-  uint32_t w[U][2], sc[U], id[S > 0 ? S : 1];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    load_code_words<2, 8>(codes + u * kRowBytes, w[u]);
-    sc[u] = __ldg(scales + u * nblocks);
-  }
-  load_id_runs<S, U, ALIGNED>(ids, stage_ids, id);
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    float cen[S > 0 ? S : 1][8];
-#pragma unroll
-    for (int st = 0; st < S; ++st) {
-      load_bf16_vals<8>(centroid_row<kD>(cent, id[st], u, st, hc), cen[st]);
-    }
-    float v[8];
-    dequantize_lean<2, 8, MIDRISE>(w[u], decode_scale_pair<true>(sc[u], span).x, v);
-#pragma unroll
-    for (int st = S - 1; st >= 0; --st)
-#pragma unroll
-      for (int k = 0; k < 8; ++k) v[k] = __fadd_rn(v[k], cen[st][k]);
-    store_vals<__nv_bfloat16, 8>(o + u * kD, v);
-  }
-}
-
-/// Rows r0 .. r0 + U - 1 of head half `pair` (2h + half), those below the
-/// tensor's tokens: half_run over a whole run, else a row at a time.
-template <int S, int U>
-__device__ __forceinline__ void half_rows(const QvgShape& sh, const QvgParts& p, __nv_bfloat16* __restrict__ out,
-                                          int block_shift, int pair, uint32_t r0) {
-  const uint32_t count = static_cast<uint32_t>(sh.tokens);
-  const bool midrise = sh.levels == LevelRule::midrise;
-  if (r0 + U <= count) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(p.ids) + static_cast<uintptr_t>(pair / 2) * sh.tokens + r0;
-    const bool aligned = ((first | static_cast<uint32_t>(sh.heads * sh.tokens)) & (U - 1)) == 0;
-    if (midrise)
-      aligned ? half_run<S, U, true, true>(sh, p, out, block_shift, pair, r0)
-              : half_run<S, U, true, false>(sh, p, out, block_shift, pair, r0);
-    else
-      aligned ? half_run<S, U, false, true>(sh, p, out, block_shift, pair, r0)
-              : half_run<S, U, false, false>(sh, p, out, block_shift, pair, r0);
-  } else {
-    for (uint32_t r = r0; r < count; ++r)
-      midrise ? half_run<S, 1, true, false>(sh, p, out, block_shift, pair, r)
-              : half_run<S, 1, false, false>(sh, p, out, block_shift, pair, r);
-  }
-}
-
-template <int S, int U, int MINB>
-__global__ void __launch_bounds__(kTileThreads, MINB) half_kernel(QvgShape sh, QvgParts p,
-                                                                  __nv_bfloat16* __restrict__ out, int block_shift) {
-  half_rows<S, U>(sh, p, out, block_shift, blockIdx.y, (blockIdx.x * (kTileThreads / 8) + threadIdx.x / 8) * U);
-}
-
-/// half_kernel's work handed out by SM, to keep each SM on one or two head
-/// halves (128 KB of tables each) whatever order the blocks run in. The
-/// tensor is tiles of 4U rows of one head half (a warp's four row groups),
-/// numbered half-major; SM s owns the s-th of nsm equal ranges of tiles.
-/// Resident blocks (the grid is what fits at once) read %smid and take their
-/// SM's tiles a warp at a time through ctr[s] (zeroed before the launch), the
-/// next tile's atomic in flight while a tile decodes; a warp whose SM's range
-/// is done takes from the next SMs' ranges, so every tile is decoded once
-/// wherever the blocks land.
-template <int S, int U, int MINB>
-__global__ void __launch_bounds__(kTileThreads, MINB) half_by_sm_kernel(QvgShape sh, QvgParts p,
-                                                                        __nv_bfloat16* __restrict__ out,
-                                                                        int block_shift, unsigned* ctr, int nsm) {
-  constexpr uint32_t kTileRows = 4 * U;
-  const uint32_t per_half = (static_cast<uint32_t>(sh.tokens) + kTileRows - 1) / kTileRows;
-  const uint32_t total = 2u * static_cast<uint32_t>(sh.heads) * per_half;
-  uint32_t smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  const int home = static_cast<int>(smid % static_cast<uint32_t>(nsm));
-  const int lane = threadIdx.x % 32;
-  for (int k = 0; k < nsm; ++k) {
-    const int sm = (home + k) % nsm;
-    const uint32_t lo = static_cast<uint32_t>(uint64_t{total} * sm / nsm);
-    const uint32_t hi = static_cast<uint32_t>(uint64_t{total} * (sm + 1) / nsm);
-    uint32_t t = lane == 0 ? atomicAdd(ctr + sm, 1u) : 0u;
-    t = __shfl_sync(0xFFFFFFFFu, t, 0);
-    while (lo + t < hi) {
-      const uint32_t next = lane == 0 ? atomicAdd(ctr + sm, 1u) : 0u;
-      const uint32_t tile = lo + t;
-      half_rows<S, U>(sh, p, out, block_shift, static_cast<int>(tile / per_half),
-                      (tile % per_half) * kTileRows + (lane / 8) * U);
-      t = __shfl_sync(0xFFFFFFFFu, next, 0);
-    }
-  }
-}
-
-/// What half_run decodes: INT2, FP8 scales, D = 128.
-void check_half_shape(const QvgShape& sh) {
-  if (sh.scale_format != ScaleFormat::fp8 || sh.bits != 2 || sh.dim != kD)
-    throw Error("decode probe: half_kernel is INT2, FP8, D = 128");
-}
-
-template <int U, int MINB = 0>
-void launch_half(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  check_half_shape(sh);
-  const dim3 grid(static_cast<unsigned>((sh.tokens + kTileThreads / 8 * U - 1) / (kTileThreads / 8 * U)),
-                  static_cast<unsigned>(2 * sh.heads));
-  with_probe_stages(sh, [&](auto st) {
-    half_kernel<decltype(st)::value, U, MINB><<<grid, kTileThreads>>>(sh, p, out, block_shift(sh));
-  });
-  QVG_CUDA_CHECK(cudaGetLastError());
-}
-
-template <int S, int U, int MINB>
-void launch_half_by_sm_s(const QvgShape& sh, QvgParts p, __nv_bfloat16* out, unsigned* ctr, int nsm) {
-  int per_sm = 0;
-  QVG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, half_by_sm_kernel<S, U, MINB>, kTileThreads, 0));
-  QVG_CUDA_CHECK(cudaMemsetAsync(ctr, 0, sizeof(unsigned) * nsm));
-  half_by_sm_kernel<S, U, MINB><<<nsm * per_sm, kTileThreads>>>(sh, p, out, block_shift(sh), ctr, nsm);
-  QVG_CUDA_CHECK(cudaGetLastError());
-}
-
-/// half_by_sm_kernel; ctr: nsm counters (device). The timing includes the
-/// counters' memset.
-template <int U, int MINB = 0>
-void launch_half_by_sm(const QvgShape& sh, QvgParts p, __nv_bfloat16* out, unsigned* ctr, int nsm) {
-  check_half_shape(sh);
-  with_probe_stages(sh, [&](auto st) { launch_half_by_sm_s<decltype(st)::value, U, MINB>(sh, p, out, ctr, nsm); });
-}
-
 template <int S, int U, int MINB>
 void launch_lines(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   constexpr int kRowsPerBlock = kTileThreads / (kD / 16) * U;
@@ -297,9 +151,6 @@ int main(int argc, char** argv) {
       });
       copy_gbs = 2.0 * copy_bytes / (ms * 1e6);
     }
-    int nsm = 0;
-    QVG_CUDA_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
-    DeviceBuffer<unsigned> ctr(static_cast<size_t>(nsm));  // half_by_sm_kernel's work counters
     std::string json = "[\n";
     int failures = 0;
     struct ProbeShape {
@@ -410,17 +261,6 @@ int main(int argc, char** argv) {
         tile("lines U=4", [&] { launch_lines_any<4>(sh, p, o); });
         tile("lines U=2 64 regs", [&] { launch_lines_any<2, 4>(sh, p, o); });
         tile("lines U=4 64 regs", [&] { launch_lines_any<4, 4>(sh, p, o); });
-        tile("half U=1", [&] { launch_half<1>(sh, p, o); });
-        tile("half U=2", [&] { launch_half<2>(sh, p, o); });
-        tile("half U=4", [&] { launch_half<4>(sh, p, o); });
-        tile("half U=2 64 regs", [&] { launch_half<2, 4>(sh, p, o); });
-        tile("half U=4 64 regs", [&] { launch_half<4, 4>(sh, p, o); });
-        tile("half U=1 40 regs", [&] { launch_half<1, 6>(sh, p, o); });
-        tile("half U=2 40 regs", [&] { launch_half<2, 6>(sh, p, o); });
-        tile("half by SM U=1", [&] { launch_half_by_sm<1>(sh, p, o, ctr.get(), nsm); });
-        tile("half by SM U=2", [&] { launch_half_by_sm<2>(sh, p, o, ctr.get(), nsm); });
-        tile("half by SM U=2 64 regs", [&] { launch_half_by_sm<2, 4>(sh, p, o, ctr.get(), nsm); });
-        tile("half by SM U=4 64 regs", [&] { launch_half_by_sm<4, 4>(sh, p, o, ctr.get(), nsm); });
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(all_ids.data(), p.ids, all_ids.size(), cudaMemcpyDeviceToHost));
