@@ -1,0 +1,201 @@
+// The Python module `qvg` (pybind11): the codecs on NumPy arrays.
+//   codec = qvg.Codec("qvg-pro")                 # any spec `qvg methods` lists
+//   enc = codec.encode(k, role="key")            # float array [heads, tokens, dim]
+//   k_hat = codec.decode(enc)                    # float32, same shape and layout
+//   enc.bits_per_value, enc.part_bytes, qvg.compare(k, k_hat)
+// A thin front end over include/qvg/: every check and every byte is the C++
+// library's. qvg::Error becomes ValueError; encode and decode release the GIL.
+// Reference: docs/PYTHON.md.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "qvg/codec.h"
+#include "qvg/config.h"
+#include "qvg/cuda.h"
+#include "qvg/io.h"
+#include "qvg/metrics.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+qvg::TensorRole parse_role(const std::string& role) {
+  if (role == "key") return qvg::TensorRole::key;
+  if (role == "value") return qvg::TensorRole::value;
+  throw qvg::Error("role must be \"key\" or \"value\", got \"" + role + "\"");
+}
+
+qvg::Backend parse_device(const std::string& device) {
+  if (device == "cpu") return qvg::Backend::cpu;
+  if (device == "cuda") return qvg::Backend::cuda;
+  throw qvg::Error("device must be \"cpu\" or \"cuda\", got \"" + device + "\"");
+}
+
+/// A float array [A, B, D] or [1, A, B, D] in `layout` -> [heads, tokens, dim],
+/// through the library's conversion of stored tensors (its checks and messages).
+qvg::HeadTensor to_tensor(const FloatArray& a, qvg::KvLayout layout, const char* what) {
+  qvg::RawTensor t;
+  t.dtype = qvg::DType::f32;
+  t.shape.assign(a.shape(), a.shape() + a.ndim());
+  const auto* p = reinterpret_cast<const uint8_t*>(a.data());
+  t.bytes.assign(p, p + a.nbytes());
+  return qvg::to_head_tensor(t, layout, what);
+}
+
+/// [heads, tokens, dim] -> a new float32 array [A, B, D] in `layout`.
+py::array_t<float> to_array(const qvg::HeadTensor& x, qvg::KvLayout layout) {
+  const qvg::RawTensor t = qvg::from_head_tensor(x, layout, qvg::DType::f32);
+  py::array_t<float> out(std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
+  if (!t.bytes.empty()) std::memcpy(out.mutable_data(), t.bytes.data(), t.bytes.size());
+  return out;
+}
+
+/// A codec and the spec it was made from.
+struct PyCodec {
+  std::string spec;
+  qvg::CodecConfig config;
+  qvg::Backend backend;
+  std::unique_ptr<qvg::Codec> codec;
+};
+
+py::dict part_bytes(const qvg::EncodedTensor& e) {
+  const qvg::PartBytes b = e.bytes();
+  py::dict d;
+  d["codes"] = b.codes;
+  d["scales"] = b.scales;
+  d["zero_points"] = b.zero_points;
+  d["span_scales"] = b.span_scales;
+  d["centroids"] = b.centroids;
+  d["ids"] = b.ids;
+  d["full_precision"] = b.full_precision;
+  return d;
+}
+
+py::dict parts(const qvg::EncodedTensor& e) {
+  py::dict d;
+  auto put = [&](const char* name, const std::vector<uint8_t>& v) {
+    d[name] = py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+  };
+  put("codes", e.codes);
+  put("scales", e.scales);
+  put("zero_points", e.zero_points);
+  put("span_scales", e.span_scales);
+  put("centroids", e.centroids);
+  put("ids", e.ids);
+  put("full_precision", e.full_precision);
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(qvg, m) {
+  m.doc() = "qvg: KV-cache compression for autoregressive video diffusion (Quant VideoGen), CPU reference "
+            "and CUDA backend. See docs/PYTHON.md.";
+  m.attr("__version__") = QVG_VERSION;
+  py::register_exception<qvg::Error>(m, "Error", PyExc_ValueError);
+
+  m.def("presets", &qvg::codec_presets, "The codec presets a spec may start with (\"qvg\", \"qvg-pro\", ...).");
+  m.def(
+      "describe",
+      [](const std::string& spec) { return qvg::describe(qvg::parse_codec_spec(spec)); }, py::arg("spec"),
+      "A spec's configuration in short: \"INT2 B64 fp8 S1 C256\".");
+  m.def(
+      "cuda_available",
+      [] {
+        std::string why;
+        const bool ok = qvg::cuda_available(&why);
+        return py::make_tuple(ok, why);
+      },
+      "(True, \"\") when the CUDA backend is built and a device is usable, else (False, reason).");
+  m.def(
+      "compare",
+      [](const FloatArray& ref, const FloatArray& rec, const std::string& layout) {
+        const qvg::KvLayout l = qvg::parse_layout(layout);
+        const qvg::HeadTensor a = to_tensor(ref, l, "ref"), b = to_tensor(rec, l, "rec");
+        if (!a.same_shape(b)) throw qvg::Error("compare: ref and rec have different shapes");
+        const qvg::ErrorStats s = qvg::compare(a, b);
+        py::dict d;
+        d["mse"] = s.mse;
+        d["rel_l2"] = s.rel_l2;
+        d["snr_db"] = s.snr_db;
+        d["max_abs"] = s.max_abs;
+        return d;
+      },
+      py::arg("ref"), py::arg("rec"), py::arg("layout") = "htd",
+      "Errors of a reconstruction against its reference (accumulated in double): mse, rel_l2, snr_db, max_abs.");
+
+  py::class_<qvg::EncodedTensor>(m, "EncodedTensor", "One encoded K or V tensor (docs/FORMAT.md).")
+      .def_property_readonly("shape",
+                             [](const qvg::EncodedTensor& e) { return py::make_tuple(e.heads, e.tokens, e.dim); })
+      .def_property_readonly("role",
+                             [](const qvg::EncodedTensor& e) {
+                               return std::string(e.role == qvg::TensorRole::key ? "key" : "value");
+                             })
+      .def_property_readonly("bits_per_value", &qvg::EncodedTensor::bits_per_value,
+                             "Stored bits per value, every byte of every part counted.")
+      .def_property_readonly("ratio_to_bf16", &qvg::EncodedTensor::ratio_to_bf16, "BF16 size / encoded size.")
+      .def_property_readonly("nbytes", [](const qvg::EncodedTensor& e) { return e.bytes().total(); })
+      .def_property_readonly("part_bytes", &part_bytes, "Bytes of each part.")
+      .def_property_readonly("parts", &parts, "Each part's bytes, laid out as docs/FORMAT.md describes.")
+      .def("__repr__", [](const qvg::EncodedTensor& e) {
+        return "<qvg.EncodedTensor " + qvg::describe(e.config) + " [" + std::to_string(e.heads) + ", " +
+               std::to_string(e.tokens) + ", " + std::to_string(e.dim) + "] " +
+               std::to_string(e.bits_per_value()).substr(0, 5) + " bits/value>";
+      });
+
+  py::class_<PyCodec>(m, "Codec", "A compression method, made from a spec such as \"qvg\" or \"qvg-pro:iters=5\".")
+      .def(py::init([](const std::string& spec, const std::string& device) {
+             auto c = std::make_unique<PyCodec>();
+             c->spec = spec;
+             c->config = qvg::parse_codec_spec(spec);
+             c->backend = parse_device(device);
+             c->codec = qvg::make_codec(c->config, c->backend);
+             return c;
+           }),
+           py::arg("spec"), py::arg("device") = "cpu")
+      .def_readonly("spec", &PyCodec::spec)
+      .def_property_readonly("device",
+                             [](const PyCodec& c) { return std::string(c.backend == qvg::Backend::cpu ? "cpu" : "cuda"); })
+      .def_property_readonly("description", [](const PyCodec& c) { return qvg::describe(c.config); })
+      .def(
+          "encode",
+          [](const PyCodec& c, const FloatArray& x, const std::string& role, const std::string& layout, int threads,
+             const qvg::EncodedTensor* warm_start) {
+            const qvg::HeadTensor t = to_tensor(x, qvg::parse_layout(layout), "x");
+            qvg::EncodeOptions opt;
+            opt.role = parse_role(role);
+            opt.threads = threads;
+            opt.warm_start = warm_start;
+            py::gil_scoped_release unlocked;
+            return c.codec->encode(t, opt);
+          },
+          py::arg("x"), py::arg("role") = "key", py::arg("layout") = "htd", py::arg("threads") = 0,
+          py::arg("warm_start") = nullptr,
+          "Encodes a finite float array [heads, tokens, dim] (layout=\"thd\": [tokens, heads, dim]), or the "
+          "same with a leading batch of 1; any real dtype is converted to float32 first. warm_start: an earlier EncodedTensor of the same codec and dim "
+          "whose centroids start k-means. The result does not depend on threads.")
+      .def(
+          "decode",
+          [](const PyCodec& c, const qvg::EncodedTensor& e, const std::string& layout, int threads) {
+            const qvg::KvLayout l = qvg::parse_layout(layout);
+            qvg::HeadTensor out;
+            {
+              py::gil_scoped_release unlocked;
+              c.codec->decode(e, out, threads);
+            }
+            return to_array(out, l);
+          },
+          py::arg("encoded"), py::arg("layout") = "htd", py::arg("threads") = 0,
+          "The float32 reconstruction of an EncodedTensor, in the given layout.")
+      .def("__repr__", [](const PyCodec& c) {
+        return "<qvg.Codec \"" + c.spec + "\" (" + qvg::describe(c.config) + ") on " +
+               (c.backend == qvg::Backend::cpu ? "cpu" : "cuda") + ">";
+      });
+}

@@ -1,0 +1,174 @@
+"""Tests of the Python module `qvg` (run by CTest as `python`, label cpu).
+
+The reference is the C++ library itself, reached independently through the
+qvg CLI (QVG_CLI): `qvg eval --write-rec` writes each codec's reconstruction,
+which the module's encode + decode must equal bit for bit. The byte counts
+are checked against docs/FORMAT.md's sizes, and every bad input against the
+error it must raise.
+"""
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+import qvg
+
+CLI = os.environ.get("QVG_CLI", "")
+SPECS = ["bf16", "rtn", "rtn-int4", "kivi", "quarot", "qvg", "qvg-pro:iters=3", "qvg-int4:levels=midrise"]
+
+
+def random_kv(heads=2, tokens=640, dim=64, seed=7):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((heads, tokens, dim)).astype(np.float32)
+
+
+def bits(a):
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+class AgainstTheLibrary(unittest.TestCase):
+    @unittest.skipUnless(CLI, "QVG_CLI is not set (the qvg CLI is not built)")
+    def test_reconstructions_equal_the_clis(self):
+        k, v = random_kv(seed=1), random_kv(seed=2)
+        with tempfile.TemporaryDirectory() as tmp:
+            np.save(os.path.join(tmp, "k.npy"), k)
+            np.save(os.path.join(tmp, "v.npy"), v)
+            rec = os.path.join(tmp, "rec")
+            subprocess.run([CLI, "eval", "--k", os.path.join(tmp, "k.npy"), "--v", os.path.join(tmp, "v.npy"),
+                            "--methods", *SPECS, "--write-rec", rec, "--threads", "2", "--quiet"],
+                           check=True, stdout=subprocess.DEVNULL)
+            for spec in SPECS:
+                safe = "".join(c if c.isalnum() or c in "-." else ("-" if c == "=" else "_") for c in spec)
+                codec = qvg.Codec(spec)
+                for name, x, role in (("k", k, "key"), ("v", v, "value")):
+                    with self.subTest(spec=spec, tensor=name):
+                        want = np.load(os.path.join(rec, f"{safe}.{name}.npy"))
+                        got = codec.decode(codec.encode(x, role=role))
+                        self.assertEqual(got.dtype, np.float32)
+                        self.assertEqual(got.shape, x.shape)
+                        np.testing.assert_array_equal(bits(got), bits(want))
+
+
+class Accounting(unittest.TestCase):
+    def test_qvg_part_sizes_are_the_formats(self):
+        # docs/FORMAT.md: INT2 codes (b/8 bytes a value), one FP8 scale per
+        # block of B, one uint8 id per token and stage, S x C BF16 centroid
+        # rows and one FP32 span scale per head.
+        h, n, d = 2, 640, 64
+        for spec, b, blk, s, c in (("qvg", 2, 64, 1, 256), ("qvg-pro", 2, 16, 4, 256),
+                                   ("qvg-int4:centroids=64", 4, 64, 1, 64)):
+            with self.subTest(spec=spec):
+                e = qvg.Codec(spec).encode(random_kv(h, n, d))
+                p = e.part_bytes
+                self.assertEqual(p["codes"], h * n * d * b // 8)
+                self.assertEqual(p["scales"], h * n * (d // blk))
+                self.assertEqual(p["ids"], s * h * n)
+                self.assertEqual(p["centroids"], s * h * c * d * 2)
+                self.assertEqual(p["span_scales"], 4 * h)
+                self.assertEqual(e.nbytes, sum(p.values()))
+                self.assertEqual(e.bits_per_value, 8.0 * e.nbytes / (h * n * d))
+                self.assertEqual(e.ratio_to_bf16, 2.0 * h * n * d / e.nbytes)
+                self.assertEqual({k: len(v) for k, v in e.parts.items()}, p)
+                self.assertEqual(e.shape, (h, n, d))
+
+
+class Properties(unittest.TestCase):
+    def test_deterministic_for_any_thread_count(self):
+        x = random_kv()
+        codec = qvg.Codec("qvg-pro:iters=2")
+        a, b = codec.encode(x, threads=1), codec.encode(x, threads=2)
+        self.assertEqual(a.parts, b.parts)
+        np.testing.assert_array_equal(bits(codec.decode(a, threads=1)), bits(codec.decode(b, threads=2)))
+
+    def test_thd_layout_is_the_transpose(self):
+        x = random_kv()
+        codec = qvg.Codec("qvg")
+        e = codec.encode(x)
+        e_thd = codec.encode(np.ascontiguousarray(x.transpose(1, 0, 2)), layout="thd")
+        self.assertEqual(e.parts, e_thd.parts)
+        np.testing.assert_array_equal(bits(codec.decode(e, layout="thd")),
+                                      bits(codec.decode(e).transpose(1, 0, 2)))
+
+    def test_other_dtypes_strides_and_a_batch_of_one(self):
+        x = random_kv()
+        codec = qvg.Codec("rtn")
+        want = codec.encode(x).parts
+        self.assertEqual(codec.encode(x.astype(np.float64)).parts, want)
+        padded = np.zeros((2, 640, 128), np.float32)
+        padded[:, :, ::2] = x  # a strided view
+        self.assertEqual(codec.encode(padded[:, :, ::2]).parts, want)
+        self.assertEqual(codec.encode(x[None]).parts, want)  # a leading batch of 1
+
+    def test_warm_start_is_accepted_from_the_same_codec(self):
+        codec = qvg.Codec("qvg:iters=2")
+        first = codec.encode(random_kv(seed=3))
+        warm = codec.encode(random_kv(seed=4), warm_start=first)
+        self.assertEqual(warm.shape, first.shape)
+        self.assertEqual(warm.part_bytes, first.part_bytes)
+
+    def test_compare_matches_numpy(self):
+        x, y = random_kv(seed=5), random_kv(seed=6)
+        s = qvg.compare(x, y)
+        diff = x.astype(np.float64) - y.astype(np.float64)
+        # Both accumulate in double; the orders of summation differ, so the
+        # results agree to a few ulps of the sum (1e-12 relative).
+        self.assertAlmostEqual(s["mse"], np.mean(diff ** 2), delta=1e-12 * np.mean(diff ** 2))
+        self.assertEqual(s["max_abs"], np.max(np.abs(diff)))
+        self.assertEqual(qvg.compare(x, x)["mse"], 0.0)
+        self.assertEqual(qvg.compare(x, x)["snr_db"], float("inf"))
+
+    def test_names(self):
+        self.assertIn("qvg-pro", qvg.presets())
+        self.assertEqual(qvg.describe("qvg"), qvg.Codec("qvg").description)
+        self.assertIn("qvg-pro", repr(qvg.Codec("qvg-pro")))
+        ok, why = qvg.cuda_available()
+        self.assertIsInstance(ok, bool)
+        self.assertTrue(ok or why)
+
+
+class BadInput(unittest.TestCase):
+    def assert_error(self, fragment, f, *args, **kwargs):
+        with self.assertRaises(ValueError) as cm:
+            f(*args, **kwargs)
+        self.assertIn(fragment, str(cm.exception))
+
+    def test_bad_specs_roles_layouts_devices(self):
+        self.assert_error("nope", qvg.Codec, "nope")
+        self.assert_error("bits", qvg.Codec("rtn:bits=3").encode, random_kv())  # validated against the dim
+        codec = qvg.Codec("rtn")
+        self.assert_error("role", codec.encode, random_kv(), role="query")
+        self.assert_error("zyx", codec.encode, random_kv(), layout="zyx")
+        self.assert_error("device", qvg.Codec, "rtn", device="tpu")
+        if not qvg.cuda_available()[0]:
+            with self.assertRaises(ValueError):
+                qvg.Codec("rtn", device="cuda")
+
+    def test_bad_tensors(self):
+        codec = qvg.Codec("qvg")
+        self.assert_error("got shape [4, 64]", codec.encode, np.zeros((4, 64), np.float32))
+        self.assert_error("got shape [2, 2, 640, 64]", codec.encode, np.zeros((2, 2, 640, 64), np.float32))
+        x = random_kv()
+        x[1, 5, 3] = np.nan
+        self.assert_error("finite", codec.encode, x)
+        with np.errstate(over="ignore"):
+            self.assert_error("finite", codec.encode, np.full((1, 300, 64), 1e39))  # inf once float32
+        self.assert_error("multiple", codec.encode, random_kv(dim=48))  # not a multiple of the block
+        self.assert_error("tokens", codec.encode, np.zeros((2, 0, 64), np.float32))
+        with self.assertRaises(TypeError):
+            codec.encode("not an array")
+
+    def test_decode_with_another_method(self):
+        e = qvg.Codec("rtn").encode(random_kv())
+        self.assert_error("decoding a", qvg.Codec("kivi").decode, e)
+
+    def test_warm_start_of_another_dim(self):
+        codec = qvg.Codec("qvg:iters=2")
+        first = codec.encode(random_kv(dim=128))
+        with self.assertRaises(ValueError):
+            codec.encode(random_kv(dim=64), warm_start=first)
+
+
+if __name__ == "__main__":
+    unittest.main()
