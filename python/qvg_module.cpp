@@ -5,7 +5,7 @@
 //   enc.bits_per_value, enc.part_bytes, qvg.compare(k, k_hat)
 // A thin front end over include/qvg/: every check and every byte is the C++
 // library's. qvg::Error becomes ValueError; encode and decode release the GIL.
-// Reference: docs/PYTHON.md.
+// The streaming cache: cache_bindings.cpp. Reference: docs/PYTHON.md.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -14,48 +14,16 @@
 #include <memory>
 #include <string>
 
+#include "convert.h"
 #include "qvg/codec.h"
 #include "qvg/config.h"
 #include "qvg/cuda.h"
-#include "qvg/io.h"
 #include "qvg/metrics.h"
 
 namespace py = pybind11;
+using namespace qvg::python;
 
 namespace {
-
-using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
-qvg::TensorRole parse_role(const std::string& role) {
-  if (role == "key") return qvg::TensorRole::key;
-  if (role == "value") return qvg::TensorRole::value;
-  throw qvg::Error("role must be \"key\" or \"value\", got \"" + role + "\"");
-}
-
-qvg::Backend parse_device(const std::string& device) {
-  if (device == "cpu") return qvg::Backend::cpu;
-  if (device == "cuda") return qvg::Backend::cuda;
-  throw qvg::Error("device must be \"cpu\" or \"cuda\", got \"" + device + "\"");
-}
-
-/// A float array [A, B, D] or [1, A, B, D] in `layout` -> [heads, tokens, dim],
-/// through the library's conversion of stored tensors (its checks and messages).
-qvg::HeadTensor to_tensor(const FloatArray& a, qvg::KvLayout layout, const char* what) {
-  qvg::RawTensor t;
-  t.dtype = qvg::DType::f32;
-  t.shape.assign(a.shape(), a.shape() + a.ndim());
-  const auto* p = reinterpret_cast<const uint8_t*>(a.data());
-  t.bytes.assign(p, p + a.nbytes());
-  return qvg::to_head_tensor(t, layout, what);
-}
-
-/// [heads, tokens, dim] -> a new float32 array [A, B, D] in `layout`.
-py::array_t<float> to_array(const qvg::HeadTensor& x, qvg::KvLayout layout) {
-  const qvg::RawTensor t = qvg::from_head_tensor(x, layout, qvg::DType::f32);
-  py::array_t<float> out(std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
-  if (!t.bytes.empty()) std::memcpy(out.mutable_data(), t.bytes.data(), t.bytes.size());
-  return out;
-}
 
 /// A codec and the spec it was made from.
 struct PyCodec {
@@ -64,19 +32,6 @@ struct PyCodec {
   qvg::Backend backend;
   std::unique_ptr<qvg::Codec> codec;
 };
-
-py::dict part_bytes(const qvg::EncodedTensor& e) {
-  const qvg::PartBytes b = e.bytes();
-  py::dict d;
-  d["codes"] = b.codes;
-  d["scales"] = b.scales;
-  d["zero_points"] = b.zero_points;
-  d["span_scales"] = b.span_scales;
-  d["centroids"] = b.centroids;
-  d["ids"] = b.ids;
-  d["full_precision"] = b.full_precision;
-  return d;
-}
 
 py::dict parts(const qvg::EncodedTensor& e) {
   py::dict d;
@@ -120,13 +75,7 @@ PYBIND11_MODULE(qvg, m) {
         const qvg::KvLayout l = qvg::parse_layout(layout);
         const qvg::HeadTensor a = to_tensor(ref, l, "ref"), b = to_tensor(rec, l, "rec");
         if (!a.same_shape(b)) throw qvg::Error("compare: ref and rec have different shapes");
-        const qvg::ErrorStats s = qvg::compare(a, b);
-        py::dict d;
-        d["mse"] = s.mse;
-        d["rel_l2"] = s.rel_l2;
-        d["snr_db"] = s.snr_db;
-        d["max_abs"] = s.max_abs;
-        return d;
+        return error_dict(qvg::compare(a, b));
       },
       py::arg("ref"), py::arg("rec"), py::arg("layout") = "htd",
       "Errors of a reconstruction against its reference (accumulated in double): mse, rel_l2, snr_db, max_abs.");
@@ -142,13 +91,16 @@ PYBIND11_MODULE(qvg, m) {
                              "Stored bits per value, every byte of every part counted.")
       .def_property_readonly("ratio_to_bf16", &qvg::EncodedTensor::ratio_to_bf16, "BF16 size / encoded size.")
       .def_property_readonly("nbytes", [](const qvg::EncodedTensor& e) { return e.bytes().total(); })
-      .def_property_readonly("part_bytes", &part_bytes, "Bytes of each part.")
+      .def_property_readonly(
+          "part_bytes", [](const qvg::EncodedTensor& e) { return part_bytes(e.bytes()); }, "Bytes of each part.")
       .def_property_readonly("parts", &parts, "Each part's bytes, laid out as docs/FORMAT.md describes.")
       .def("__repr__", [](const qvg::EncodedTensor& e) {
         return "<qvg.EncodedTensor " + qvg::describe(e.config) + " [" + std::to_string(e.heads) + ", " +
                std::to_string(e.tokens) + ", " + std::to_string(e.dim) + "] " +
                std::to_string(e.bits_per_value()).substr(0, 5) + " bits/value>";
       });
+
+  bind_cache(m);
 
   py::class_<PyCodec>(m, "Codec", "A compression method, made from a spec such as \"qvg\" or \"qvg-pro:iters=5\".")
       .def(py::init([](const std::string& spec, const std::string& device) {

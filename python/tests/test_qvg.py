@@ -128,6 +128,114 @@ class Properties(unittest.TestCase):
         self.assertTrue(ok or why)
 
 
+def bf16_round(x):
+    """float32 -> the nearest BF16 value (ties to even), as float32; finite inputs."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+class Cache(unittest.TestCase):
+    """qvg.StreamingKVCache against the codecs it holds, and its policy, memory and files."""
+
+    def chunks(self, n, heads=2, tokens=300, dim=64):
+        return [(random_kv(heads, tokens, dim, seed=100 + 2 * i), random_kv(heads, tokens, dim, seed=101 + 2 * i))
+                for i in range(n)]
+
+    def test_spans_are_the_codecs_encodes_with_warm_starts(self):
+        # Span 0 is the codec's encode of its chunks; span 1 the encode warm-
+        # started from span 0 (centroid caching). With tail="f32" the chunks
+        # are held exactly until then.
+        ch = self.chunks(4)
+        for spec in ("qvg", "qvg-pro:iters=2", "rtn", "kivi"):
+            with self.subTest(spec=spec):
+                cache = qvg.StreamingKVCache(1, 2, 64, key=spec, value=spec, quant_factor=2, tail="f32")
+                reports = [cache.append(0, k, v) for k, v in ch]
+                self.assertEqual([len(r["spans"]) for r in reports], [0, 1, 0, 1])
+                codec = qvg.Codec(spec)
+                k_all, v_all = cache.read(0)
+                prev = {"key": None, "value": None}
+                for span in range(2):
+                    for role, i, got in (("key", 0, k_all), ("value", 1, v_all)):
+                        x = np.concatenate([ch[2 * span][i], ch[2 * span + 1][i]], axis=1)
+                        e = codec.encode(x, role=role, warm_start=prev[role])
+                        prev[role] = e
+                        np.testing.assert_array_equal(bits(got[:, 600 * span:600 * (span + 1)]), bits(codec.decode(e)))
+                self.assertEqual(reports[3]["spans"][0]["k_warm_started"], spec.startswith("qvg"))
+
+    def test_tail_chunks_are_bf16_or_exact(self):
+        (k, v), = self.chunks(1)
+        for tail, want in (("bf16", bf16_round), ("f32", lambda a: a)):
+            cache = qvg.StreamingKVCache(1, 2, 64, tail=tail)
+            cache.append(0, k, v)
+            got_k, got_v = cache.read(0)
+            np.testing.assert_array_equal(bits(got_k), bits(want(k)))
+            np.testing.assert_array_equal(bits(got_v), bits(want(v)))
+            self.assertEqual(cache.memory()["k_tail"], k.size * (2 if tail == "bf16" else 4))
+
+    def test_window_evicts_and_memory_adds_up(self):
+        cache = qvg.StreamingKVCache(2, 2, 64, quant_factor=2, window_chunks=3, sink=1)
+        for k, v in self.chunks(6):
+            cache.append(1, k, v)
+        chunks, tokens = cache.live_chunks(1)
+        self.assertEqual(chunks, [0, 3, 4, 5])  # the sink and the newest three
+        self.assertEqual(cache.live_tokens(1), 1200)
+        self.assertEqual(cache.chunks_appended(1), 6)
+        self.assertEqual(cache.chunks_appended(0), 0)
+        m = cache.memory(1)
+        kv = sum(m["k_spans"].values()) + sum(m["v_spans"].values()) + m["k_tail"] + m["v_tail"]
+        self.assertEqual(m["kv_bytes"], kv)
+        self.assertEqual(m["bits_per_value"], 8.0 * kv / (2 * 2 * m["tokens_held"] * 64))
+        self.assertEqual(cache.memory()["kv_bytes"], kv)  # layer 0 is empty
+
+    def test_rope_on_read_needs_positions(self):
+        cache = qvg.StreamingKVCache(1, 2, 64, rope="1d")
+        (k, v), = self.chunks(1)
+        self.assert_raises_with("positions", cache.append, 0, k, v)
+        self.assertEqual(cache.chunks_appended(0), 0)  # unchanged
+        cache.append(0, k, v, positions=np.arange(300))
+        got_k, got_v = cache.read(0)
+        np.testing.assert_array_equal(bits(got_v), bits(bf16_round(v)))  # values are never rotated
+        self.assertFalse(np.array_equal(got_k, bf16_round(k)))  # keys are rotated on read
+
+    def test_save_and_load(self):
+        cache = qvg.StreamingKVCache(1, 2, 64, quant_factor=2)
+        for k, v in self.chunks(3):
+            cache.append(0, k, v)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "c.qvgc")
+            cache.save(path)
+            back = qvg.StreamingKVCache.load(path)
+            for a, b in zip(cache.read(0), back.read(0)):
+                np.testing.assert_array_equal(bits(a), bits(b))
+            self.assertEqual(back.memory(), cache.memory())
+            with open(path, "rb") as fh:
+                data = bytearray(fh.read())
+            data[len(data) // 2] ^= 0xFF  # a flipped byte: a checksum or a check must catch it
+            with open(path, "wb") as fh:
+                fh.write(bytes(data))
+            with self.assertRaises(ValueError):
+                qvg.StreamingKVCache.load(path)
+            self.assert_raises_with("", qvg.StreamingKVCache.load, os.path.join(tmp, "missing"))
+
+    def test_bad_arguments_leave_the_cache_unchanged(self):
+        cache = qvg.StreamingKVCache(1, 2, 64, chunk_tokens=300)
+        (k, v), = self.chunks(1)
+        self.assert_raises_with("layer", cache.append, 1, k, v)
+        self.assert_raises_with("", cache.append, 0, k[:, :100], v[:, :100])  # not chunk_tokens
+        self.assert_raises_with("", cache.append, 0, k, random_kv(3, 300, 64))  # other heads
+        self.assert_raises_with("", cache.read, 0)  # no chunk yet
+        self.assertEqual(cache.chunks_appended(0), 0)
+        self.assert_raises_with("tail", qvg.StreamingKVCache, 1, 2, 64, tail="f16")
+        self.assert_raises_with("nope", qvg.StreamingKVCache, 1, 2, 64, key="nope")
+        self.assert_raises_with("", qvg.StreamingKVCache, 1, 2, 64, quant_factor=0)
+
+    def assert_raises_with(self, fragment, f, *args, **kwargs):
+        with self.assertRaises(ValueError) as cm:
+            f(*args, **kwargs)
+        self.assertIn(fragment, str(cm.exception))
+
+
 class BadInput(unittest.TestCase):
     def assert_error(self, fragment, f, *args, **kwargs):
         with self.assertRaises(ValueError) as cm:

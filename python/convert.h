@@ -1,0 +1,81 @@
+// Conversions the module's bindings share: NumPy arrays to and from the
+// library's [heads, tokens, dim] tensors (through its own conversion of stored
+// tensors: qvg/io.h), argument parsing, byte reports as dicts.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "qvg/codec.h"
+#include "qvg/cuda.h"
+#include "qvg/io.h"
+#include "qvg/metrics.h"
+
+namespace qvg::python {
+
+namespace py = pybind11;
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+inline qvg::TensorRole parse_role(const std::string& role) {
+  if (role == "key") return qvg::TensorRole::key;
+  if (role == "value") return qvg::TensorRole::value;
+  throw qvg::Error("role must be \"key\" or \"value\", got \"" + role + "\"");
+}
+
+inline qvg::Backend parse_device(const std::string& device) {
+  if (device == "cpu") return qvg::Backend::cpu;
+  if (device == "cuda") return qvg::Backend::cuda;
+  throw qvg::Error("device must be \"cpu\" or \"cuda\", got \"" + device + "\"");
+}
+
+/// A float array [A, B, D] or [1, A, B, D] in `layout` -> [heads, tokens, dim],
+/// through the library's conversion of stored tensors (its checks and messages).
+inline qvg::HeadTensor to_tensor(const FloatArray& a, qvg::KvLayout layout, const char* what) {
+  qvg::RawTensor t;
+  t.dtype = qvg::DType::f32;
+  t.shape.assign(a.shape(), a.shape() + a.ndim());
+  const auto* p = reinterpret_cast<const uint8_t*>(a.data());
+  t.bytes.assign(p, p + a.nbytes());
+  return qvg::to_head_tensor(t, layout, what);
+}
+
+/// [heads, tokens, dim] -> a new float32 array [A, B, D] in `layout`.
+inline py::array_t<float> to_array(const qvg::HeadTensor& x, qvg::KvLayout layout) {
+  const qvg::RawTensor t = qvg::from_head_tensor(x, layout, qvg::DType::f32);
+  py::array_t<float> out(std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
+  if (!t.bytes.empty()) std::memcpy(out.mutable_data(), t.bytes.data(), t.bytes.size());
+  return out;
+}
+
+/// A PartBytes as a dict of part name -> bytes.
+inline py::dict part_bytes(const qvg::PartBytes& b) {
+  py::dict d;
+  d["codes"] = b.codes;
+  d["scales"] = b.scales;
+  d["zero_points"] = b.zero_points;
+  d["span_scales"] = b.span_scales;
+  d["centroids"] = b.centroids;
+  d["ids"] = b.ids;
+  d["full_precision"] = b.full_precision;
+  return d;
+}
+
+/// Error statistics as a dict: mse, rel_l2, snr_db, max_abs.
+inline py::dict error_dict(const qvg::ErrorStats& s) {
+  py::dict d;
+  d["mse"] = s.mse;
+  d["rel_l2"] = s.rel_l2;
+  d["snr_db"] = s.snr_db;
+  d["max_abs"] = s.max_abs;
+  return d;
+}
+
+/// The streaming cache's bindings (cache_bindings.cpp).
+void bind_cache(py::module_& m);
+
+}  // namespace qvg::python
