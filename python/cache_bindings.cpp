@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -77,11 +79,34 @@ py::dict memory_dict(const qvg::LayerMemory& m, const qvg::CacheConfig& c) {
   return d;
 }
 
+/// The cache and its lock. StreamingKVCache has one writer at a time, and its
+/// methods run with the GIL released, so every call holds `mu` (taken after
+/// the GIL is released and let go before it is taken back: no lock order to
+/// deadlock on) while it touches the cache.
+struct PyCache {
+  qvg::StreamingKVCache cache;
+  mutable std::mutex mu;
+  explicit PyCache(qvg::StreamingKVCache c) : cache(std::move(c)) {}
+
+  /// f(cache) without the GIL, under the lock; its result is plain C++.
+  template <typename F>
+  auto run(F&& f) const {
+    py::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(mu);
+    return f(cache);
+  }
+  template <typename F>
+  auto run_mut(F&& f) {
+    py::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(mu);
+    return f(cache);
+  }
+};
+
 }  // namespace
 
 void bind_cache(py::module_& m) {
-  py::class_<qvg::StreamingKVCache>(m, "StreamingKVCache",
-                                    "The streaming KV cache of a chunk-by-chunk generator (docs/PYTHON.md).")
+  py::class_<PyCache>(m, "StreamingKVCache", "The streaming KV cache of a chunk-by-chunk generator (docs/PYTHON.md).")
       .def(py::init([](int layers, int heads, int dim, const std::string& key, const std::string& value,
                        int64_t chunk_tokens, int quant_factor, int keep_recent, int sink, int64_t window_chunks,
                        int64_t window_tokens, const std::string& rope, double rope_theta,
@@ -104,7 +129,8 @@ void bind_cache(py::module_& m) {
              c.rope.pairing = parse_pairing(rope_pairing);
              c.tail = parse_tail(tail);
              c.warm_start = warm_start;
-             return qvg::StreamingKVCache(c, make_options(threads, device, measure_span_error));
+             return std::make_unique<PyCache>(
+                 qvg::StreamingKVCache(c, make_options(threads, device, measure_span_error)));
            }),
            py::arg("layers"), py::arg("heads"), py::arg("dim"), py::kw_only(), py::arg("key") = "qvg",
            py::arg("value") = "qvg", py::arg("chunk_tokens") = 0, py::arg("quant_factor") = 8,
@@ -118,17 +144,14 @@ void bind_cache(py::module_& m) {
            "with their positions and rotated on read. tail: how unencoded chunks are held (\"bf16\" or \"f32\").")
       .def(
           "append",
-          [](qvg::StreamingKVCache& c, int layer, const FloatArray& k, const FloatArray& v,
+          [](PyCache& c, int layer, const FloatArray& k, const FloatArray& v,
              const std::optional<PositionArray>& positions, const std::string& layout) {
             const qvg::KvLayout l = qvg::parse_layout(layout);
             const qvg::HeadTensor kt = to_tensor(k, l, "k"), vt = to_tensor(v, l, "v");
             std::span<const int32_t> pos;
             if (positions) pos = std::span<const int32_t>(positions->data(), static_cast<size_t>(positions->size()));
-            qvg::AppendReport r;
-            {
-              py::gil_scoped_release unlocked;
-              r = c.append(layer, kt, vt, pos);
-            }
+            const qvg::AppendReport r =
+                c.run_mut([&](qvg::StreamingKVCache& cc) { return cc.append(layer, kt, vt, pos); });
             py::dict d;
             d["chunk"] = r.chunk;
             py::list spans;
@@ -143,48 +166,75 @@ void bind_cache(py::module_& m) {
           "{chunk, spans: [span reports], evicted: [chunks]}. On an error the cache is unchanged.")
       .def(
           "read",
-          [](const qvg::StreamingKVCache& c, int layer, const std::string& layout) {
+          [](const PyCache& c, int layer, const std::string& layout) {
             const qvg::KvLayout l = qvg::parse_layout(layout);
-            qvg::CacheRead r;
-            {
-              py::gil_scoped_release unlocked;
-              r = c.read(layer);
-            }
+            const qvg::CacheRead r = c.run([&](const qvg::StreamingKVCache& cc) { return cc.read(layer); });
             return py::make_tuple(to_array(r.k, l), to_array(r.v, l));
           },
           py::arg("layer"), py::arg("layout") = "htd",
           "The layer's live K and V (float32), in token order; keys rotated when RoPE on read is on.")
       .def(
           "live_chunks",
-          [](const qvg::StreamingKVCache& c, int layer) {
-            const qvg::CacheRead r = c.read(layer);
+          [](const PyCache& c, int layer) {
+            const qvg::CacheRead r = c.run([&](const qvg::StreamingKVCache& cc) { return cc.read(layer); });
             return py::make_tuple(r.chunks, r.chunk_tokens);
           },
           py::arg("layer"), "(indices of the live chunks, their token counts), in order.")
-      .def("chunks_appended", &qvg::StreamingKVCache::chunks_appended, py::arg("layer"))
-      .def("tokens_appended", &qvg::StreamingKVCache::tokens_appended, py::arg("layer"))
-      .def("live_tokens", &qvg::StreamingKVCache::live_tokens, py::arg("layer"))
-      .def("spans_encoded", &qvg::StreamingKVCache::spans_encoded, py::arg("layer"))
+      .def(
+          "chunks_appended",
+          [](const PyCache& c, int layer) {
+            return c.run([&](const qvg::StreamingKVCache& cc) { return cc.chunks_appended(layer); });
+          },
+          py::arg("layer"))
+      .def(
+          "tokens_appended",
+          [](const PyCache& c, int layer) {
+            return c.run([&](const qvg::StreamingKVCache& cc) { return cc.tokens_appended(layer); });
+          },
+          py::arg("layer"))
+      .def(
+          "live_tokens",
+          [](const PyCache& c, int layer) {
+            return c.run([&](const qvg::StreamingKVCache& cc) { return cc.live_tokens(layer); });
+          },
+          py::arg("layer"))
+      .def(
+          "spans_encoded",
+          [](const PyCache& c, int layer) {
+            return c.run([&](const qvg::StreamingKVCache& cc) { return cc.spans_encoded(layer); });
+          },
+          py::arg("layer"))
       .def(
           "memory",
-          [](const qvg::StreamingKVCache& c, std::optional<int> layer) {
-            return memory_dict(layer ? c.layer_memory(*layer) : c.memory().total, c.config());
+          [](const PyCache& c, std::optional<int> layer) {
+            const qvg::LayerMemory mem = c.run(
+                [&](const qvg::StreamingKVCache& cc) { return layer ? cc.layer_memory(*layer) : cc.memory().total; });
+            return memory_dict(mem, c.cache.config());
           },
           py::arg("layer") = py::none(),
           "Exact bytes of one layer (or of all layers), by role and part, with token counts, the ratio to a "
           "BF16 cache and the bits per K/V value.")
-      .def("save", &qvg::StreamingKVCache::save, py::arg("path"),
-           "Writes the whole cache (written to path + \".tmp\", then renamed).")
+      .def(
+          "save",
+          [](const PyCache& c, const std::string& path) {
+            c.run([&](const qvg::StreamingKVCache& cc) {
+              cc.save(path);
+              return 0;
+            });
+          },
+          py::arg("path"), "Writes the whole cache (written to path + \".tmp\", then renamed).")
       .def_static(
           "load",
           [](const std::string& path, int threads, const std::string& device) {
-            return qvg::StreamingKVCache::load(path, make_options(threads, device, false));
+            const qvg::CacheOptions o = make_options(threads, device, false);
+            py::gil_scoped_release unlocked;
+            return std::make_unique<PyCache>(qvg::StreamingKVCache::load(path, o));
           },
           py::arg("path"), py::kw_only(), py::arg("threads") = 0, py::arg("device") = "cpu",
           "Reads a cache written by save(), validating everything; raises ValueError naming the problem.")
-      .def_property_readonly("layers", [](const qvg::StreamingKVCache& c) { return c.config().layers; })
-      .def_property_readonly("heads", [](const qvg::StreamingKVCache& c) { return c.config().heads; })
-      .def_property_readonly("dim", [](const qvg::StreamingKVCache& c) { return c.config().dim; });
+      .def_property_readonly("layers", [](const PyCache& c) { return c.cache.config().layers; })
+      .def_property_readonly("heads", [](const PyCache& c) { return c.cache.config().heads; })
+      .def_property_readonly("dim", [](const PyCache& c) { return c.cache.config().dim; });
 }
 
 }  // namespace qvg::python

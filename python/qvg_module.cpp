@@ -51,15 +51,15 @@ py::dict parts(const qvg::EncodedTensor& e) {
 }  // namespace
 
 PYBIND11_MODULE(qvg, m) {
-  m.doc() = "qvg: KV-cache compression for autoregressive video diffusion (Quant VideoGen), CPU reference "
-            "and CUDA backend. See docs/PYTHON.md.";
+  m.doc() =
+      "qvg: KV-cache compression for autoregressive video diffusion (Quant VideoGen), CPU reference "
+      "and CUDA backend. See docs/PYTHON.md.";
   m.attr("__version__") = QVG_VERSION;
   py::register_exception<qvg::Error>(m, "Error", PyExc_ValueError);
 
   m.def("presets", &qvg::codec_presets, "The codec presets a spec may start with (\"qvg\", \"qvg-pro\", ...).");
   m.def(
-      "describe",
-      [](const std::string& spec) { return qvg::describe(qvg::parse_codec_spec(spec)); }, py::arg("spec"),
+      "describe", [](const std::string& spec) { return qvg::describe(qvg::parse_codec_spec(spec)); }, py::arg("spec"),
       "A spec's configuration in short: \"INT2 B64 fp8 S1 C256\".");
   m.def(
       "cuda_available",
@@ -83,10 +83,9 @@ PYBIND11_MODULE(qvg, m) {
   py::class_<qvg::EncodedTensor>(m, "EncodedTensor", "One encoded K or V tensor (docs/FORMAT.md).")
       .def_property_readonly("shape",
                              [](const qvg::EncodedTensor& e) { return py::make_tuple(e.heads, e.tokens, e.dim); })
-      .def_property_readonly("role",
-                             [](const qvg::EncodedTensor& e) {
-                               return std::string(e.role == qvg::TensorRole::key ? "key" : "value");
-                             })
+      .def_property_readonly(
+          "role",
+          [](const qvg::EncodedTensor& e) { return std::string(e.role == qvg::TensorRole::key ? "key" : "value"); })
       .def_property_readonly("bits_per_value", &qvg::EncodedTensor::bits_per_value,
                              "Stored bits per value, every byte of every part counted.")
       .def_property_readonly("ratio_to_bf16", &qvg::EncodedTensor::ratio_to_bf16, "BF16 size / encoded size.")
@@ -113,8 +112,8 @@ PYBIND11_MODULE(qvg, m) {
            }),
            py::arg("spec"), py::arg("device") = "cpu")
       .def_readonly("spec", &PyCodec::spec)
-      .def_property_readonly("device",
-                             [](const PyCodec& c) { return std::string(c.backend == qvg::Backend::cpu ? "cpu" : "cuda"); })
+      .def_property_readonly(
+          "device", [](const PyCodec& c) { return std::string(c.backend == qvg::Backend::cpu ? "cpu" : "cuda"); })
       .def_property_readonly("description", [](const PyCodec& c) { return qvg::describe(c.config); })
       .def(
           "encode",
@@ -131,7 +130,8 @@ PYBIND11_MODULE(qvg, m) {
           py::arg("x"), py::arg("role") = "key", py::arg("layout") = "htd", py::arg("threads") = 0,
           py::arg("warm_start") = nullptr,
           "Encodes a finite float array [heads, tokens, dim] (layout=\"thd\": [tokens, heads, dim]), or the "
-          "same with a leading batch of 1; any real dtype is converted to float32 first. warm_start: an earlier EncodedTensor of the same codec and dim "
+          "same with a leading batch of 1; any real dtype is converted to float32 first. warm_start: an earlier "
+          "EncodedTensor of the same codec and dim "
           "whose centroids start k-means. The result does not depend on threads.")
       .def(
           "decode",

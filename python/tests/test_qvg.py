@@ -218,6 +218,26 @@ class Cache(unittest.TestCase):
                 qvg.StreamingKVCache.load(path)
             self.assert_raises_with("", qvg.StreamingKVCache.load, os.path.join(tmp, "missing"))
 
+    def test_threads_appending_to_two_layers(self):
+        # The cache releases the GIL while it works and holds its own lock:
+        # two threads appending to layers 0 and 1 at once leave what one
+        # thread appending to both leaves.
+        import threading
+        ch = self.chunks(4)
+        one, two = (qvg.StreamingKVCache(2, 2, 64, quant_factor=2) for _ in range(2))
+        for k, v in ch:
+            one.append(0, k, v)
+            one.append(1, k, v)
+        workers = [threading.Thread(target=lambda layer=layer: [two.append(layer, k, v) for k, v in ch])
+                   for layer in (0, 1)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        for layer in (0, 1):
+            for a, b in zip(one.read(layer), two.read(layer)):
+                np.testing.assert_array_equal(bits(a), bits(b))
+
     def test_bad_arguments_leave_the_cache_unchanged(self):
         cache = qvg.StreamingKVCache(1, 2, 64, chunk_tokens=300)
         (k, v), = self.chunks(1)
