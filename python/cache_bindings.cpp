@@ -34,7 +34,7 @@ qvg::RopePairing parse_pairing(const std::string& s) {
 
 qvg::CacheOptions make_options(int threads, const std::string& device, bool measure_span_error) {
   qvg::CacheOptions o;
-  o.threads = threads;
+  o.threads = check_threads(threads);
   o.backend = parse_device(device);
   o.measure_span_error = measure_span_error;
   return o;

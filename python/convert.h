@@ -33,6 +33,12 @@ inline qvg::Backend parse_device(const std::string& device) {
   throw qvg::Error("device must be \"cpu\" or \"cuda\", got \"" + device + "\"");
 }
 
+/// Worker threads as the library takes them (0 = all cores); negative counts are refused.
+inline int check_threads(int threads) {
+  if (threads < 0) throw qvg::Error("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
+  return threads;
+}
+
 /// A float array [A, B, D] or [1, A, B, D] in `layout` -> [heads, tokens, dim],
 /// through the library's conversion of stored tensors (its checks and messages).
 inline qvg::HeadTensor to_tensor(const FloatArray& a, qvg::KvLayout layout, const char* what) {

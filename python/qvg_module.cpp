@@ -122,7 +122,7 @@ PYBIND11_MODULE(qvg, m) {
             const qvg::HeadTensor t = to_tensor(x, qvg::parse_layout(layout), "x");
             qvg::EncodeOptions opt;
             opt.role = parse_role(role);
-            opt.threads = threads;
+            opt.threads = check_threads(threads);
             opt.warm_start = warm_start;
             py::gil_scoped_release unlocked;
             return c.codec->encode(t, opt);
@@ -140,7 +140,7 @@ PYBIND11_MODULE(qvg, m) {
             qvg::HeadTensor out;
             {
               py::gil_scoped_release unlocked;
-              c.codec->decode(e, out, threads);
+              c.codec->decode(e, out, check_threads(threads));
             }
             return to_array(out, l);
           },

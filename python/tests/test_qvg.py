@@ -269,6 +269,9 @@ class BadInput(unittest.TestCase):
         self.assert_error("role", codec.encode, random_kv(), role="query")
         self.assert_error("zyx", codec.encode, random_kv(), layout="zyx")
         self.assert_error("device", qvg.Codec, "rtn", device="tpu")
+        self.assert_error("threads", codec.encode, random_kv(), threads=-1)
+        self.assert_error("threads", codec.decode, codec.encode(random_kv()), threads=-2)
+        self.assert_error("threads", qvg.StreamingKVCache, 1, 2, 64, threads=-1)
         if not qvg.cuda_available()[0]:
             with self.assertRaises(ValueError):
                 qvg.Codec("rtn", device="cuda")
