@@ -93,6 +93,41 @@ PYBIND11_MODULE(qvg, m) {
       .def_property_readonly(
           "part_bytes", [](const qvg::EncodedTensor& e) { return part_bytes(e.bytes()); }, "Bytes of each part.")
       .def_property_readonly("parts", &parts, "Each part's bytes, laid out as docs/FORMAT.md describes.")
+      .def_property_readonly(
+          "spec", [](const qvg::EncodedTensor& e) { return qvg::codec_spec(e.config); },
+          "The configuration it was encoded with, as a full spec (a cache span's C may be clamped).")
+      .def(py::pickle(
+          [](const qvg::EncodedTensor& e) {  // (spec, role, shape, parts in FORMAT.md order)
+            return py::make_tuple(qvg::codec_spec(e.config), e.role == qvg::TensorRole::key ? "key" : "value",
+                                  py::make_tuple(e.heads, e.tokens, e.dim), parts(e));
+          },
+          [](const py::tuple& t) {
+            if (t.size() != 4)
+              throw qvg::Error("EncodedTensor state: expected 4 fields, got " + std::to_string(t.size()));
+            qvg::EncodedTensor e;
+            e.config = qvg::parse_codec_spec(t[0].cast<std::string>());
+            e.role = parse_role(t[1].cast<std::string>());
+            const auto shape = t[2].cast<std::tuple<int64_t, int64_t, int64_t>>();
+            e.heads = std::get<0>(shape);
+            e.tokens = std::get<1>(shape);
+            e.dim = std::get<2>(shape);
+            if (e.heads <= 0 || e.tokens <= 0 || e.dim <= 0) throw qvg::Error("EncodedTensor state: empty shape");
+            qvg::validate(e.config, e.dim);
+            const auto d = t[3].cast<py::dict>();
+            auto get = [&](const char* name, std::vector<uint8_t>& v) {
+              if (!d.contains(name)) throw qvg::Error(std::string("EncodedTensor state: no part '") + name + "'");
+              const std::string b = d[name].cast<std::string>();
+              v.assign(b.begin(), b.end());
+            };
+            get("codes", e.codes);
+            get("scales", e.scales);
+            get("zero_points", e.zero_points);
+            get("span_scales", e.span_scales);
+            get("centroids", e.centroids);
+            get("ids", e.ids);
+            get("full_precision", e.full_precision);
+            return e;  // decode checks the parts against the shape and config, and their values
+          }))
       .def("__repr__", [](const qvg::EncodedTensor& e) {
         return "<qvg.EncodedTensor " + qvg::describe(e.config) + " [" + std::to_string(e.heads) + ", " +
                std::to_string(e.tokens) + ", " + std::to_string(e.dim) + "] " +

@@ -409,5 +409,34 @@ TEST(ConfigSpec, PresetsAndOverrides) {
   for (const auto& name : codec_presets()) EXPECT_NO_THROW(parse_codec_spec(name)) << name;
 }
 
+// codec_spec is parse_codec_spec's inverse on every field but the name: each
+// preset, with overrides of every key, including a tol with no short decimal
+// form and the largest seed.
+TEST(ConfigSpec, CodecSpecRoundTrips) {
+  std::vector<std::string> specs = codec_presets();
+  specs.push_back("qvg-pro-int4:block=32,scale=fp16,levels=midrise,centroids=17,iters=3,tol=0.1,init=random");
+  specs.push_back("qvg:tol=0.30000000000000004,seed=18446744073709551615,stages=0");
+  specs.push_back("kivi-int4:group=16,residual=0");
+  for (const std::string& spec : specs) {
+    const CodecConfig a = parse_codec_spec(spec);
+    const CodecConfig b = parse_codec_spec(codec_spec(a));
+    SCOPED_TRACE(spec + " -> " + codec_spec(a));
+    EXPECT_EQ(b.method, a.method);
+    EXPECT_EQ(b.bits, a.bits);
+    EXPECT_EQ(b.block, a.block);
+    EXPECT_EQ(b.scale_format, a.scale_format);
+    EXPECT_EQ(b.levels, a.levels);
+    EXPECT_EQ(b.stages, a.stages);
+    EXPECT_EQ(b.kmeans.centroids, a.kmeans.centroids);
+    EXPECT_EQ(b.kmeans.max_iter, a.kmeans.max_iter);
+    EXPECT_EQ(b.kmeans.tol, a.kmeans.tol);  // exactly: 17 significant digits
+    EXPECT_EQ(b.kmeans.init, a.kmeans.init);
+    EXPECT_EQ(b.kmeans.seed, a.kmeans.seed);
+    EXPECT_EQ(b.group, a.group);
+    EXPECT_EQ(b.residual, a.residual);
+    EXPECT_EQ(codec_spec(b), codec_spec(a));
+  }
+}
+
 }  // namespace
 }  // namespace qvg

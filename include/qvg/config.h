@@ -85,6 +85,12 @@ std::vector<std::string> codec_presets();
 /// a multiple of block, bits not 2/4, centroids outside 1..256).
 void validate(const CodecConfig& c, int64_t dim);
 
+/// A spec that parse_codec_spec turns back into c, every field but `name`
+/// equal (the method's preset with every option written out, tol to 17
+/// significant digits): how an encoded tensor's configuration is stored
+/// outside the library (the Python module's pickles).
+std::string codec_spec(const CodecConfig& c);
+
 /// Short human-readable description: "INT2 B64 fp8 S1 C256".
 std::string describe(const CodecConfig& c);
 

@@ -74,6 +74,43 @@ class Accounting(unittest.TestCase):
                 self.assertEqual(e.shape, (h, n, d))
 
 
+class Pickling(unittest.TestCase):
+    def test_round_trip_decodes_the_same(self):
+        import pickle
+        for spec in SPECS:
+            with self.subTest(spec=spec):
+                codec = qvg.Codec(spec)
+                e = codec.encode(random_kv(), role="value")
+                back = pickle.loads(pickle.dumps(e))
+                self.assertEqual(back.parts, e.parts)
+                self.assertEqual((back.shape, back.role, back.spec), (e.shape, e.role, e.spec))
+                np.testing.assert_array_equal(bits(codec.decode(back)), bits(codec.decode(e)))
+                # the spec alone makes a codec that decodes it the same
+                np.testing.assert_array_equal(bits(qvg.Codec(e.spec).decode(back)), bits(codec.decode(e)))
+
+    def test_damaged_states_are_refused(self):
+        e = qvg.Codec("qvg").encode(random_kv())
+        spec, role, shape, parts = e.__getstate__()
+        short = dict(parts, codes=parts["codes"][:-1])
+        rebuilt = qvg.EncodedTensor.__new__(qvg.EncodedTensor)
+        rebuilt.__setstate__((spec, role, shape, short))
+        self.assertIn("part 'codes' has", self.decode_error(rebuilt))
+        few = qvg.Codec("qvg:centroids=8").encode(random_kv())
+        s2, r2, sh2, p2 = few.__getstate__()
+        damaged = qvg.EncodedTensor.__new__(qvg.EncodedTensor)
+        damaged.__setstate__((s2, r2, sh2, dict(p2, ids=bytes([200]) * len(p2["ids"]))))
+        self.assertIn("centroid id 200 out of range", self.decode_error(damaged))
+        for state in ((spec, role), ("nope", role, shape, parts), (spec, "query", shape, parts),
+                      (spec, role, (2, 0, 64), parts), (spec, role, shape, {"codes": b""})):
+            with self.assertRaises(ValueError):
+                qvg.EncodedTensor.__new__(qvg.EncodedTensor).__setstate__(state)
+
+    def decode_error(self, e):
+        with self.assertRaises(ValueError) as cm:
+            qvg.Codec("qvg").decode(e)
+        return str(cm.exception)
+
+
 class Properties(unittest.TestCase):
     def test_deterministic_for_any_thread_count(self):
         x = random_kv()

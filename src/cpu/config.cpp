@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "qvg/common.h"
@@ -180,6 +181,19 @@ void validate(const CodecConfig& c, int64_t dim) {
     case Method::bf16:
       break;
   }
+}
+
+std::string codec_spec(const CodecConfig& c) {
+  char tol[32];
+  std::snprintf(tol, sizeof tol, "%.17g", c.kmeans.tol);
+  std::ostringstream os;
+  os << method_name(c.method) << ":bits=" << c.bits << ",block=" << c.block
+     << ",scale=" << (c.scale_format == ScaleFormat::fp8 ? "fp8" : "fp16")
+     << ",levels=" << (c.levels == LevelRule::symmetric ? "symmetric" : "midrise") << ",stages=" << c.stages
+     << ",centroids=" << c.kmeans.centroids << ",iters=" << c.kmeans.max_iter << ",tol=" << tol
+     << ",init=" << (c.kmeans.init == KMeansInit::random ? "random" : "kmeans++") << ",seed=" << c.kmeans.seed
+     << ",group=" << c.group << ",residual=" << c.residual;
+  return os.str();
 }
 
 std::string describe(const CodecConfig& c) {
