@@ -13,6 +13,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "convert.h"
 #include "qvg/codec.h"
@@ -33,18 +35,22 @@ struct PyCodec {
   std::unique_ptr<qvg::Codec> codec;
 };
 
+/// An encoded tensor's parts by name, in docs/FORMAT.md's order.
+constexpr std::pair<const char*, std::vector<uint8_t> qvg::EncodedTensor::*> kParts[] = {
+    {"codes", &qvg::EncodedTensor::codes},
+    {"scales", &qvg::EncodedTensor::scales},
+    {"zero_points", &qvg::EncodedTensor::zero_points},
+    {"span_scales", &qvg::EncodedTensor::span_scales},
+    {"centroids", &qvg::EncodedTensor::centroids},
+    {"ids", &qvg::EncodedTensor::ids},
+    {"full_precision", &qvg::EncodedTensor::full_precision}};
+
 py::dict parts(const qvg::EncodedTensor& e) {
   py::dict d;
-  auto put = [&](const char* name, const std::vector<uint8_t>& v) {
+  for (const auto& [name, member] : kParts) {
+    const std::vector<uint8_t>& v = e.*member;
     d[name] = py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
-  };
-  put("codes", e.codes);
-  put("scales", e.scales);
-  put("zero_points", e.zero_points);
-  put("span_scales", e.span_scales);
-  put("centroids", e.centroids);
-  put("ids", e.ids);
-  put("full_precision", e.full_precision);
+  }
   return d;
 }
 
@@ -114,18 +120,11 @@ PYBIND11_MODULE(qvg, m) {
             if (e.heads <= 0 || e.tokens <= 0 || e.dim <= 0) throw qvg::Error("EncodedTensor state: empty shape");
             qvg::validate(e.config, e.dim);
             const auto d = t[3].cast<py::dict>();
-            auto get = [&](const char* name, std::vector<uint8_t>& v) {
+            for (const auto& [name, member] : kParts) {
               if (!d.contains(name)) throw qvg::Error(std::string("EncodedTensor state: no part '") + name + "'");
               const std::string b = d[name].cast<std::string>();
-              v.assign(b.begin(), b.end());
-            };
-            get("codes", e.codes);
-            get("scales", e.scales);
-            get("zero_points", e.zero_points);
-            get("span_scales", e.span_scales);
-            get("centroids", e.centroids);
-            get("ids", e.ids);
-            get("full_precision", e.full_precision);
+              (e.*member).assign(b.begin(), b.end());
+            }
             return e;  // decode checks the parts against the shape and config, and their values
           }))
       .def("__repr__", [](const qvg::EncodedTensor& e) {
