@@ -103,6 +103,14 @@ struct PyCache {
   }
 };
 
+/// A binding of a cheap per-layer query of the cache (chunks_appended, ...), under its lock.
+template <int64_t (qvg::StreamingKVCache::*Query)(int) const>
+auto layer_query() {
+  return [](const PyCache& c, int layer) {
+    return c.run([&](const qvg::StreamingKVCache& cc) { return (cc.*Query)(layer); });
+  };
+}
+
 }  // namespace
 
 void bind_cache(py::module_& m) {
@@ -176,34 +184,19 @@ void bind_cache(py::module_& m) {
       .def(
           "live_chunks",
           [](const PyCache& c, int layer) {
-            const qvg::CacheRead r = c.run([&](const qvg::StreamingKVCache& cc) { return cc.read(layer); });
-            return py::make_tuple(r.chunks, r.chunk_tokens);
+            const auto live = c.run([&](const qvg::StreamingKVCache& cc) { return cc.live_chunks(layer); });
+            std::vector<int64_t> chunks, tokens;
+            for (const auto& [index, n] : live) {
+              chunks.push_back(index);
+              tokens.push_back(n);
+            }
+            return py::make_tuple(chunks, tokens);
           },
-          py::arg("layer"), "(indices of the live chunks, their token counts), in order.")
-      .def(
-          "chunks_appended",
-          [](const PyCache& c, int layer) {
-            return c.run([&](const qvg::StreamingKVCache& cc) { return cc.chunks_appended(layer); });
-          },
-          py::arg("layer"))
-      .def(
-          "tokens_appended",
-          [](const PyCache& c, int layer) {
-            return c.run([&](const qvg::StreamingKVCache& cc) { return cc.tokens_appended(layer); });
-          },
-          py::arg("layer"))
-      .def(
-          "live_tokens",
-          [](const PyCache& c, int layer) {
-            return c.run([&](const qvg::StreamingKVCache& cc) { return cc.live_tokens(layer); });
-          },
-          py::arg("layer"))
-      .def(
-          "spans_encoded",
-          [](const PyCache& c, int layer) {
-            return c.run([&](const qvg::StreamingKVCache& cc) { return cc.spans_encoded(layer); });
-          },
-          py::arg("layer"))
+          py::arg("layer"), "(indices of the live chunks, their token counts), in order; decodes nothing.")
+      .def("chunks_appended", layer_query<&qvg::StreamingKVCache::chunks_appended>(), py::arg("layer"))
+      .def("tokens_appended", layer_query<&qvg::StreamingKVCache::tokens_appended>(), py::arg("layer"))
+      .def("live_tokens", layer_query<&qvg::StreamingKVCache::live_tokens>(), py::arg("layer"))
+      .def("spans_encoded", layer_query<&qvg::StreamingKVCache::spans_encoded>(), py::arg("layer"))
       .def(
           "memory",
           [](const PyCache& c, std::optional<int> layer) {

@@ -199,6 +199,13 @@ TEST(CacheSpans, WindowEvictsOldChunksAndFreesWholeSpans) {
   EXPECT_EQ(m.spans, 2);  // {1, 2} freed; {3, 4}, {5, 6}
   EXPECT_EQ(m.tokens_held, 5 * kTpf);
   EXPECT_EQ(cache.read(0).chunks, (std::vector<int64_t>{0, 3, 4, 5, 6}));
+  {  // live_chunks: read's chunks and their tokens, without decoding
+    const CacheRead rd = cache.read(0);
+    std::vector<std::pair<int64_t, int64_t>> want;
+    for (size_t i = 0; i < rd.chunks.size(); ++i) want.emplace_back(rd.chunks[i], rd.chunk_tokens[i]);
+    EXPECT_EQ(cache.live_chunks(0), want);
+    EXPECT_THROW(cache.live_chunks(1), Error);  // layer 1 has no chunk
+  }
 
   // A token window: the newest non-sink chunks within 100 tokens (2 chunks of 48).
   CacheConfig tw = small_config();

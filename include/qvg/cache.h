@@ -44,6 +44,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qvg/codec.h"
@@ -219,6 +220,10 @@ class StreamingKVCache {
   int64_t chunks_appended(int layer) const;  ///< chunks ever appended to the layer
   int64_t tokens_appended(int layer) const;  ///< tokens ever appended to the layer
   int64_t live_tokens(int layer) const;      ///< tokens read(layer) returns
+  /// The live chunks of a layer in order, (index, tokens) each: read(layer)'s
+  /// CacheRead::chunks and chunk_tokens without decoding anything. Throws
+  /// qvg::Error as read() does (a layer out of range or without chunks).
+  std::vector<std::pair<int64_t, int64_t>> live_chunks(int layer) const;
   int64_t spans_encoded(int layer) const;    ///< spans ever encoded in the layer
 
   LayerMemory layer_memory(int layer) const;

@@ -451,6 +451,16 @@ int64_t StreamingKVCache::live_tokens(int layer) const {
   return n;
 }
 
+std::vector<std::pair<int64_t, int64_t>> StreamingKVCache::live_chunks(int layer) const {
+  check_layer(*impl_, layer, "live_chunks");
+  const CacheLayer& L = impl_->layers[static_cast<size_t>(layer)];
+  QVG_CHECK(L.next_chunk > 0, "live_chunks: layer ", layer, " is empty (no chunk has been appended to it)");
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const CacheChunk& ch : L.chunks)
+    if (ch.live) out.emplace_back(ch.index, ch.tokens);
+  return out;
+}
+
 int64_t StreamingKVCache::spans_encoded(int layer) const {
   check_layer(*impl_, layer, "spans_encoded");
   return impl_->layers[static_cast<size_t>(layer)].next_span;
