@@ -39,6 +39,17 @@ struct Timer {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   }
+  /// Median over reps of (the time of `batch` back-to-back calls) / batch:
+  /// the rate of a kernel queued behind others, as in a model's stream,
+  /// without the gap between one event and the launch after it.
+  template <typename F>
+  double batch_median_ms(int reps, int batch, F&& f) {
+    return median_ms(reps,
+                     [&] {
+                       for (int i = 0; i < batch; ++i) f();
+                     }) /
+           batch;
+  }
 };
 
 }  // namespace qvg::bench

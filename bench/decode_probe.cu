@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(kTileThreads) write_only_kernel(uint16_t* __re
 /// The tile kernel's code loads (INT2: 4 bytes per unit) and stores, with a
 /// plain bit expansion instead of the decode.
 template <int U>
-__global__ void __launch_bounds__(kTileThreads) read_write_kernel(const uint32_t* __restrict__ codes,
-                                                                  uint16_t* __restrict__ out, int64_t per_head) {
+__global__ void __launch_bounds__(kTileThreads)
+    read_write_kernel(const uint32_t* __restrict__ codes, uint16_t* __restrict__ out, int64_t per_head) {
   const uint32_t units = static_cast<uint32_t>(per_head / 16);
   const uint32_t first = blockIdx.x * (kTileThreads * U) + threadIdx.x;
   const uint32_t* c = codes + static_cast<int64_t>(blockIdx.y) * units;
@@ -79,6 +79,58 @@ __global__ void __launch_bounds__(kTileThreads) read_write_kernel(const uint32_t
     q[0] = make_uint4(x[0], x[1], x[2], x[3]);
     q[1] = make_uint4(x[4], x[5], x[6], x[7]);
   }
+}
+
+/// Every BF16 code through tc_bf16x4, against the shift (qvg's
+/// conversion): one warp, the pattern at lane 4g's a0 and a1 low halves
+/// (rows g and g + 8 of A), every other value of A `fill`. mismatches[k]
+/// counts the codes of class k (0 normal, 1 subnormal, 2 zero, 3 inf,
+/// 4 NaN) whose widened bits differ; examples[k] the first such code and
+/// what came back (code << 16 | low 16 bits of the result's high half).
+__global__ void tc_convert_check_kernel(uint16_t fill, unsigned int* mismatches, unsigned int* examples) {
+  const uint32_t lane = threadIdx.x, t = lane & 3u;
+  const uint32_t eye = tc_identity();
+  for (uint32_t base = 0; base < 65536u; base += 16) {
+    const uint32_t g = lane >> 2;
+    const uint16_t pa = static_cast<uint16_t>(base + g), pb = static_cast<uint16_t>(base + 8 + g);
+    const uint32_t a0 = t == 0 ? (pa | (uint32_t{fill} << 16)) : (fill | (uint32_t{fill} << 16));
+    const uint32_t a1 = t == 0 ? (pb | (uint32_t{fill} << 16)) : (fill | (uint32_t{fill} << 16));
+    float d[4];
+    tc_bf16x4(a0, a1, eye, d);
+    if (t == 0) {
+      for (int k = 0; k < 2; ++k) {
+        const uint16_t code = k == 0 ? pa : pb;
+        const uint32_t got = __float_as_uint(d[2 * k]), want = uint32_t{code} << 16;
+        if (got != want) {
+          const uint32_t e = (code >> 7) & 0xFFu, m = code & 0x7Fu;
+          const int cls = e == 0xFF ? (m ? 4 : 3) : e == 0 ? (m ? 1 : 2) : 0;
+          if (atomicAdd(mismatches + cls, 1u) == 0) examples[cls] = (uint32_t{code} << 16) | (got >> 16);
+        }
+      }
+    }
+  }
+}
+
+/// Runs tc_convert_check_kernel with every other value of A `fill` and
+/// prints what differs; returns whether every finite code came back exact
+/// (zeros up to their sign).
+bool tc_convert_check(uint16_t fill) {
+  DeviceBuffer<unsigned int> mis(5), ex(5);
+  QVG_CUDA_CHECK(cudaMemset(mis.get(), 0, mis.bytes()));
+  QVG_CUDA_CHECK(cudaMemset(ex.get(), 0, ex.bytes()));
+  tc_convert_check_kernel<<<1, 32>>>(fill, mis.get(), ex.get());
+  QVG_CUDA_CHECK(cudaGetLastError());
+  unsigned int m[5], e[5];
+  mis.download(m, 5);
+  ex.download(e, 5);
+  const char* names[5] = {"normal", "subnormal", "zero", "inf", "NaN"};
+  std::printf("tc_bf16x4, other values 0x%04x: mismatches", fill);
+  for (int k = 0; k < 5; ++k) {
+    std::printf(" %s %u", names[k], m[k]);
+    if (m[k]) std::printf(" (0x%04x -> 0x%04x)", e[k] >> 16, e[k] & 0xFFFFu);
+  }
+  std::printf("\n");
+  return m[0] == 0 && m[1] == 0;
 }
 
 template <int U, int VALS>
@@ -100,10 +152,14 @@ void launch_tile(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
 template <typename F>
 void with_probe_stages(const QvgShape& sh, F&& f) {
   switch (sh.stages) {
-    case 0: return f(std::integral_constant<int, 0>{});
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    default: throw Error("decode probe: stages 0, 1 or 4");
+    case 0:
+      return f(std::integral_constant<int, 0>{});
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      throw Error("decode probe: stages 0, 1 or 4");
   }
 }
 
@@ -112,18 +168,19 @@ void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   with_probe_stages(sh, [&](auto st) { launch_tile<decltype(st)::value, U, VALS, SPLIT, MINB>(sh, p, out); });
 }
 
-template <int S, int U, int MINB>
+template <int S, int U, int MINB, bool TC = false>
 void launch_lines(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   constexpr int kRowsPerBlock = kTileThreads / (kD / 16) * U;
-  const dim3 grid(static_cast<unsigned>((sh.tokens + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(sh.heads));
-  decode_lines_kernel<2, kD, S, U, __nv_bfloat16, MINB>
+  const dim3 grid(static_cast<unsigned>((sh.tokens + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>(sh.heads));
+  decode_lines_kernel<2, kD, S, U, __nv_bfloat16, MINB, TC>
       <<<grid, kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, block_shift(sh));
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int U, int MINB = 0>
+template <int U, int MINB = 0, bool TC = false>
 void launch_lines_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  with_probe_stages(sh, [&](auto st) { launch_lines<decltype(st)::value, U, MINB>(sh, p, out); });
+  with_probe_stages(sh, [&](auto st) { launch_lines<decltype(st)::value, U, MINB, TC>(sh, p, out); });
 }
 
 }  // namespace
@@ -132,8 +189,10 @@ int main(int argc, char** argv) {
   int reps = 20;
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json_path = argv[++i];
     else {
       std::fprintf(stderr, "usage: bench_decode_probe [--reps N] [--json FILE]\n");
       return 2;
@@ -146,13 +205,16 @@ int main(int argc, char** argv) {
     {
       DeviceBuffer<uint8_t> c0(copy_bytes), c1(copy_bytes);
       QVG_CUDA_CHECK(cudaMemset(c0.get(), 1, copy_bytes));
-      const double ms = timer.median_ms(reps, [&] {
-        QVG_CUDA_CHECK(cudaMemcpyAsync(c1.get(), c0.get(), copy_bytes, cudaMemcpyDeviceToDevice));
-      });
+      const double ms = timer.median_ms(
+          reps, [&] { QVG_CUDA_CHECK(cudaMemcpyAsync(c1.get(), c0.get(), copy_bytes, cudaMemcpyDeviceToDevice)); });
       copy_gbs = 2.0 * copy_bytes / (ms * 1e6);
     }
     std::string json = "[\n";
     int failures = 0;
+    // 0x3f80 = 1.0, 0x8000 = -0, 0x0000 = +0, 0x0001 = the least subnormal.
+    for (const uint16_t fill : {uint16_t{0x3f80}, uint16_t{0x8000}, uint16_t{0x0000}, uint16_t{0x0001}})
+      if (!tc_convert_check(fill)) ++failures;
+    constexpr int kBatch = 10;  // back-to-back launches in the batch rows
     struct ProbeShape {
       const char* name;
       int heads;
@@ -180,12 +242,21 @@ int main(int argc, char** argv) {
         json += buf;
       };
       // Reference points with the decode's output size.
-      row("-", "memset (write only)", timer.median_ms(reps, [&] {
-            QVG_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes()));
-          }), out_bytes);
-      row("-", "memcpy of the output size", timer.median_ms(reps, [&] {
-            QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice));
-          }), 2 * out_bytes);
+      row("-", "memset (write only)",
+          timer.median_ms(reps, [&] { QVG_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes())); }), out_bytes);
+      row("-", "memcpy of the output size",
+          timer.median_ms(
+              reps,
+              [&] { QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice)); }),
+          2 * out_bytes);
+      row("-", "memset, back-to-back x10",
+          timer.batch_median_ms(reps, kBatch, [&] { QVG_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes())); }),
+          out_bytes);
+      row("-", "memcpy out size, b2b x10",
+          timer.batch_median_ms(
+              reps, kBatch,
+              [&] { QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice)); }),
+          2 * out_bytes);
       const int64_t per_head = x.tokens * kD;
       // Blocks for units of `vals` values, U per thread.
       auto wgrid = [&](int vals, int u) {
@@ -193,23 +264,23 @@ int main(int argc, char** argv) {
         return dim3((static_cast<unsigned>(per_head / vals) + per_block - 1) / per_block, shape.heads);
       };
       const dim3 g2 = wgrid(16, 2);
-      row("-", "write-only v16 U=1", timer.median_ms(reps, [&] {
-            write_only_kernel<16, 1><<<wgrid(16, 1), kTileThreads>>>(out.get(), per_head);
-          }), out_bytes);
-      row("-", "write-only v16 U=2", timer.median_ms(reps, [&] {
-            write_only_kernel<16, 2><<<g2, kTileThreads>>>(out.get(), per_head);
-          }), out_bytes);
-      row("-", "write-only v8 U=1", timer.median_ms(reps, [&] {
-            write_only_kernel<8, 1><<<wgrid(8, 1), kTileThreads>>>(out.get(), per_head);
-          }), out_bytes);
-      row("-", "write-only v8 U=2", timer.median_ms(reps, [&] {
-            write_only_kernel<8, 2><<<wgrid(8, 2), kTileThreads>>>(out.get(), per_head);
-          }), out_bytes);
+      row("-", "write-only v16 U=1",
+          timer.median_ms(reps, [&] { write_only_kernel<16, 1><<<wgrid(16, 1), kTileThreads>>>(out.get(), per_head); }),
+          out_bytes);
+      row("-", "write-only v16 U=2",
+          timer.median_ms(reps, [&] { write_only_kernel<16, 2><<<g2, kTileThreads>>>(out.get(), per_head); }),
+          out_bytes);
+      row("-", "write-only v8 U=1",
+          timer.median_ms(reps, [&] { write_only_kernel<8, 1><<<wgrid(8, 1), kTileThreads>>>(out.get(), per_head); }),
+          out_bytes);
+      row("-", "write-only v8 U=2",
+          timer.median_ms(reps, [&] { write_only_kernel<8, 2><<<wgrid(8, 2), kTileThreads>>>(out.get(), per_head); }),
+          out_bytes);
       DeviceBuffer<uint32_t> codes(static_cast<size_t>(shape.heads * per_head / 16));
       QVG_CUDA_CHECK(cudaMemset(codes.get(), 0x5A, codes.bytes()));
-      row("-", "read+write kernel U=2", timer.median_ms(reps, [&] {
-            read_write_kernel<2><<<g2, kTileThreads>>>(codes.get(), out.get(), per_head);
-          }), out_bytes + codes.bytes());
+      row("-", "read+write kernel U=2",
+          timer.median_ms(reps, [&] { read_write_kernel<2><<<g2, kTileThreads>>>(codes.get(), out.get(), per_head); }),
+          out_bytes + codes.bytes());
       for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random"}) {
         const CodecConfig c = parse_codec_spec(spec);
         const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
@@ -233,10 +304,10 @@ int main(int argc, char** argv) {
           }
           QVG_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // poison for the next variant
         };
-        for (const auto& [name, k] : {std::pair{"vals16", DecodeKernel::vals16},
-                                      std::pair{"vals8", DecodeKernel::vals8}, std::pair{"rows", DecodeKernel::rows},
-                                      std::pair{"tile", DecodeKernel::tile}, std::pair{"lines", DecodeKernel::lines},
-                                      std::pair{"automatic (default)", DecodeKernel::automatic}}) {
+        for (const auto& [name, k] :
+             {std::pair{"vals16", DecodeKernel::vals16}, std::pair{"vals8", DecodeKernel::vals8},
+              std::pair{"rows", DecodeKernel::rows}, std::pair{"tile", DecodeKernel::tile},
+              std::pair{"lines", DecodeKernel::lines}, std::pair{"automatic (default)", DecodeKernel::automatic}}) {
           const DecodeKernel kernel = k;  // a lambda may not capture a structured binding in C++17
           row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, kernel); }),
               bytes);
@@ -261,6 +332,20 @@ int main(int argc, char** argv) {
         tile("lines U=4", [&] { launch_lines_any<4>(sh, p, o); });
         tile("lines U=2 64 regs", [&] { launch_lines_any<2, 4>(sh, p, o); });
         tile("lines U=4 64 regs", [&] { launch_lines_any<4, 4>(sh, p, o); });
+        tile("lines tc U=1", [&] { launch_lines_any<1, 0, true>(sh, p, o); });
+        tile("lines tc U=2", [&] { launch_lines_any<2, 0, true>(sh, p, o); });
+        tile("lines tc U=4", [&] { launch_lines_any<4, 0, true>(sh, p, o); });
+        tile("lines tc U=2 64 regs", [&] { launch_lines_any<2, 4, true>(sh, p, o); });
+        tile("lines tc U=4 64 regs", [&] { launch_lines_any<4, 4, true>(sh, p, o); });
+        tile("lines tc U=4 48 regs", [&] { launch_lines_any<4, 5, true>(sh, p, o); });
+        row(m, "default, back-to-back x10",
+            timer.batch_median_ms(
+                reps, kBatch, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic); }),
+            bytes);
+        check("default, back-to-back x10");
+        row(m, "lines tc U=4 64r, b2b x10",
+            timer.batch_median_ms(reps, kBatch, [&] { launch_lines_any<4, 4, true>(sh, p, o); }), bytes);
+        check("lines tc U=4 64r, b2b x10");
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(all_ids.data(), p.ids, all_ids.size(), cudaMemcpyDeviceToHost));
@@ -271,9 +356,10 @@ int main(int argc, char** argv) {
             few.upload(ids.data(), ids.size());
             QvgParts pf = p;
             pf.ids = few.get();
-            row(m, "lines, ids < " + std::to_string(keep) + " (bound)", timer.median_ms(reps, [&] {
-                  decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::lines);
-                }), bytes);
+            row(m, "lines, ids < " + std::to_string(keep) + " (bound)",
+                timer.median_ms(reps,
+                                [&] { decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::lines); }),
+                bytes);
           }
         }
       }
