@@ -81,58 +81,6 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
-/// Every BF16 code through tc_bf16x4, against the shift (qvg's
-/// conversion): one warp, the pattern at lane 4g's a0 and a1 low halves
-/// (rows g and g + 8 of A), every other value of A `fill`. mismatches[k]
-/// counts the codes of class k (0 normal, 1 subnormal, 2 zero, 3 inf,
-/// 4 NaN) whose widened bits differ; examples[k] the first such code and
-/// what came back (code << 16 | low 16 bits of the result's high half).
-__global__ void tc_convert_check_kernel(uint16_t fill, unsigned int* mismatches, unsigned int* examples) {
-  const uint32_t lane = threadIdx.x, t = lane & 3u;
-  const uint32_t eye = tc_identity();
-  for (uint32_t base = 0; base < 65536u; base += 16) {
-    const uint32_t g = lane >> 2;
-    const uint16_t pa = static_cast<uint16_t>(base + g), pb = static_cast<uint16_t>(base + 8 + g);
-    const uint32_t a0 = t == 0 ? (pa | (uint32_t{fill} << 16)) : (fill | (uint32_t{fill} << 16));
-    const uint32_t a1 = t == 0 ? (pb | (uint32_t{fill} << 16)) : (fill | (uint32_t{fill} << 16));
-    float d[4];
-    tc_bf16x4(a0, a1, eye, d);
-    if (t == 0) {
-      for (int k = 0; k < 2; ++k) {
-        const uint16_t code = k == 0 ? pa : pb;
-        const uint32_t got = __float_as_uint(d[2 * k]), want = uint32_t{code} << 16;
-        if (got != want) {
-          const uint32_t e = (code >> 7) & 0xFFu, m = code & 0x7Fu;
-          const int cls = e == 0xFF ? (m ? 4 : 3) : e == 0 ? (m ? 1 : 2) : 0;
-          if (atomicAdd(mismatches + cls, 1u) == 0) examples[cls] = (uint32_t{code} << 16) | (got >> 16);
-        }
-      }
-    }
-  }
-}
-
-/// Runs tc_convert_check_kernel with every other value of A `fill` and
-/// prints what differs; returns whether every finite code came back exact
-/// (zeros up to their sign).
-bool tc_convert_check(uint16_t fill) {
-  DeviceBuffer<unsigned int> mis(5), ex(5);
-  QVG_CUDA_CHECK(cudaMemset(mis.get(), 0, mis.bytes()));
-  QVG_CUDA_CHECK(cudaMemset(ex.get(), 0, ex.bytes()));
-  tc_convert_check_kernel<<<1, 32>>>(fill, mis.get(), ex.get());
-  QVG_CUDA_CHECK(cudaGetLastError());
-  unsigned int m[5], e[5];
-  mis.download(m, 5);
-  ex.download(e, 5);
-  const char* names[5] = {"normal", "subnormal", "zero", "inf", "NaN"};
-  std::printf("tc_bf16x4, other values 0x%04x: mismatches", fill);
-  for (int k = 0; k < 5; ++k) {
-    std::printf(" %s %u", names[k], m[k]);
-    if (m[k]) std::printf(" (0x%04x -> 0x%04x)", e[k] >> 16, e[k] & 0xFFFFu);
-  }
-  std::printf("\n");
-  return m[0] == 0 && m[1] == 0;
-}
-
 template <int U, int VALS>
 dim3 tile_grid(const QvgShape& sh) {
   const int64_t units = sh.tokens * (kD / VALS);
@@ -168,19 +116,19 @@ void launch_tile_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   with_probe_stages(sh, [&](auto st) { launch_tile<decltype(st)::value, U, VALS, SPLIT, MINB>(sh, p, out); });
 }
 
-template <int S, int U, int MINB, bool TC = false>
+template <int S, int U, int MINB>
 void launch_lines(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   constexpr int kRowsPerBlock = kTileThreads / (kD / 16) * U;
   const dim3 grid(static_cast<unsigned>((sh.tokens + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(sh.heads));
-  decode_lines_kernel<2, kD, S, U, __nv_bfloat16, MINB, TC>
+  decode_lines_kernel<2, kD, S, U, __nv_bfloat16, MINB>
       <<<grid, kTileThreads>>>(sh, p, out, DecodeRange{0, sh.tokens, sh.tokens, 0}, block_shift(sh));
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int U, int MINB = 0, bool TC = false>
+template <int U, int MINB = 0>
 void launch_lines_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
-  with_probe_stages(sh, [&](auto st) { launch_lines<decltype(st)::value, U, MINB, TC>(sh, p, out); });
+  with_probe_stages(sh, [&](auto st) { launch_lines<decltype(st)::value, U, MINB>(sh, p, out); });
 }
 
 }  // namespace
@@ -211,9 +159,6 @@ int main(int argc, char** argv) {
     }
     std::string json = "[\n";
     int failures = 0;
-    // 0x3f80 = 1.0, 0x8000 = -0, 0x0000 = +0, 0x0001 = the least subnormal.
-    for (const uint16_t fill : {uint16_t{0x3f80}, uint16_t{0x8000}, uint16_t{0x0000}, uint16_t{0x0001}})
-      if (!tc_convert_check(fill)) ++failures;
     constexpr int kBatch = 10;  // back-to-back launches in the batch rows
     struct ProbeShape {
       const char* name;
@@ -332,20 +277,11 @@ int main(int argc, char** argv) {
         tile("lines U=4", [&] { launch_lines_any<4>(sh, p, o); });
         tile("lines U=2 64 regs", [&] { launch_lines_any<2, 4>(sh, p, o); });
         tile("lines U=4 64 regs", [&] { launch_lines_any<4, 4>(sh, p, o); });
-        tile("lines tc U=1", [&] { launch_lines_any<1, 0, true>(sh, p, o); });
-        tile("lines tc U=2", [&] { launch_lines_any<2, 0, true>(sh, p, o); });
-        tile("lines tc U=4", [&] { launch_lines_any<4, 0, true>(sh, p, o); });
-        tile("lines tc U=2 64 regs", [&] { launch_lines_any<2, 4, true>(sh, p, o); });
-        tile("lines tc U=4 64 regs", [&] { launch_lines_any<4, 4, true>(sh, p, o); });
-        tile("lines tc U=4 48 regs", [&] { launch_lines_any<4, 5, true>(sh, p, o); });
         row(m, "default, back-to-back x10",
             timer.batch_median_ms(
                 reps, kBatch, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic); }),
             bytes);
         check("default, back-to-back x10");
-        row(m, "lines tc U=4 64r, b2b x10",
-            timer.batch_median_ms(reps, kBatch, [&] { launch_lines_any<4, 4, true>(sh, p, o); }), bytes);
-        check("lines tc U=4 64r, b2b x10");
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(all_ids.data(), p.ids, all_ids.size(), cudaMemcpyDeviceToHost));

@@ -9,6 +9,7 @@
 # the decode kernels), QVG_SKIP_ASSIGN (bench_assign_probe), QVG_NCU_ASSIGN (ncu
 # detail of the k-means assignment), QVG_NCU_KERNELS (a regex: ncu detail of those encode kernels),
 # QVG_NCU_SASS (a regex on mangled kernel names: instruction-level stalls and mix, scripts/sass_hotspots.py),
+# QVG_SKIP_PYTHON (the Python module's tests, device="cuda" included),
 # QVG_RACECHECK_PP_S (time limit of the k-means++ racecheck, 0 skips it),
 # QVG_SASS_DUMP (a regex on mangled kernel names: cuobjdump -sass of those
 # kernels of bench_decode_probe and their opcode counts, scripts/sass_mix.py).
@@ -28,6 +29,19 @@ for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cu
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
+if [ -z "${QVG_SKIP_PYTHON:-}" ]; then  # python/tests/test_qvg.py, its OnTheGpu tests included
+  step "python module"
+  if cmake --build build-gpu -j16 --target qvg_python >>"$OUT/build.log" 2>&1; then
+    PYTHONPATH=build-gpu/python python3 -m unittest discover -s python/tests -v >"$OUT/python.log" 2>&1 ||
+      { rc=1; echo "python FAILED"; }
+    grep -E "^(Ran|OK|FAILED)|skipped|Error|FAIL:" "$OUT/python.log" | head -20
+    cat "$OUT/python.log" >>"$OUT/tests.log"
+  else
+    rc=1
+    echo "python module not built (no pybind11 or Python.h for python3?)"
+    grep -iE "pybind11|python|error" "$OUT/build.log" | tail -8
+  fi
+fi
 step "compute-sanitizer memcheck"
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
   --gtest_filter='Cuda.QuantizeGiven*:Cuda.QuantizeAt*:Cuda.BlockScales*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.DecodeOfEvery*:Cuda.DecodeOfARange*:Cuda.CentroidSums*:Cuda.CacheReadDevice*:Cuda.KMeansMatchesCpu*:Cuda.KMeansPlusPlus*:Cuda.WarmStart*:Cuda.EncodeEquals*:Cuda.MultiStage*:Cuda.FixedIteration*:Cuda.Assignment*' \

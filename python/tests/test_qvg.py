@@ -338,5 +338,68 @@ class BadInput(unittest.TestCase):
             codec.encode(random_kv(dim=64), warm_start=first)
 
 
+CUDA_OK, CUDA_WHY = qvg.cuda_available()
+
+
+@unittest.skipUnless(CUDA_OK, "no usable CUDA device: " + CUDA_WHY)
+class OnTheGpu(unittest.TestCase):
+    """device="cuda" against the CPU reference (docs/FORMAT.md: the GPU decode
+    is bit-identical to the CPU's; RTN's GPU encode and the baselines' encodes,
+    which run the CPU reference, give the same bytes)."""
+
+    def test_decode_of_cpu_encodes_is_bit_identical(self):
+        for spec in SPECS:
+            cpu, gpu = qvg.Codec(spec), qvg.Codec(spec, device="cuda")
+            self.assertEqual(gpu.device, "cuda")
+            for dim in (64, 128):
+                for role in ("key", "value"):
+                    with self.subTest(spec=spec, dim=dim, role=role):
+                        e = cpu.encode(random_kv(dim=dim, seed=dim), role=role)
+                        np.testing.assert_array_equal(bits(gpu.decode(e)), bits(cpu.decode(e)))
+
+    def test_deterministic_encodes_are_the_same_bytes(self):
+        x = random_kv(dim=128, seed=3)
+        for spec in ("bf16", "rtn", "rtn-int4", "kivi", "quarot"):
+            with self.subTest(spec=spec):
+                for role in ("key", "value"):
+                    self.assertEqual(qvg.Codec(spec, device="cuda").encode(x, role=role).parts,
+                                     qvg.Codec(spec).encode(x, role=role).parts)
+
+    def test_qvg_encodes_repeat_and_decode_anywhere(self):
+        # GPU k-means: the same bytes on every run; its tensor decodes to the
+        # same bits on either device. Its error is the CPU's up to the k-means
+        # paths' differences (ties, summation order): within 10 % here, where
+        # bench_cuda measures ratios of 0.9999-1.0009 at the real shapes.
+        x = random_kv(heads=2, tokens=2000, dim=128, seed=5)
+        for spec in ("qvg:centroids=16", "qvg-pro:centroids=16,iters=3"):
+            with self.subTest(spec=spec):
+                cpu, gpu = qvg.Codec(spec), qvg.Codec(spec, device="cuda")
+                e = gpu.encode(x)
+                self.assertEqual(gpu.encode(x).parts, e.parts)
+                self.assertEqual(e.part_bytes, cpu.encode(x).part_bytes)
+                y = gpu.decode(e)
+                np.testing.assert_array_equal(bits(y), bits(cpu.decode(e)))
+                ratio = qvg.compare(x, y)["mse"] / qvg.compare(x, cpu.decode(cpu.encode(x)))["mse"]
+                self.assertLess(abs(ratio - 1), 0.1)
+                warm = gpu.encode(x, warm_start=e)  # centroid caching on the GPU
+                self.assertEqual(warm.part_bytes, e.part_bytes)
+
+    def test_cache_on_the_gpu_reads_what_the_cpus_reads(self):
+        rng = np.random.default_rng(11)
+        chunks = [(rng.standard_normal((2, 300, 128)).astype(np.float32),
+                   rng.standard_normal((2, 300, 128)).astype(np.float32)) for _ in range(5)]
+        for spec in ("rtn", "kivi"):
+            with self.subTest(spec=spec):
+                caches = [qvg.StreamingKVCache(1, 2, 128, key=spec, value=spec, quant_factor=2, device=d)
+                          for d in ("cpu", "cuda")]
+                for c in caches:
+                    for k, v in chunks:
+                        c.append(0, k, v)
+                (k0, v0), (k1, v1) = (c.read(0) for c in caches)
+                np.testing.assert_array_equal(bits(k1), bits(k0))
+                np.testing.assert_array_equal(bits(v1), bits(v0))
+                self.assertEqual(caches[1].memory(), caches[0].memory())
+
+
 if __name__ == "__main__":
     unittest.main()

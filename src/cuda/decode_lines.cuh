@@ -93,30 +93,11 @@ __device__ __forceinline__ const uint16_t* centroid_row(const char* cent, uint32
   return reinterpret_cast<const uint16_t*>(cent + static_cast<uint64_t>(k) * (2 * D));
 }
 
-/// Lane's constant B operand of tc_bf16x4: the 8 x 8 identity, B[k][n] =
-/// (k == n), in mma.m16n8k8's B fragment (k = 2 (lane % 4) + i, n = lane / 4).
-__device__ __forceinline__ uint32_t tc_identity() {
-  const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
-  return (2 * t == g ? 0x3F80u : 0u) | (2 * t + 1 == g ? 0x3F800000u : 0u);
-}
-
-/// Four BF16 values (lo, hi of a0, then of a1) -> float through the tensor
-/// cores: D = A I + 0 with A's fragment rows g, g + 8 holding this lane's
-/// words, so D's fragment is this lane's values again, widened. Exact for
-/// finite values whose row of A (the 4 lanes of the lane's quad) holds no
-/// inf or NaN (inf * 0); a -0 may come back as +0. Warp-collective: every
-/// lane of the warp must execute it.
-__device__ __forceinline__ void tc_bf16x4(uint32_t a0, uint32_t a1, uint32_t eye, float* d) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(eye), "f"(0.f));
-}
-
 /// Rows r0 .. r0 + U - 1 of the range (all of them < range.count), lane c of
 /// each: dequantize, add every stage's centroid, store. ALIGNED: the ids of
 /// the run start at a multiple of U bytes in every stage (one load a
 /// stage).
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool ALIGNED, bool TC = false>
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool ALIGNED>
 __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                  const DecodeRange& range, int block_shift, uint32_t r0) {
   constexpr int kLanes = D / 16;
@@ -126,8 +107,8 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   const int h = blockIdx.y;
   const uint32_t c = threadIdx.x % kLanes;
   const int64_t row = static_cast<int64_t>(h) * sh.tokens + range.begin + r0;  // source row of r0
-  const uint8_t* codes = p.codes + row * kRowBytes + c * BITS;                 // piece 0 of row r0
-  const int row_scales = (D >> block_shift) * kScaleBytes;                     // bytes a row
+  const uint8_t* codes = p.codes + row * kRowBytes + c * BITS;                  // piece 0 of row r0
+  const int row_scales = (D >> block_shift) * kScaleBytes;                      // bytes a row
   const uint8_t* scales = p.scales + row * row_scales;
   const int sc0 = ((8 * c) >> block_shift) * kScaleBytes, sc1 = ((kHalf + 8 * c) >> block_shift) * kScaleBytes;
   const uint8_t* ids = p.ids + row;
@@ -140,7 +121,7 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
 
   // 1. Every load that does not depend on another one.
   uint32_t w[U][2];
-  uint32_t sc[U];              // the two pieces' scale codes (decode_scale_pair)
+  uint32_t sc[U];  // the two pieces' scale codes (decode_scale_pair)
   uint32_t id[S > 0 ? S : 1];  // byte u = row u's centroid index
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -157,80 +138,38 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   // 2. Per row: the centroids of every stage at once, then the arithmetic.
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    float v[16];
-    if constexpr (TC) {
-      const float2 s = decode_scale_pair<FP8>(sc[u], span);
-      const uint32_t w1 = BITS == 2 ? w[u][0] >> 16 : w[u][1];  // the second piece's codes
-      // Every stage's words first; each stage widened (tensor cores) just
-      // before its adds, so one stage's floats are live at a time.
-      uint4 raw[S > 0 ? S : 1][2];
+    float cen[S > 0 ? S : 1][16];
 #pragma unroll
-      for (int st = 0; st < S; ++st) {
-        const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
-        raw[st][0] = __ldg(reinterpret_cast<const uint4*>(crow));
-        raw[st][1] = __ldg(reinterpret_cast<const uint4*>(crow + kHalf));
-      }
-      dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], s.x, v);
-      dequantize_lean<BITS, 8, MIDRISE>(&w1, s.y, v + 8);
-      const uint32_t eye = tc_identity();
-#pragma unroll
-      for (int st = S - 1; st >= 0; --st) {
-        float c[16];
-        tc_bf16x4(raw[st][0].x, raw[st][0].y, eye, c);
-        tc_bf16x4(raw[st][0].z, raw[st][0].w, eye, c + 4);
-        tc_bf16x4(raw[st][1].x, raw[st][1].y, eye, c + 8);
-        tc_bf16x4(raw[st][1].z, raw[st][1].w, eye, c + 12);
-#pragma unroll
-        for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], c[k]);
-      }
-    } else {
-      float cen[S > 0 ? S : 1][16];
-#pragma unroll
-      for (int st = 0; st < S; ++st) {
-        const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
-        load_bf16_vals<8>(crow, cen[st]);
-        load_bf16_vals<8>(crow + kHalf, cen[st] + 8);
-      }
-      const float2 s = decode_scale_pair<FP8>(sc[u], span);
-      const uint32_t w1 = BITS == 2 ? w[u][0] >> 16 : w[u][1];  // the second piece's codes
-      dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], s.x, v);
-      dequantize_lean<BITS, 8, MIDRISE>(&w1, s.y, v + 8);
-#pragma unroll
-      for (int st = S - 1; st >= 0; --st)
-#pragma unroll
-        for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], cen[st][k]);
+    for (int st = 0; st < S; ++st) {
+      const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
+      load_bf16_vals<8>(crow, cen[st]);
+      load_bf16_vals<8>(crow + kHalf, cen[st] + 8);
     }
+    const float2 s = decode_scale_pair<FP8>(sc[u], span);
+    float v[16];
+    const uint32_t w1 = BITS == 2 ? w[u][0] >> 16 : w[u][1];  // the second piece's codes
+    dequantize_lean<BITS, 8, MIDRISE>(&w[u][0], s.x, v);
+    dequantize_lean<BITS, 8, MIDRISE>(&w1, s.y, v + 8);
+#pragma unroll
+    for (int st = S - 1; st >= 0; --st)
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], cen[st][k]);
     store_vals<OutT, 8>(o + u * D, v);
     store_vals<OutT, 8>(o + u * D + kHalf, v + 8);
   }
 }
 
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool TC>
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8>
 __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                   const DecodeRange& range, int block_shift) {
   constexpr int kGroups = kTileThreads / (D / 16);  // row groups a block
   const uint32_t r0 = (blockIdx.x * kGroups + threadIdx.x / (D / 16)) * U;
   const uint32_t count = static_cast<uint32_t>(range.count);
-  if constexpr (TC) {
-    // The tensor-core conversion is warp-collective: only blocks whose rows
-    // are all in the range take it (a uniform branch); the last one of a
-    // head does not.
-    if ((blockIdx.x + 1) * kGroups * U <= count) {
-      const uintptr_t first =
-          reinterpret_cast<uintptr_t>(p.ids) + static_cast<uintptr_t>(blockIdx.y) * sh.tokens + range.begin + r0;
-      const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
-      if (((first | stage_ids) & (U - 1)) == 0)
-        decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, true, true>(sh, p, out, range, block_shift, r0);
-      else
-        decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, false, true>(sh, p, out, range, block_shift, r0);
-      return;
-    }
-  }
   if (r0 + U <= count) {
     // The same for every thread of the block (r0 is a multiple of U): a
     // uniform branch, not two predicated paths.
-    const uintptr_t first =
-        reinterpret_cast<uintptr_t>(p.ids) + static_cast<uintptr_t>(blockIdx.y) * sh.tokens + range.begin + r0;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p.ids) + static_cast<uintptr_t>(blockIdx.y) * sh.tokens +
+                            range.begin + r0;
     const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
     if constexpr (U > 1) {
       if (((first | stage_ids) & (U - 1)) == 0) {
@@ -252,21 +191,21 @@ __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgP
 /// S * H * N < 2^31 (32-bit stage offsets of the ids). block_shift =
 /// log2(sh.block). MINB > 0 is the launch bounds' minimum of resident blocks
 /// an SM (4 -> 64 registers a thread); 0 leaves the registers to ptxas.
-template <int BITS, int D, int S, int U, typename OutT, int MINB = 0, bool TC = false>
-__global__ void __launch_bounds__(kTileThreads, MINB)
-    decode_lines_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, DecodeRange range, int block_shift) {
+template <int BITS, int D, int S, int U, typename OutT, int MINB = 0>
+__global__ void __launch_bounds__(kTileThreads, MINB) decode_lines_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
+                                                                   DecodeRange range, int block_shift) {
   static_assert(D == 64 || D == 128, "lines decode: D = 64 or 128");
   static_assert(S >= 0 && S <= kTileMaxStages, "lines decode: up to 4 stages");
   static_assert(U == 1 || U == 2 || U == 4, "lines decode: runs of 1, 2 or 4 rows");
   const bool midrise = sh.levels == LevelRule::midrise, fp8 = sh.scale_format == ScaleFormat::fp8;
   if (midrise && fp8)
-    decode_lines_body<BITS, D, S, U, OutT, true, true, TC>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, true>(sh, p, out, range, block_shift);
   else if (midrise)
-    decode_lines_body<BITS, D, S, U, OutT, true, false, TC>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, false>(sh, p, out, range, block_shift);
   else if (fp8)
-    decode_lines_body<BITS, D, S, U, OutT, false, true, TC>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, true>(sh, p, out, range, block_shift);
   else
-    decode_lines_body<BITS, D, S, U, OutT, false, false, TC>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, false>(sh, p, out, range, block_shift);
 }
 
 }  // namespace qvg::cuda
