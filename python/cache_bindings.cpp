@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "convert.h"
+#include "dlpack.h"
 #include "qvg/cache.h"
 
 namespace qvg::python {
@@ -152,10 +153,11 @@ void bind_cache(py::module_& m) {
            "with their positions and rotated on read. tail: how unencoded chunks are held (\"bf16\" or \"f32\").")
       .def(
           "append",
-          [](PyCache& c, int layer, const FloatArray& k, const FloatArray& v,
+          [](PyCache& c, int layer, const py::object& k, const py::object& v,
              const std::optional<PositionArray>& positions, const std::string& layout) {
             const qvg::KvLayout l = qvg::parse_layout(layout);
-            const qvg::HeadTensor kt = to_tensor(k, l, "k"), vt = to_tensor(v, l, "v");
+            const qvg::HeadTensor kt = host_input(k, l, "k", "the cache's append"),
+                                 vt = host_input(v, l, "v", "the cache's append");
             std::span<const int32_t> pos;
             if (positions) pos = std::span<const int32_t>(positions->data(), static_cast<size_t>(positions->size()));
             const qvg::AppendReport r =

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "convert.h"
+#include "dlpack.h"
 #include "qvg/codec.h"
 #include "qvg/config.h"
 #include "qvg/cuda.h"
@@ -77,9 +78,9 @@ PYBIND11_MODULE(qvg, m) {
       "(True, \"\") when the CUDA backend is built and a device is usable, else (False, reason).");
   m.def(
       "compare",
-      [](const FloatArray& ref, const FloatArray& rec, const std::string& layout) {
+      [](const py::object& ref, const py::object& rec, const std::string& layout) {
         const qvg::KvLayout l = qvg::parse_layout(layout);
-        const qvg::HeadTensor a = to_tensor(ref, l, "ref"), b = to_tensor(rec, l, "rec");
+        const qvg::HeadTensor a = host_input(ref, l, "ref", "compare"), b = host_input(rec, l, "rec", "compare");
         if (!a.same_shape(b)) throw qvg::Error("compare: ref and rec have different shapes");
         return error_dict(qvg::compare(a, b));
       },
@@ -134,6 +135,7 @@ PYBIND11_MODULE(qvg, m) {
       });
 
   bind_cache(m);
+  bind_dlpack(m);
 
   py::class_<PyCodec>(m, "Codec", "A compression method, made from a spec such as \"qvg\" or \"qvg-pro:iters=5\".")
       .def(py::init([](const std::string& spec, const std::string& device) {
@@ -151,35 +153,83 @@ PYBIND11_MODULE(qvg, m) {
       .def_property_readonly("description", [](const PyCodec& c) { return qvg::describe(c.config); })
       .def(
           "encode",
-          [](const PyCodec& c, const FloatArray& x, const std::string& role, const std::string& layout, int threads,
+          [](const PyCodec& c, const py::object& x, const std::string& role, const std::string& layout, int threads,
              const qvg::EncodedTensor* warm_start) {
-            const qvg::HeadTensor t = to_tensor(x, qvg::parse_layout(layout), "x");
+            const qvg::KvLayout l = qvg::parse_layout(layout);
             qvg::EncodeOptions opt;
             opt.role = parse_role(role);
             opt.threads = check_threads(threads);
             opt.warm_start = warm_start;
+            if (is_dlpack(x)) {
+              const std::unique_ptr<ImportedTensor> t = import_dlpack(x, "x");
+              if (t->on_cuda()) {  // read where it is: no host copy (kivi, quarot, bf16: their CPU encode)
+                if (c.backend != qvg::Backend::cuda)
+                  throw qvg::Error("x is a CUDA tensor: encode it with qvg.Codec(spec, device=\"cuda\")");
+                if (l != qvg::KvLayout::htd)
+                  throw qvg::Error("layout=\"thd\" with a CUDA tensor: pass it as [heads, tokens, dim] "
+                                   "(x.transpose(0, 1).contiguous())");
+                const DeviceInput d = device_input(*t, "x");
+                py::gil_scoped_release unlocked;
+                return qvg::cuda_encode_device(c.config, d.data, d.type, d.heads, d.tokens, d.dim, opt);
+              }
+              const qvg::HeadTensor h = host_tensor(*t, l, "x");
+              py::gil_scoped_release unlocked;
+              return c.codec->encode(h, opt);
+            }
+            const qvg::HeadTensor h = host_input(x, l, "x", "encode");
             py::gil_scoped_release unlocked;
-            return c.codec->encode(t, opt);
+            return c.codec->encode(h, opt);
           },
           py::arg("x"), py::arg("role") = "key", py::arg("layout") = "htd", py::arg("threads") = 0,
           py::arg("warm_start") = nullptr,
-          "Encodes a finite float array [heads, tokens, dim] (layout=\"thd\": [tokens, heads, dim]), or the "
-          "same with a leading batch of 1; any real dtype is converted to float32 first. warm_start: an earlier "
-          "EncodedTensor of the same codec and dim "
-          "whose centroids start k-means. The result does not depend on threads.")
+          "Encodes a finite tensor [heads, tokens, dim] (layout=\"thd\": [tokens, heads, dim]), or the "
+          "same with a leading batch of 1: a NumPy array of any real dtype (converted to float32 first), or any "
+          "object with __dlpack__ (PyTorch, CuPy, JAX: float32, float16, bfloat16 or float64). A CUDA tensor "
+          "(contiguous [heads, tokens, dim], codec on device=\"cuda\") is read in device memory, without a host "
+          "copy. warm_start: an earlier EncodedTensor of the same codec and dim whose centroids start k-means. "
+          "The result does not depend on threads.")
       .def(
           "decode",
-          [](const PyCodec& c, const qvg::EncodedTensor& e, const std::string& layout, int threads) {
+          [](const PyCodec& c, const qvg::EncodedTensor& e, const std::string& layout, int threads,
+             const std::string& output, const std::string& dtype) -> py::object {
             const qvg::KvLayout l = qvg::parse_layout(layout);
+            check_threads(threads);
+            if (output == "cuda") {
+              if (e.config.method != c.config.method)
+                throw qvg::Error(std::string("decoding a ") + qvg::method_name(e.config.method) + " tensor with a " +
+                                 qvg::method_name(c.config.method) + " codec");
+              if (l != qvg::KvLayout::htd)
+                throw qvg::Error("output=\"cuda\" decodes to [heads, tokens, dim] only (layout=\"htd\")");
+              std::string why;
+              if (!qvg::cuda_available(&why)) throw qvg::Error("output=\"cuda\": " + why);
+              DeviceArray a;
+              a.type = parse_element(dtype);
+              a.shape = {e.heads, e.tokens, e.dim};
+              a.device = qvg::cuda_current_device();
+              {
+                py::gil_scoped_release unlocked;
+                a.memory = qvg::cuda_allocate(a.nbytes());
+                qvg::cuda_decode_device(e, a.memory.get(), a.type);
+              }
+              return py::cast(std::move(a));
+            }
+            if (output != "numpy")
+              throw qvg::Error("output must be \"numpy\" or \"cuda\", got \"" + output + "\"");
+            if (dtype != "float32")
+              throw qvg::Error("output=\"numpy\" decodes to float32 only, got dtype=\"" + dtype + "\"");
             qvg::HeadTensor out;
             {
               py::gil_scoped_release unlocked;
-              c.codec->decode(e, out, check_threads(threads));
+              c.codec->decode(e, out, threads);
             }
             return to_array(out, l);
           },
-          py::arg("encoded"), py::arg("layout") = "htd", py::arg("threads") = 0,
-          "The float32 reconstruction of an EncodedTensor, in the given layout.")
+          py::arg("encoded"), py::arg("layout") = "htd", py::arg("threads") = 0, py::arg("output") = "numpy",
+          py::arg("dtype") = "float32",
+          "The reconstruction of an EncodedTensor: a float32 NumPy array in the given layout, or with "
+          "output=\"cuda\" a qvg.DeviceArray [heads, tokens, dim] of dtype (\"float32\", \"bfloat16\", "
+          "\"float16\") in device memory, which torch.from_dlpack and the like take without a copy. Either way the "
+          "values are the CPU decode's (16-bit types: rounded to nearest even).")
       .def("__repr__", [](const PyCodec& c) {
         return "<qvg.Codec \"" + c.spec + "\" (" + qvg::describe(c.config) + ") on " +
                (c.backend == qvg::Backend::cpu ? "cpu" : "cuda") + ">";

@@ -436,6 +436,91 @@ TEST(Cuda, HalfInputsEncodeLikeTheirFloatValues) {
     }
 }
 
+// The device-memory API (cuda_encode_device / cuda_decode_device, what the
+// Python module's DLPack path calls) gives make_cuda_codec's bytes for the
+// same values in f32, bf16 and f16, for every method, and decodes into
+// device memory the CPU decode's float bits (bf16 / f16: those rounded to
+// nearest even). A non-finite value is refused naming its position, as the
+// host encode does; null pointers and empty shapes are errors.
+TEST(Cuda, DeviceTensorsEncodeAndDecodeLikeHostTensors) {
+  REQUIRE_GPU();
+  for (const std::string spec : {"rtn", "qvg:centroids=16", "qvg-pro:centroids=8,iters=3", "kivi", "quarot", "bf16"})
+    for (const DeviceElement type : {DeviceElement::f32, DeviceElement::bf16, DeviceElement::f16}) {
+      const CodecConfig c = parse_codec_spec(spec);
+      HeadTensor x = blobs(2, 700, 64, 12, 5, 0.5f);
+      std::vector<uint16_t> h(x.data.size());
+      for (size_t i = 0; i < h.size(); ++i) {
+        if (type == DeviceElement::f32) continue;
+        h[i] = type == DeviceElement::bf16 ? bf16_from_float(x.data[i]) : fp16_from_float(x.data[i]);
+        x.data[i] = type == DeviceElement::bf16 ? bf16_to_float(h[i]) : fp16_to_float(h[i]);
+      }
+      cuda::DeviceBuffer<uint16_t> xh;
+      cuda::DeviceBuffer<float> xf;
+      const void* xd = nullptr;
+      if (type == DeviceElement::f32) {
+        xf.upload(x.data.data(), x.data.size());
+        xd = xf.get();
+      } else {
+        xh.upload(h.data(), h.size());
+        xd = xh.get();
+      }
+      const std::string what = spec + " type " + std::to_string(static_cast<int>(type));
+      EncodeOptions opt;
+      opt.role = TensorRole::value;
+      const EncodedTensor want = make_cuda_codec(c)->encode(x, opt);
+      const EncodedTensor got = cuda_encode_device(c, xd, type, x.heads, x.tokens, x.dim, opt);
+      EXPECT_EQ(got.role, TensorRole::value) << what;
+      expect_same_parts(want, got, what);
+      EXPECT_EQ(want.zero_points, got.zero_points) << what;
+      EXPECT_EQ(want.full_precision, got.full_precision) << what;
+
+      HeadTensor cpu;
+      make_codec(c)->decode(got, cpu);
+      const size_t es = type == DeviceElement::f32 ? 4 : 2;
+      const std::shared_ptr<void> out = cuda_allocate(cpu.data.size() * es);
+      cuda_decode_device(got, out.get(), type);
+      if (type == DeviceElement::f32) {
+        std::vector<float> back(cpu.data.size());
+        QVG_CUDA_CHECK(cudaMemcpy(back.data(), out.get(), back.size() * 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(0, std::memcmp(back.data(), cpu.data.data(), back.size() * 4)) << what;
+      } else {
+        std::vector<uint16_t> back(cpu.data.size());
+        QVG_CUDA_CHECK(cudaMemcpy(back.data(), out.get(), back.size() * 2, cudaMemcpyDeviceToHost));
+        size_t mismatches = 0;
+        for (size_t i = 0; i < back.size(); ++i)
+          mismatches += back[i] != (type == DeviceElement::bf16 ? bf16_from_float(cpu.data[i])
+                                                                 : fp16_from_float(cpu.data[i]));
+        EXPECT_EQ(mismatches, 0u) << what;
+      }
+    }
+  // A NaN at head 1, token 7, channel 3, and an inf (bf16) there.
+  HeadTensor x = blobs(2, 300, 64, 4, 9);
+  x.at(1, 7, 3) = std::nanf("");
+  cuda::DeviceBuffer<float> xf;
+  xf.upload(x.data.data(), x.data.size());
+  const CodecConfig q = parse_codec_spec("qvg:centroids=4");
+  for (const std::string spec : {"qvg:centroids=4", "kivi"}) {
+    try {
+      cuda_encode_device(parse_codec_spec(spec), xf.get(), DeviceElement::f32, 2, 300, 64);
+      ADD_FAILURE() << spec << ": a NaN was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("non-finite value (nan) at head 1, token 7, channel 3"), std::string::npos)
+          << e.what();
+    }
+  }
+  std::vector<uint16_t> hb(x.data.size(), 0x3f80);
+  hb[static_cast<size_t>((1 * 300 + 7) * 64 + 3)] = 0x7f80;  // +inf
+  cuda::DeviceBuffer<uint16_t> xb;
+  xb.upload(hb.data(), hb.size());
+  EXPECT_THROW(cuda_encode_device(q, xb.get(), DeviceElement::bf16, 2, 300, 64), Error);
+  EXPECT_THROW(cuda_encode_device(q, nullptr, DeviceElement::f32, 2, 300, 64), Error);
+  EXPECT_THROW(cuda_encode_device(q, xf.get(), DeviceElement::f32, 2, 0, 64), Error);
+  const EncodedTensor e = cuda_encode_device(q, xb.get(), DeviceElement::bf16, 1, 300, 64);  // head 0: finite
+  EXPECT_THROW(cuda_decode_device(e, nullptr, DeviceElement::f32), Error);
+  EXPECT_THROW(cuda_allocate(0), Error);
+  EXPECT_EQ(cuda_current_device(), 0);
+}
+
 // The k-means update's cluster sums (cuda::centroid_sums: the bucket kernel
 // the encoder runs, with the launcher's chunks, the largest (8192 rows) and
 // odd ones (777), and the shared-atomic kernel) equal the CPU's fixed-point sums and

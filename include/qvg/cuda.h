@@ -50,6 +50,31 @@ enum class DecodeKernel { automatic, tile, rows, vals16, vals8, lines };
 /// rounded to nearest even. Every method (kivi, quarot, bf16: see above).
 std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kernel = DecodeKernel::automatic);
 
+/// Element types of tensors in device memory.
+enum class DeviceElement { f32, bf16, f16 };
+
+/// The current CUDA device (cudaGetDevice): the one the functions below use.
+int cuda_current_device();
+
+/// cudaMalloc'd memory of the current device, freed when the last copy of
+/// the pointer is destroyed (bytes > 0).
+std::shared_ptr<void> cuda_allocate(size_t bytes);
+
+/// Encode a tensor in the current device's memory: x is [heads, tokens,
+/// dim] row-major of `type`. The same bytes as make_cuda_codec(config)'s
+/// encode of the same values as a host tensor: qvg and rtn encode on the
+/// device; kivi, quarot and bf16 copy x to the host and run the CPU
+/// reference. A non-finite value is a qvg::Error naming its position, as
+/// the host encode's. Synchronizes the device's default stream.
+EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, DeviceElement type, int64_t heads,
+                                 int64_t tokens, int64_t dim, const EncodeOptions& opt = {});
+
+/// Decode e into out, [heads, tokens, dim] of `type` in the current
+/// device's memory: the float decode (bit-identical to the CPU decode's),
+/// rounded to nearest even for bf16 and f16. Every method; the limits are
+/// make_cuda_codec's. Synchronizes the device's default stream.
+void cuda_decode_device(const EncodedTensor& e, void* out, DeviceElement type);
+
 /// Where a codec runs.
 enum class Backend { cpu, cuda };
 

@@ -401,5 +401,134 @@ class OnTheGpu(unittest.TestCase):
                 self.assertEqual(caches[1].memory(), caches[0].memory())
 
 
+class Producer:
+    """A DLPack producer that is not a NumPy array, as PyTorch, CuPy and JAX
+    hand theirs over: any array behind __dlpack__ / __dlpack_device__."""
+
+    def __init__(self, a, device=None):
+        self.a, self.device = a, device
+
+    def __dlpack__(self, stream=None):
+        assert stream is None  # host producers get no stream
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.device or self.a.__dlpack_device__()
+
+
+class DLPack(unittest.TestCase):
+    def test_host_tensors_encode_like_their_arrays(self):
+        codec = qvg.Codec("qvg")
+        x = random_kv(seed=4)
+        want = codec.encode(x).parts
+        self.assertEqual(codec.encode(Producer(x)).parts, want)
+        big = random_kv(tokens=1280, seed=5)
+        view = big[::-1, 1::2, :]  # strided tokens, an offset, heads reversed (a negative stride)
+        self.assertEqual(codec.encode(Producer(view)).parts, codec.encode(np.ascontiguousarray(view)).parts)
+        for dt in (np.float16, np.float64):
+            y = x.astype(dt)
+            self.assertEqual(codec.encode(Producer(y)).parts, codec.encode(y).parts)
+        thd = np.ascontiguousarray(x.transpose(1, 0, 2))[None]  # [1, tokens, heads, dim]
+        self.assertEqual(codec.encode(Producer(thd), layout="thd").parts, want)
+        y = qvg.Codec("rtn").decode(qvg.Codec("rtn").encode(x))
+        self.assertEqual(qvg.compare(Producer(x), Producer(y)), qvg.compare(x, y))
+        a, b = (qvg.StreamingKVCache(1, 2, 64, chunk_tokens=320) for _ in range(2))
+        a.append(0, x[:, :320], x[:, 320:])
+        b.append(0, Producer(x[:, :320]), Producer(np.ascontiguousarray(x[:, 320:])))
+        for got, ref in zip(b.read(0), a.read(0)):
+            np.testing.assert_array_equal(bits(got), bits(ref))
+
+    def test_bad_tensors_and_outputs(self):
+        codec = qvg.Codec("rtn")
+        x = random_kv()
+        with self.assertRaises(ValueError) as cm:
+            codec.encode(Producer(x.astype(np.int32)))
+        self.assertIn("not float32, float16, bfloat16 or float64", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            codec.encode(Producer(x, device=(12, 0)))
+        self.assertIn("device type 12", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            codec.encode(Producer(x[0]))
+        self.assertIn("shape", str(cm.exception))
+        e = codec.encode(x)
+        with self.assertRaises(ValueError) as cm:
+            codec.decode(e, output="gpu")
+        self.assertIn("output must be", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            codec.decode(e, dtype="bfloat16")
+        self.assertIn("float32 only", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            codec.decode(e, output="cuda", layout="thd")
+        self.assertIn("layout", str(cm.exception))
+        with self.assertRaises(ValueError):
+            qvg.Codec("kivi").decode(e, output="cuda")  # another method
+        if not CUDA_OK:
+            with self.assertRaises(ValueError) as cm:
+                codec.decode(e, output="cuda")
+            self.assertIn("output=\"cuda\"", str(cm.exception))
+        with self.assertRaises(TypeError):
+            qvg.compare("a", "b")
+
+
+try:
+    import torch
+    TORCH_CUDA = CUDA_OK and torch.cuda.is_available()
+except ImportError:
+    torch, TORCH_CUDA = None, False
+
+
+@unittest.skipUnless(TORCH_CUDA, "needs a CUDA device and PyTorch")
+class TorchOnTheGpu(unittest.TestCase):
+    """PyTorch CUDA tensors through DLPack: read in device memory, decoded into it."""
+
+    def test_cuda_tensors_encode_in_place_and_decode_to_the_device(self):
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(2, 640, 128, device="cuda", generator=gen)
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            xd = x.to(dt)
+            host = xd.float().cpu().numpy()
+            for spec in ("rtn", "qvg:centroids=16", "qvg-pro:centroids=8,iters=3", "kivi"):
+                with self.subTest(dtype=str(dt), spec=spec):
+                    gpu = qvg.Codec(spec, device="cuda")
+                    e = gpu.encode(xd, role="value")
+                    self.assertEqual(e.parts, gpu.encode(host, role="value").parts)
+                    self.assertEqual(gpu.encode(xd[None], role="value").parts, e.parts)  # [1, H, N, D]
+                    ref = gpu.decode(e)
+                    out = gpu.decode(e, output="cuda")
+                    self.assertEqual((out.shape, out.dtype, out.device), ((2, 640, 128), "float32", "cuda:0"))
+                    t = torch.from_dlpack(out)
+                    self.assertEqual((t.device.type, t.dtype), ("cuda", torch.float32))
+                    np.testing.assert_array_equal(bits(t.cpu().numpy()), bits(ref))
+                    for name, tdt in (("bfloat16", torch.bfloat16), ("float16", torch.float16)):
+                        h = torch.from_dlpack(gpu.decode(e, output="cuda", dtype=name))
+                        want = torch.from_numpy(ref).to(tdt)  # round to nearest even
+                        self.assertTrue(torch.equal(h.cpu().view(torch.int16), want.view(torch.int16)))
+
+    def test_cpu_tensors_and_errors(self):
+        x = torch.randn(2, 640, 64).to(torch.bfloat16)
+        codec = qvg.Codec("qvg")
+        self.assertEqual(codec.encode(x).parts, codec.encode(x.float().numpy()).parts)  # bf16 on the host
+        xc = x.cuda()
+        with self.assertRaises(ValueError) as cm:
+            codec.encode(xc)
+        self.assertIn("device=\"cuda\"", str(cm.exception))
+        gpu = qvg.Codec("qvg", device="cuda")
+        for bad, fragment in ((xc.transpose(0, 1), "contiguous"), (xc.double(), "float64")):
+            with self.assertRaises(ValueError) as cm:
+                gpu.encode(bad)
+            self.assertIn(fragment, str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            gpu.encode(xc, layout="thd")
+        self.assertIn("layout", str(cm.exception))
+        nan = xc.clone()
+        nan[1, 5, 3] = float("nan")
+        with self.assertRaises(ValueError) as cm:
+            gpu.encode(nan)
+        self.assertIn("head 1, token 5, channel 3", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            qvg.StreamingKVCache(1, 2, 64).append(0, xc, xc)
+        self.assertIn("host tensors", str(cm.exception))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -100,10 +100,10 @@ void upload_part(DeviceBuffer<T>& dst, const std::vector<uint8_t>& src) {
   if (!src.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.data(), src.size(), cudaMemcpyHostToDevice, nullptr));
 }
 
-/// Decode e (already checked into sh) on the device into host_out, e.values()
-/// elements of OutT (float, __nv_bfloat16 or __half).
+/// Decode e (already checked into sh) into device_out, e.values() elements
+/// of OutT (float, __nv_bfloat16 or __half). Synchronizes.
 template <typename OutT>
-void decode_on_device(const EncodedTensor& e, const BaselineShape& sh, void* host_out) {
+void decode_into_device(const EncodedTensor& e, const BaselineShape& sh, OutT* device_out) {
   DeviceBuffer<uint8_t> codes;
   DeviceBuffer<uint16_t> scales, zero_points, full_precision;
   upload_part(codes, e.codes);
@@ -115,11 +115,17 @@ void decode_on_device(const EncodedTensor& e, const BaselineShape& sh, void* hos
   p.scales = scales.get();
   p.zero_points = zero_points.get();
   p.full_precision = full_precision.get();
+  QVG_CUDA_CHECK(cuda::launch_baseline_decode(sh, p, device_out, nullptr));
+  QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
+/// The same into host_out.
+template <typename OutT>
+void decode_on_device(const EncodedTensor& e, const BaselineShape& sh, void* host_out) {
   const size_t n = static_cast<size_t>(e.values());
   DeviceBuffer<OutT> out(n);
-  QVG_CUDA_CHECK(cuda::launch_baseline_decode(sh, p, out.get(), nullptr));
-  QVG_CUDA_CHECK(cudaMemcpyAsync(host_out, out.get(), n * sizeof(OutT), cudaMemcpyDeviceToHost, nullptr));
-  QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  decode_into_device<OutT>(e, sh, out.get());
+  QVG_CUDA_CHECK(cudaMemcpy(host_out, out.get(), n * sizeof(OutT), cudaMemcpyDeviceToHost));
 }
 
 class CudaBaselineCodec final : public Codec {
@@ -157,6 +163,17 @@ bool is_cuda_baseline_method(Method m) { return m == Method::kivi || m == Method
 
 std::unique_ptr<Codec> make_cuda_baseline_codec(const CodecConfig& config) {
   return std::make_unique<CudaBaselineCodec>(config);
+}
+
+void cuda_baseline_decode_device(const EncodedTensor& e, void* out, BaselineOut type) {
+  check_device();
+  const BaselineShape sh = checked_shape(e);
+  if (type == BaselineOut::f32)
+    decode_into_device(e, sh, static_cast<float*>(out));
+  else if (type == BaselineOut::bf16)
+    decode_into_device(e, sh, static_cast<__nv_bfloat16*>(out));
+  else
+    decode_into_device(e, sh, static_cast<__half*>(out));
 }
 
 std::vector<uint16_t> cuda_baseline_decode_16(const EncodedTensor& e, Half16 type) {

@@ -9,6 +9,7 @@
 #include "cpu/codecs.h"
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
+#include "qvg/half.h"
 
 namespace qvg {
 
@@ -51,14 +52,21 @@ class CudaQvgCodec final : public Codec {
 
   EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
     check_finite(x, "input tensor");
-    const cuda::QvgShape sh = cuda::make_shape(config_, x.heads, x.tokens, x.dim);
+    return encode_on_device(nullptr, DeviceDType::f32, x, opt, report);
+  }
+
+  /// The encode of x (on the device, of dtype; or null: upload `host`'s
+  /// values), whose shape `host` carries. The input is finite (checked).
+  EncodedTensor encode_on_device(const void* x, DeviceDType dtype, const HeadTensor& host, const EncodeOptions& opt,
+                                 EncodeReport* report) const {
+    const cuda::QvgShape sh = cuda::make_shape(config_, host.heads, host.tokens, host.dim);
     cuda::GpuKMeansOptions km;
     km.params = config_.kmeans;
     DeviceBuffer<uint16_t> warm;
     if (opt.warm_start && sh.stages > 0) {
       const EncodedTensor& w = *opt.warm_start;
       QVG_CHECK(w.config.method == Method::qvg && w.config.stages == sh.stages &&
-                    w.config.kmeans.centroids == sh.centroids && w.heads == x.heads && w.dim == x.dim &&
+                    w.config.kmeans.centroids == sh.centroids && w.heads == host.heads && w.dim == host.dim &&
                     w.centroids.size() == static_cast<size_t>(sh.stages) * sh.heads * sh.centroids * sh.dim * 2,
                 config_.name, ": the warm-start tensor does not match");
       check_bf16_finite(w.centroids, "k-means: warm-start centroid");  // as the CPU's kmeans_ref
@@ -69,11 +77,14 @@ class CudaQvgCodec final : public Codec {
     // Scratch (input copy, parts, k-means buffers) kept across calls: device
     // allocations are slow next to a small span's encode.
     std::lock_guard<std::mutex> lock(mutex_);
-    xd_.resize(x.data.size());
-    xd_.upload(x.data.data(), x.data.size());
+    if (!x) {
+      xd_.resize(host.data.size());
+      xd_.upload(host.data.data(), host.data.size());
+      x = xd_.get();
+    }
     std::vector<KMeansStats> stats;
-    encoder_.encode(xd_.get(), DeviceDType::f32, sh, km, parts_, nullptr, report ? &stats : nullptr);
-    EncodedTensor e = encoded_header(config_, x, opt.role);
+    encoder_.encode(x, dtype, sh, km, parts_, nullptr, report ? &stats : nullptr);
+    EncodedTensor e = encoded_header(config_, host, opt.role);
     download_parts(parts_, e, nullptr);
     check_span_scales(e);
     if (report) {
@@ -157,6 +168,67 @@ std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kern
   o.download(out.data(), out.size());
   QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return out;
+}
+
+namespace {
+
+DeviceDType device_dtype(DeviceElement t) {
+  return t == DeviceElement::f32 ? DeviceDType::f32 : t == DeviceElement::bf16 ? DeviceDType::bf16 : DeviceDType::f16;
+}
+
+/// x's values as a host float tensor.
+HeadTensor download_as_float(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim) {
+  HeadTensor h(heads, tokens, dim);
+  const size_t n = h.data.size();
+  if (type == DeviceElement::f32) {
+    QVG_CUDA_CHECK(cudaMemcpy(h.data.data(), x, n * 4, cudaMemcpyDeviceToHost));
+    return h;
+  }
+  std::vector<uint16_t> raw(n);
+  QVG_CUDA_CHECK(cudaMemcpy(raw.data(), x, n * 2, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i) h.data[i] = type == DeviceElement::bf16 ? bf16_to_float(raw[i]) : fp16_to_float(raw[i]);
+  return h;
+}
+
+}  // namespace
+
+EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, DeviceElement type, int64_t heads,
+                                 int64_t tokens, int64_t dim, const EncodeOptions& opt) {
+  check_device();
+  QVG_CHECK(heads > 0 && tokens > 0 && dim > 0, "cuda_encode_device: empty shape [", heads, ", ", tokens, ", ", dim,
+            "]");
+  QVG_CHECK(x != nullptr, "cuda_encode_device: null input");
+  const int64_t n = heads * tokens * dim;
+  float bad = 0;
+  const int64_t at = cuda::first_nonfinite(x, device_dtype(type), n, &bad, nullptr);
+  QVG_CHECK(at < 0, "input tensor holds a non-finite value (", bad, ") at head ", at / (tokens * dim), ", token ",
+            (at % (tokens * dim)) / dim, ", channel ", at % dim);
+  if (is_cuda_baseline_method(config.method))  // their encode is the CPU reference
+    return make_cuda_baseline_codec(config)->encode(download_as_float(x, type, heads, tokens, dim), opt);
+  CudaQvgCodec codec(config);
+  HeadTensor shape;  // the shape only: encode_on_device reads x
+  shape.heads = heads;
+  shape.tokens = tokens;
+  shape.dim = dim;
+  return codec.encode_on_device(x, device_dtype(type), shape, opt, nullptr);
+}
+
+void cuda_decode_device(const EncodedTensor& e, void* out, DeviceElement type) {
+  check_device();
+  QVG_CHECK(out != nullptr, "cuda_decode_device: null output");
+  if (is_cuda_baseline_method(e.config.method)) {
+    cuda_baseline_decode_device(e, out, type == DeviceElement::f32    ? BaselineOut::f32
+                                        : type == DeviceElement::bf16 ? BaselineOut::bf16
+                                                                      : BaselineOut::f16);
+    return;
+  }
+  QVG_CHECK(e.config.method == Method::qvg || e.config.method == Method::rtn, "cuda_decode_device: method ",
+            method_name(e.config.method), " has no GPU decoder");
+  const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
+  DeviceParts parts;
+  upload_parts(e, sh, parts, nullptr);
+  cuda::decode(sh, parts.view(), out, device_dtype(type), nullptr);
+  QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {

@@ -18,6 +18,13 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor&, const CodecConf
   no_cuda();
 }
 std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor&, DecodeKernel) { no_cuda(); }
+int cuda_current_device() { no_cuda(); }
+std::shared_ptr<void> cuda_allocate(size_t) { no_cuda(); }
+EncodedTensor cuda_encode_device(const CodecConfig&, const void*, DeviceElement, int64_t, int64_t, int64_t,
+                                 const EncodeOptions&) {
+  no_cuda();
+}
+void cuda_decode_device(const EncodedTensor&, void*, DeviceElement) { no_cuda(); }
 int64_t StreamingKVCache::read_device(int, float*, float*, int64_t, void*) const { no_cuda(); }
 int64_t StreamingKVCache::device_bytes() const { return 0; }
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {

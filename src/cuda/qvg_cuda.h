@@ -123,6 +123,11 @@ void fp8_e4m3_encode(const float* x, int64_t n, uint8_t* out, cudaStream_t strea
 /// that one). Synchronizes the stream.
 uint64_t fp8_e4m3_rule_mismatches(uint32_t* first, cudaStream_t stream);
 
+/// The lowest index i < n whose value x[i] (dtype, device memory) is not
+/// finite, with that value in *value (optional); -1 when every value is
+/// finite. Synchronizes the stream (device_tensor.cu).
+int64_t first_nonfinite(const void* x, DeviceDType dtype, int64_t n, float* value, cudaStream_t stream);
+
 /// Scratch memory reused across encodes.
 class Encoder {
  public:

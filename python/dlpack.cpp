@@ -1,0 +1,256 @@
+// DLPack import (encode inputs) and export (qvg.DeviceArray): see dlpack.h.
+#include "dlpack.h"
+
+#include <pybind11/numpy.h>
+
+#include <cstring>
+
+#include "convert.h"
+
+namespace qvg::python {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw qvg::Error(message); }
+
+std::string shape_text(const DLTensor& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+/// The stored dtype of an element type (float64: converted to float32).
+struct Element {
+  DType dtype;
+  size_t size;    // bytes an element in the producer's memory
+  bool from_f64;  // float64, converted to float32
+};
+
+Element element_of(const DLDataType& t, const char* what) {
+  if (t.lanes == 1) {
+    if (t.code == kDLFloat && t.bits == 32) return {DType::f32, 4, false};
+    if (t.code == kDLFloat && t.bits == 16) return {DType::f16, 2, false};
+    if (t.code == kDLBfloat && t.bits == 16) return {DType::bf16, 2, false};
+    if (t.code == kDLFloat && t.bits == 64) return {DType::f32, 8, true};
+  }
+  fail(std::string(what) + ": DLPack dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) +
+       " bits, " + std::to_string(t.lanes) + " lanes) is not float32, float16, bfloat16 or float64");
+}
+
+/// The element strides of t (row-major where the producer gives none).
+std::vector<int64_t> strides_of(const DLTensor& t) {
+  std::vector<int64_t> s(static_cast<size_t>(t.ndim));
+  int64_t step = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    s[static_cast<size_t>(i)] = t.strides ? t.strides[i] : step;
+    step *= t.shape[i];
+  }
+  return s;
+}
+
+}  // namespace
+
+bool ImportedTensor::on_cuda() const {
+  const DLDeviceType d = m_->dl_tensor.device.device_type;
+  return d == kDLCUDA || d == kDLCUDAManaged;
+}
+
+bool is_dlpack(const py::handle& x) { return !py::isinstance<py::array>(x) && py::hasattr(x, "__dlpack__"); }
+
+std::unique_ptr<ImportedTensor> import_dlpack(const py::handle& x, const char* what) {
+  int device = kDLCPU;
+  if (py::hasattr(x, "__dlpack_device__")) device = x.attr("__dlpack_device__")().cast<py::tuple>()[0].cast<int>();
+  const bool cuda = device == kDLCUDA || device == kDLCUDAManaged;
+  if (!cuda && device != kDLCPU && device != kDLCUDAHost)
+    fail(std::string(what) + ": DLPack device type " + std::to_string(device) +
+         " is neither host memory nor CUDA (1, 2, 3 or 13)");
+  // Stream 1, the legacy default stream, for CUDA producers (the library's
+  // work is queued there); host producers take no stream.
+  const py::object cap = cuda ? x.attr("__dlpack__")(py::arg("stream") = 1) : x.attr("__dlpack__")();
+  if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
+    fail(std::string(what) + ": __dlpack__ did not return an unused DLPack capsule");
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+  PyCapsule_SetName(cap.ptr(), "used_dltensor");  // ours now: ImportedTensor calls its deleter
+  auto t = std::make_unique<ImportedTensor>(m);
+  if (t->tensor().ndim < 0 || t->tensor().ndim > 8)
+    fail(std::string(what) + ": " + std::to_string(t->tensor().ndim) + " dimensions (at most 4 are meaningful)");
+  return t;
+}
+
+HeadTensor host_tensor(const ImportedTensor& it, KvLayout layout, const char* what) {
+  const DLTensor& t = it.tensor();
+  const Element el = element_of(t.dtype, what);
+  const std::vector<int64_t> st = strides_of(t);
+  RawTensor raw;
+  raw.dtype = el.dtype;
+  raw.shape.assign(t.shape, t.shape + t.ndim);
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+  const size_t out_size = el.from_f64 ? 4 : el.size;
+  raw.bytes.resize(static_cast<size_t>(n) * out_size);
+  const auto* base = static_cast<const uint8_t*>(t.data) + t.byte_offset;
+  std::vector<int64_t> idx(static_cast<size_t>(t.ndim), 0);
+  for (int64_t k = 0; k < n; ++k) {  // row-major order, any strides
+    int64_t off = 0;
+    for (int i = 0; i < t.ndim; ++i) off += idx[static_cast<size_t>(i)] * st[static_cast<size_t>(i)];
+    const uint8_t* src = base + off * static_cast<int64_t>(el.size);
+    uint8_t* dst = raw.bytes.data() + static_cast<size_t>(k) * out_size;
+    if (el.from_f64) {
+      double d;
+      std::memcpy(&d, src, 8);
+      const float f = static_cast<float>(d);
+      std::memcpy(dst, &f, 4);
+    } else {
+      std::memcpy(dst, src, el.size);
+    }
+    for (int i = t.ndim - 1; i >= 0; --i) {
+      if (++idx[static_cast<size_t>(i)] < t.shape[i]) break;
+      idx[static_cast<size_t>(i)] = 0;
+    }
+  }
+  return to_head_tensor(raw, layout, what);
+}
+
+DeviceInput device_input(const ImportedTensor& it, const char* what) {
+  const DLTensor& t = it.tensor();
+  const std::string w = what;
+  const Element el = element_of(t.dtype, what);
+  if (el.from_f64) fail(w + ": a float64 CUDA tensor; convert it to float32, bfloat16 or float16 first");
+  const int current = cuda_current_device();
+  if (t.device.device_id != current)
+    fail(w + ": the tensor is on cuda:" + std::to_string(t.device.device_id) +
+         "; qvg runs on the current device, cuda:" + std::to_string(current));
+  const bool batch = t.ndim == 4 && t.shape[0] == 1;
+  if (t.ndim != 3 && !batch)
+    fail(w + ": expected a CUDA tensor [heads, tokens, dim] or [1, heads, tokens, dim], got shape " + shape_text(t));
+  // Row-major and contiguous (the strides of size-1 dimensions do not matter).
+  const std::vector<int64_t> st = strides_of(t);
+  int64_t step = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] != 1 && st[static_cast<size_t>(i)] != step)
+      fail(w + ": a CUDA tensor must be contiguous [heads, tokens, dim] (row-major); call .contiguous() first");
+    step *= t.shape[i];
+  }
+  DeviceInput d;
+  d.data = static_cast<const uint8_t*>(t.data) + t.byte_offset;
+  d.type = el.dtype == DType::f32    ? DeviceElement::f32
+           : el.dtype == DType::bf16 ? DeviceElement::bf16
+                                     : DeviceElement::f16;
+  const int o = batch ? 1 : 0;
+  d.heads = t.shape[o];
+  d.tokens = t.shape[o + 1];
+  d.dim = t.shape[o + 2];
+  return d;
+}
+
+HeadTensor host_input(const py::handle& x, KvLayout layout, const char* what, const char* where) {
+  if (is_dlpack(x)) {
+    const std::unique_ptr<ImportedTensor> t = import_dlpack(x, what);
+    if (t->on_cuda())
+      fail(std::string(what) + " is a CUDA tensor, and " + where + " takes host tensors (NumPy arrays, CPU tensors)");
+    return host_tensor(*t, layout, what);
+  }
+  const FloatArray a = FloatArray::ensure(x);
+  if (!a)
+    throw py::type_error(std::string(what) + " must be an array (NumPy, or any object with __dlpack__), got " +
+                         std::string(py::str(py::type::of(x).attr("__name__"))));
+  return to_tensor(a, layout, what);
+}
+
+DeviceElement parse_element(const std::string& dtype) {
+  if (dtype == "float32") return DeviceElement::f32;
+  if (dtype == "bfloat16") return DeviceElement::bf16;
+  if (dtype == "float16") return DeviceElement::f16;
+  fail("dtype must be \"float32\", \"bfloat16\" or \"float16\", got \"" + dtype + "\"");
+}
+
+const char* element_name(DeviceElement t) {
+  return t == DeviceElement::f32 ? "float32" : t == DeviceElement::bf16 ? "bfloat16" : "float16";
+}
+
+int64_t DeviceArray::numel() const {
+  int64_t n = 1;
+  for (const int64_t s : shape) n *= s;
+  return n;
+}
+
+size_t DeviceArray::nbytes() const { return static_cast<size_t>(numel()) * (type == DeviceElement::f32 ? 4 : 2); }
+
+namespace {
+
+/// What a capsule of a DeviceArray owns: the tensor, its shape and strides,
+/// and a reference to the memory.
+struct Export {
+  DLManagedTensor managed{};
+  std::vector<int64_t> shape, strides;
+  std::shared_ptr<void> memory;
+};
+
+py::capsule export_capsule(const DeviceArray& a) {
+  auto* ex = new Export;
+  ex->shape = a.shape;
+  ex->strides.resize(a.shape.size());
+  int64_t step = 1;
+  for (size_t i = a.shape.size(); i-- > 0;) {
+    ex->strides[i] = step;
+    step *= a.shape[i];
+  }
+  ex->memory = a.memory;
+  DLTensor& t = ex->managed.dl_tensor;
+  t.data = a.memory.get();
+  t.device = DLDevice{kDLCUDA, a.device};
+  t.ndim = static_cast<int32_t>(a.shape.size());
+  t.dtype = a.type == DeviceElement::f32    ? DLDataType{kDLFloat, 32, 1}
+            : a.type == DeviceElement::bf16 ? DLDataType{kDLBfloat, 16, 1}
+                                            : DLDataType{kDLFloat, 16, 1};
+  t.shape = ex->shape.data();
+  t.strides = ex->strides.data();
+  t.byte_offset = 0;
+  ex->managed.manager_ctx = ex;
+  ex->managed.deleter = [](DLManagedTensor* m) { delete static_cast<Export*>(m->manager_ctx); };
+  PyObject* cap = PyCapsule_New(&ex->managed, "dltensor", [](PyObject* c) {
+    if (PyCapsule_IsValid(c, "dltensor")) {  // never consumed: ours to free
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+      m->deleter(m);
+    }
+  });
+  if (!cap) {
+    delete ex;
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
+}  // namespace
+
+void bind_dlpack(py::module_& m) {
+  py::class_<DeviceArray>(m, "DeviceArray",
+                          "A decoded tensor in CUDA device memory (Codec.decode(..., output=\"cuda\")). Take it "
+                          "without a copy with torch.from_dlpack, cupy.from_dlpack or jax.dlpack.from_dlpack.")
+      .def(
+          "__dlpack__",
+          [](const DeviceArray& a, const py::object&, const py::kwargs&) {
+            // The decode finished before the array was returned: its data is
+            // ready on every stream, whichever the consumer names.
+            return export_capsule(a);
+          },
+          py::arg("stream") = py::none())
+      .def("__dlpack_device__",
+           [](const DeviceArray& a) { return py::make_tuple(static_cast<int>(kDLCUDA), a.device); })
+      .def_property_readonly("shape",
+                             [](const DeviceArray& a) {
+                               py::tuple t(a.shape.size());
+                               for (size_t i = 0; i < a.shape.size(); ++i) t[i] = a.shape[i];
+                               return t;
+                             })
+      .def_property_readonly("dtype", [](const DeviceArray& a) { return std::string(element_name(a.type)); })
+      .def_property_readonly("device", [](const DeviceArray& a) { return "cuda:" + std::to_string(a.device); })
+      .def_property_readonly("nbytes", &DeviceArray::nbytes)
+      .def("__repr__", [](const DeviceArray& a) {
+        std::string s = "<qvg.DeviceArray [";
+        for (size_t i = 0; i < a.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(a.shape[i]);
+        return s + "] " + element_name(a.type) + " on cuda:" + std::to_string(a.device) + ">";
+      });
+}
+
+}  // namespace qvg::python

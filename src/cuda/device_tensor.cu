@@ -1,0 +1,88 @@
+// Tensors in device memory: the current device, allocation, and the
+// finiteness check of a device input (cuda_encode_device, cuda_codec.cu).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/qvg_cuda.h"
+#include "qvg/cuda.h"
+
+namespace qvg {
+
+namespace cuda {
+
+namespace {
+
+template <typename T>
+__device__ __forceinline__ float element_as_float(const void* x, int64_t i) {
+  if constexpr (std::is_same_v<T, float>)
+    return static_cast<const float*>(x)[i];
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
+  else
+    return __half2float(static_cast<const __half*>(x)[i]);
+}
+
+/// *first = min(*first, i) over the i < n with x[i] not finite (grid-stride).
+template <typename T>
+__global__ void first_nonfinite_kernel(const void* __restrict__ x, int64_t n, unsigned long long* first) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    if (!isfinite(element_as_float<T>(x, i))) {
+      atomicMin(first, static_cast<unsigned long long>(i));
+      return;  // a later i of this thread is larger
+    }
+}
+
+}  // namespace
+
+int64_t first_nonfinite(const void* x, DeviceDType dtype, int64_t n, float* value, cudaStream_t stream) {
+  DeviceBuffer<unsigned long long> first(1);
+  const unsigned long long none = ~0ull;
+  QVG_CUDA_CHECK(cudaMemcpyAsync(first.get(), &none, sizeof none, cudaMemcpyHostToDevice, stream));
+  int sms = 0, dev = 0;
+  QVG_CUDA_CHECK(cudaGetDevice(&dev));
+  QVG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t{sms} * 8);
+  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(blocks, 1));
+  if (dtype == DeviceDType::f32)
+    first_nonfinite_kernel<float><<<grid, 256, 0, stream>>>(x, n, first.get());
+  else if (dtype == DeviceDType::bf16)
+    first_nonfinite_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(x, n, first.get());
+  else
+    first_nonfinite_kernel<__half><<<grid, 256, 0, stream>>>(x, n, first.get());
+  QVG_CUDA_CHECK(cudaGetLastError());
+  unsigned long long at = none;
+  QVG_CUDA_CHECK(cudaMemcpyAsync(&at, first.get(), sizeof at, cudaMemcpyDeviceToHost, stream));
+  QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (at == none) return -1;
+  const size_t es = dtype == DeviceDType::f32 ? 4 : 2;
+  uint32_t raw = 0;
+  QVG_CUDA_CHECK(cudaMemcpy(&raw, static_cast<const char*>(x) + at * es, es, cudaMemcpyDeviceToHost));
+  if (value) {
+    if (dtype == DeviceDType::f32)
+      std::memcpy(value, &raw, 4);
+    else if (dtype == DeviceDType::bf16)
+      *value = __bfloat162float(__nv_bfloat16_raw{static_cast<unsigned short>(raw)});
+    else
+      *value = __half2float(__half_raw{static_cast<unsigned short>(raw)});
+  }
+  return static_cast<int64_t>(at);
+}
+
+}  // namespace cuda
+
+int cuda_current_device() {
+  int dev = -1;
+  QVG_CUDA_CHECK(cudaGetDevice(&dev));
+  return dev;
+}
+
+std::shared_ptr<void> cuda_allocate(size_t bytes) {
+  QVG_CHECK(bytes > 0, "cuda_allocate: 0 bytes");
+  void* p = nullptr;
+  QVG_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+}  // namespace qvg
