@@ -157,7 +157,7 @@ void bind_cache(py::module_& m) {
              const std::optional<PositionArray>& positions, const std::string& layout) {
             const qvg::KvLayout l = qvg::parse_layout(layout);
             const qvg::HeadTensor kt = host_input(k, l, "k", "the cache's append"),
-                                 vt = host_input(v, l, "v", "the cache's append");
+                                  vt = host_input(v, l, "v", "the cache's append");
             std::span<const int32_t> pos;
             if (positions) pos = std::span<const int32_t>(positions->data(), static_cast<size_t>(positions->size()));
             const qvg::AppendReport r =
@@ -183,6 +183,27 @@ void bind_cache(py::module_& m) {
           },
           py::arg("layer"), py::arg("layout") = "htd",
           "The layer's live K and V (float32), in token order; keys rotated when RoPE on read is on.")
+      .def(
+          "read_device",
+          [](const PyCache& c, int layer) {
+            std::string why;
+            if (!qvg::cuda_available(&why)) throw qvg::Error("read_device: " + why);
+            DeviceArray k, v;
+            c.run([&](const qvg::StreamingKVCache& cc) {
+              const int64_t n = cc.live_tokens(layer);
+              const qvg::CacheConfig& cfg = cc.config();
+              for (DeviceArray* a : {&k, &v}) {
+                a->shape = {static_cast<int64_t>(cfg.heads), n, static_cast<int64_t>(cfg.dim)};
+                a->device = qvg::cuda_current_device();
+                a->memory = qvg::cuda_allocate(std::max<size_t>(a->nbytes(), 4));
+              }
+              cc.read_device(layer, static_cast<float*>(k.memory.get()), static_cast<float*>(v.memory.get()), n);
+            });
+            return py::make_tuple(py::cast(std::move(k)), py::cast(std::move(v)));
+          },
+          py::arg("layer"),
+          "read(layer) into device memory: K and V as float32 qvg.DeviceArray [heads, live tokens, dim] (the same "
+          "bits read() returns; qvg and rtn spans are decoded on the device, keys rotated there).")
       .def(
           "live_chunks",
           [](const PyCache& c, int layer) {

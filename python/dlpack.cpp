@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "convert.h"
+#include "qvg/half.h"
 
 namespace qvg::python {
 
@@ -246,6 +247,28 @@ void bind_dlpack(py::module_& m) {
       .def_property_readonly("dtype", [](const DeviceArray& a) { return std::string(element_name(a.type)); })
       .def_property_readonly("device", [](const DeviceArray& a) { return "cuda:" + std::to_string(a.device); })
       .def_property_readonly("nbytes", &DeviceArray::nbytes)
+      .def(
+          "numpy",
+          [](const DeviceArray& a) -> py::object {
+            const std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
+            if (a.type == DeviceElement::f32) {
+              py::array_t<float> out(shape);
+              cuda_copy_to_host(out.mutable_data(), a.memory.get(), a.nbytes());
+              return out;
+            }
+            std::vector<uint16_t> raw(static_cast<size_t>(a.numel()));
+            cuda_copy_to_host(raw.data(), a.memory.get(), a.nbytes());
+            if (a.type == DeviceElement::f16) {
+              py::array out(py::dtype("float16"), shape);
+              std::memcpy(out.mutable_data(), raw.data(), a.nbytes());
+              return out;
+            }
+            py::array_t<float> out(shape);  // NumPy has no bfloat16: its values, widened (exactly)
+            float* o = out.mutable_data();
+            for (size_t i = 0; i < raw.size(); ++i) o[i] = bf16_to_float(raw[i]);
+            return out;
+          },
+          "A host copy: float32 and float16 as they are, bfloat16 widened to float32 (exactly).")
       .def("__repr__", [](const DeviceArray& a) {
         std::string s = "<qvg.DeviceArray [";
         for (size_t i = 0; i < a.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(a.shape[i]);

@@ -60,6 +60,9 @@ int cuda_current_device();
 /// the pointer is destroyed (bytes > 0).
 std::shared_ptr<void> cuda_allocate(size_t bytes);
 
+/// Copies `bytes` of device memory to the host (synchronous).
+void cuda_copy_to_host(void* host, const void* device, size_t bytes);
+
 /// Encode a tensor in the current device's memory: x is [heads, tokens,
 /// dim] row-major of `type`. The same bytes as make_cuda_codec(config)'s
 /// encode of the same values as a host tensor: qvg and rtn encode on the

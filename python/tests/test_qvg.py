@@ -400,6 +400,40 @@ class OnTheGpu(unittest.TestCase):
                 np.testing.assert_array_equal(bits(v1), bits(v0))
                 self.assertEqual(caches[1].memory(), caches[0].memory())
 
+    def test_device_arrays_copy_back_to_the_decodes(self):
+        x = random_kv(dim=128, seed=9)
+        for spec in ("qvg", "qvg-pro:iters=3", "rtn", "kivi", "quarot"):
+            with self.subTest(spec=spec):
+                gpu = qvg.Codec(spec, device="cuda")
+                e = gpu.encode(x)
+                ref = gpu.decode(e)
+                f32 = gpu.decode(e, output="cuda")
+                self.assertEqual(f32.nbytes, ref.nbytes)
+                np.testing.assert_array_equal(bits(f32.numpy()), bits(ref))
+                np.testing.assert_array_equal(bits(gpu.decode(e, output="cuda", dtype="bfloat16").numpy()),
+                                              bits(bf16_round(ref)))
+                h = gpu.decode(e, output="cuda", dtype="float16").numpy()
+                self.assertEqual(h.dtype, np.float16)
+                np.testing.assert_array_equal(h.view(np.uint16), ref.astype(np.float16).view(np.uint16))
+
+    def test_cache_read_device_is_read(self):
+        rng = np.random.default_rng(12)
+        for spec, rope in (("qvg", "1d"), ("qvg-pro:iters=2", "none"), ("kivi", "1d")):
+            with self.subTest(spec=spec, rope=rope):
+                cache = qvg.StreamingKVCache(1, 2, 128, key=spec, value=spec, quant_factor=2, window_chunks=4,
+                                             rope=rope, device="cuda")
+                for i in range(6):
+                    k, v = (rng.standard_normal((2, 200, 128)).astype(np.float32) for _ in range(2))
+                    pos = np.arange(200 * i, 200 * (i + 1), dtype=np.int32) if rope == "1d" else None
+                    cache.append(0, k, v, positions=pos)
+                kd, vd = cache.read_device(0)
+                k0, v0 = cache.read(0)
+                self.assertEqual(kd.shape, k0.shape)
+                np.testing.assert_array_equal(bits(kd.numpy()), bits(k0))
+                np.testing.assert_array_equal(bits(vd.numpy()), bits(v0))
+        with self.assertRaises(ValueError):
+            qvg.StreamingKVCache(1, 2, 128).read_device(0)  # a layer without chunks
+
 
 class Producer:
     """A DLPack producer that is not a NumPy array, as PyTorch, CuPy and JAX
@@ -466,6 +500,11 @@ class DLPack(unittest.TestCase):
             with self.assertRaises(ValueError) as cm:
                 codec.decode(e, output="cuda")
             self.assertIn("output=\"cuda\"", str(cm.exception))
+            cache = qvg.StreamingKVCache(1, 2, 64)
+            cache.append(0, x, x)
+            with self.assertRaises(ValueError) as cm:
+                cache.read_device(0)
+            self.assertIn("read_device", str(cm.exception))
         with self.assertRaises(TypeError):
             qvg.compare("a", "b")
 

@@ -85,4 +85,8 @@ std::shared_ptr<void> cuda_allocate(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
 
+void cuda_copy_to_host(void* host, const void* device, size_t bytes) {
+  if (bytes) QVG_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+}
+
 }  // namespace qvg
