@@ -20,22 +20,42 @@ std::string shape_text(const DLTensor& t) {
   return s + "]";
 }
 
-/// The stored dtype of an element type (float64: converted to float32).
+/// How an element is read: as stored (float32, float16, bfloat16), or
+/// converted to float32 (float64 and integers, as NumPy's float32 cast).
 struct Element {
-  DType dtype;
-  size_t size;    // bytes an element in the producer's memory
-  bool from_f64;  // float64, converted to float32
+  DType dtype;  // what the library reads
+  size_t size;  // bytes an element in the producer's memory
+  enum { as_is, f64, sint, uint } conv;
 };
 
 Element element_of(const DLDataType& t, const char* what) {
   if (t.lanes == 1) {
-    if (t.code == kDLFloat && t.bits == 32) return {DType::f32, 4, false};
-    if (t.code == kDLFloat && t.bits == 16) return {DType::f16, 2, false};
-    if (t.code == kDLBfloat && t.bits == 16) return {DType::bf16, 2, false};
-    if (t.code == kDLFloat && t.bits == 64) return {DType::f32, 8, true};
+    if (t.code == kDLFloat && t.bits == 32) return {DType::f32, 4, Element::as_is};
+    if (t.code == kDLFloat && t.bits == 16) return {DType::f16, 2, Element::as_is};
+    if (t.code == kDLBfloat && t.bits == 16) return {DType::bf16, 2, Element::as_is};
+    if (t.code == kDLFloat && t.bits == 64) return {DType::f32, 8, Element::f64};
+    const bool int_bits = t.bits == 8 || t.bits == 16 || t.bits == 32 || t.bits == 64;
+    if (t.code == kDLInt && int_bits) return {DType::f32, t.bits / 8u, Element::sint};
+    if (t.code == kDLUInt && int_bits) return {DType::f32, t.bits / 8u, Element::uint};
   }
   fail(std::string(what) + ": DLPack dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) +
-       " bits, " + std::to_string(t.lanes) + " lanes) is not float32, float16, bfloat16 or float64");
+       " bits, " + std::to_string(t.lanes) +
+       " lanes) is not a real number type (float32, float16, bfloat16, "
+       "float64 or an integer)");
+}
+
+/// An element converted to float32 (Element::f64, sint, uint).
+float converted(const uint8_t* p, const Element& el) {
+  if (el.conv == Element::f64) {
+    double d;
+    std::memcpy(&d, p, 8);
+    return static_cast<float>(d);
+  }
+  uint64_t u = 0;
+  std::memcpy(&u, p, el.size);  // little-endian
+  if (el.conv == Element::uint) return static_cast<float>(u);
+  const int shift = 64 - 8 * static_cast<int>(el.size);
+  return static_cast<float>(static_cast<int64_t>(u << shift) >> shift);  // sign-extended
 }
 
 /// The element strides of t (row-major where the producer gives none).
@@ -70,11 +90,11 @@ std::unique_ptr<ImportedTensor> import_dlpack(const py::handle& x, const char* w
   const py::object cap = cuda ? x.attr("__dlpack__")(py::arg("stream") = 1) : x.attr("__dlpack__")();
   if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
     fail(std::string(what) + ": __dlpack__ did not return an unused DLPack capsule");
-  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+  auto t = std::make_unique<ImportedTensor>(nullptr);  // allocated first: nothing can throw between taking and owning
+  t->adopt(static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor")));
   PyCapsule_SetName(cap.ptr(), "used_dltensor");  // ours now: ImportedTensor calls its deleter
-  auto t = std::make_unique<ImportedTensor>(m);
   if (t->tensor().ndim < 0 || t->tensor().ndim > 8)
-    fail(std::string(what) + ": " + std::to_string(t->tensor().ndim) + " dimensions (at most 4 are meaningful)");
+    fail(std::string(what) + ": " + std::to_string(t->tensor().ndim) + " dimensions (a KV tensor has 3 or 4)");
   return t;
 }
 
@@ -86,8 +106,10 @@ HeadTensor host_tensor(const ImportedTensor& it, KvLayout layout, const char* wh
   raw.dtype = el.dtype;
   raw.shape.assign(t.shape, t.shape + t.ndim);
   int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
-  const size_t out_size = el.from_f64 ? 4 : el.size;
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] < 0 || __builtin_mul_overflow(n, t.shape[i], &n))
+      fail(std::string(what) + ": shape " + shape_text(t) + " is negative or overflows");
+  const size_t out_size = el.conv == Element::as_is ? el.size : 4;
   raw.bytes.resize(static_cast<size_t>(n) * out_size);
   const auto* base = static_cast<const uint8_t*>(t.data) + t.byte_offset;
   std::vector<int64_t> idx(static_cast<size_t>(t.ndim), 0);
@@ -96,13 +118,11 @@ HeadTensor host_tensor(const ImportedTensor& it, KvLayout layout, const char* wh
     for (int i = 0; i < t.ndim; ++i) off += idx[static_cast<size_t>(i)] * st[static_cast<size_t>(i)];
     const uint8_t* src = base + off * static_cast<int64_t>(el.size);
     uint8_t* dst = raw.bytes.data() + static_cast<size_t>(k) * out_size;
-    if (el.from_f64) {
-      double d;
-      std::memcpy(&d, src, 8);
-      const float f = static_cast<float>(d);
-      std::memcpy(dst, &f, 4);
-    } else {
+    if (el.conv == Element::as_is) {
       std::memcpy(dst, src, el.size);
+    } else {
+      const float f = converted(src, el);
+      std::memcpy(dst, &f, 4);
     }
     for (int i = t.ndim - 1; i >= 0; --i) {
       if (++idx[static_cast<size_t>(i)] < t.shape[i]) break;
@@ -116,7 +136,8 @@ DeviceInput device_input(const ImportedTensor& it, const char* what) {
   const DLTensor& t = it.tensor();
   const std::string w = what;
   const Element el = element_of(t.dtype, what);
-  if (el.from_f64) fail(w + ": a float64 CUDA tensor; convert it to float32, bfloat16 or float16 first");
+  if (el.conv != Element::as_is)
+    fail(w + ": a CUDA tensor of another type than float32, bfloat16 or float16; convert it first");
   const int current = cuda_current_device();
   if (t.device.device_id != current)
     fail(w + ": the tensor is on cuda:" + std::to_string(t.device.device_id) +
@@ -188,7 +209,8 @@ struct Export {
 };
 
 py::capsule export_capsule(const DeviceArray& a) {
-  auto* ex = new Export;
+  auto owner = std::make_unique<Export>();
+  Export* ex = owner.get();
   ex->shape = a.shape;
   ex->strides.resize(a.shape.size());
   int64_t step = 1;
@@ -215,10 +237,8 @@ py::capsule export_capsule(const DeviceArray& a) {
       m->deleter(m);
     }
   });
-  if (!cap) {
-    delete ex;
-    throw py::error_already_set();
-  }
+  if (!cap) throw py::error_already_set();
+  owner.release();  // the capsule's (or its consumer's) now
   return py::reinterpret_steal<py::capsule>(cap);
 }
 
@@ -230,9 +250,18 @@ void bind_dlpack(py::module_& m) {
                           "without a copy with torch.from_dlpack, cupy.from_dlpack or jax.dlpack.from_dlpack.")
       .def(
           "__dlpack__",
-          [](const DeviceArray& a, const py::object&, const py::kwargs&) {
+          [](const DeviceArray& a, const py::object&, const py::kwargs& kw) {
             // The decode finished before the array was returned: its data is
-            // ready on every stream, whichever the consumer names.
+            // ready on every stream, whichever the consumer names. A legacy
+            // capsule whatever max_version asks (allowed by the standard).
+            if (kw.contains("dl_device") && !kw["dl_device"].is_none()) {
+              const auto d = kw["dl_device"].cast<py::tuple>();
+              if (d.size() != 2 || d[0].cast<int>() != kDLCUDA || d[1].cast<int>() != a.device)
+                throw py::buffer_error("qvg.DeviceArray: it is on cuda:" + std::to_string(a.device) +
+                                       "; exporting to another device is not supported");
+            }
+            if (kw.contains("copy") && !kw["copy"].is_none() && kw["copy"].cast<bool>())
+              throw py::buffer_error("qvg.DeviceArray: copy=True is not supported (it exports its own memory)");
             return export_capsule(a);
           },
           py::arg("stream") = py::none())

@@ -30,6 +30,7 @@ class ImportedTensor {
   }
   ImportedTensor(const ImportedTensor&) = delete;
   ImportedTensor& operator=(const ImportedTensor&) = delete;
+  void adopt(DLManagedTensor* m) { m_ = m; }
   const DLTensor& tensor() const { return m_->dl_tensor; }
   /// In CUDA device memory (kDLCUDA, kDLCUDAManaged); else host memory.
   bool on_cuda() const;
@@ -47,8 +48,8 @@ bool is_dlpack(const py::handle& x);
 /// other than the CPU and CUDA.
 std::unique_ptr<ImportedTensor> import_dlpack(const py::handle& x, const char* what);
 
-/// A host tensor's values (float32, float16, bfloat16 or float64; any
-/// strides) as [heads, tokens, dim] from `layout`, through the library's
+/// A host tensor's values (float32, float16, bfloat16 as they are; float64
+/// and integers converted to float32; any strides) as [heads, tokens, dim] from `layout`, through the library's
 /// conversion of stored tensors (its shape checks and messages).
 HeadTensor host_tensor(const ImportedTensor& t, KvLayout layout, const char* what);
 

@@ -184,9 +184,9 @@ PYBIND11_MODULE(qvg, m) {
           py::arg("warm_start") = nullptr,
           "Encodes a finite tensor [heads, tokens, dim] (layout=\"thd\": [tokens, heads, dim]), or the "
           "same with a leading batch of 1: a NumPy array of any real dtype (converted to float32 first), or any "
-          "object with __dlpack__ (PyTorch, CuPy, JAX: float32, float16, bfloat16 or float64). A CUDA tensor "
-          "(contiguous [heads, tokens, dim], codec on device=\"cuda\") is read in device memory, without a host "
-          "copy. warm_start: an earlier EncodedTensor of the same codec and dim whose centroids start k-means. "
+          "object with __dlpack__ (PyTorch, CuPy, JAX; any real dtype). A CUDA tensor (contiguous [heads, tokens, "
+          "dim] of float32, bfloat16 or float16; codec on device=\"cuda\") is read in device memory: qvg and rtn "
+          "encode it there, kivi, quarot and bf16 copy it to the host for their CPU encode. warm_start: an earlier EncodedTensor of the same codec and dim whose centroids start k-means. "
           "The result does not depend on threads.")
       .def(
           "decode",

@@ -493,9 +493,13 @@ TEST(Cuda, DeviceTensorsEncodeAndDecodeLikeHostTensors) {
         EXPECT_EQ(mismatches, 0u) << what;
       }
     }
-  // A NaN at head 1, token 7, channel 3, and an inf (bf16) there.
+  // NaNs at head 1, token 7, channel 3 and later (another block, past the
+  // finiteness kernel's grid stride too): the first is named. Then an inf
+  // (bf16) there.
   HeadTensor x = blobs(2, 300, 64, 4, 9);
   x.at(1, 7, 3) = std::nanf("");
+  x.at(1, 8, 0) = std::nanf("");
+  x.at(1, 299, 63) = -INFINITY;
   cuda::DeviceBuffer<float> xf;
   xf.upload(x.data.data(), x.data.size());
   const CodecConfig q = parse_codec_spec("qvg:centroids=4");
@@ -512,11 +516,31 @@ TEST(Cuda, DeviceTensorsEncodeAndDecodeLikeHostTensors) {
   hb[static_cast<size_t>((1 * 300 + 7) * 64 + 3)] = 0x7f80;  // +inf
   cuda::DeviceBuffer<uint16_t> xb;
   xb.upload(hb.data(), hb.size());
-  EXPECT_THROW(cuda_encode_device(q, xb.get(), DeviceElement::bf16, 2, 300, 64), Error);
+  try {
+    cuda_encode_device(q, xb.get(), DeviceElement::bf16, 2, 300, 64);
+    ADD_FAILURE() << "an inf was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(inf) at head 1, token 7, channel 3"), std::string::npos) << e.what();
+  }
+  // A view that does not start on 16 bytes (DLPack promises element
+  // alignment only): the bytes of the same values given aligned.
+  {
+    HeadTensor y = blobs(2, 256, 64, 4, 13, 0.5f);
+    std::vector<float> shifted(y.data.size() + 1, 0.0f);
+    std::copy(y.data.begin(), y.data.end(), shifted.begin() + 1);
+    cuda::DeviceBuffer<float> ys;
+    ys.upload(shifted.data(), shifted.size());
+    for (const std::string spec : {"rtn", "qvg:centroids=8", "qvg-pro:centroids=4,iters=2"})
+      expect_same_parts(make_cuda_codec(parse_codec_spec(spec))->encode(y),
+                        cuda_encode_device(parse_codec_spec(spec), ys.get() + 1, DeviceElement::f32, 2, 256, 64),
+                        spec + ": a view 4 bytes past 16-byte alignment");
+  }
   EXPECT_THROW(cuda_encode_device(q, nullptr, DeviceElement::f32, 2, 300, 64), Error);
   EXPECT_THROW(cuda_encode_device(q, xf.get(), DeviceElement::f32, 2, 0, 64), Error);
   const EncodedTensor e = cuda_encode_device(q, xb.get(), DeviceElement::bf16, 1, 300, 64);  // head 0: finite
   EXPECT_THROW(cuda_decode_device(e, nullptr, DeviceElement::f32), Error);
+  const std::shared_ptr<void> big = cuda_allocate(static_cast<size_t>(e.values()) * 4 + 16);
+  EXPECT_THROW(cuda_decode_device(e, static_cast<char*>(big.get()) + 4, DeviceElement::f32), Error);  // misaligned
   EXPECT_THROW(cuda_allocate(0), Error);
   EXPECT_EQ(cuda_current_device(), 0);
 }

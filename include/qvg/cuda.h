@@ -68,14 +68,17 @@ void cuda_copy_to_host(void* host, const void* device, size_t bytes);
 /// encode of the same values as a host tensor: qvg and rtn encode on the
 /// device; kivi, quarot and bf16 copy x to the host and run the CPU
 /// reference. A non-finite value is a qvg::Error naming its position, as
-/// the host encode's. Synchronizes the device's default stream.
+/// the host encode's. x needs element alignment only (a view that does not
+/// start on 16 bytes is first copied to memory that does). Synchronizes the
+/// device's default stream.
 EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, DeviceElement type, int64_t heads,
                                  int64_t tokens, int64_t dim, const EncodeOptions& opt = {});
 
 /// Decode e into out, [heads, tokens, dim] of `type` in the current
 /// device's memory: the float decode (bit-identical to the CPU decode's),
 /// rounded to nearest even for bf16 and f16. Every method; the limits are
-/// make_cuda_codec's. Synchronizes the device's default stream.
+/// make_cuda_codec's. out must be 16-byte aligned (cudaMalloc's memory is).
+/// Synchronizes the device's default stream.
 void cuda_decode_device(const EncodedTensor& e, void* out, DeviceElement type);
 
 /// Where a codec runs.

@@ -6,6 +6,7 @@ which the module's encode + decode must equal bit for bit. The byte counts
 are checked against docs/FORMAT.md's sizes, and every bad input against the
 error it must raise.
 """
+import ctypes
 import os
 import subprocess
 import tempfile
@@ -341,7 +342,7 @@ class BadInput(unittest.TestCase):
 CUDA_OK, CUDA_WHY = qvg.cuda_available()
 
 
-@unittest.skipUnless(CUDA_OK, "no usable CUDA device: " + CUDA_WHY)
+@unittest.skipUnless(CUDA_OK, CUDA_WHY)
 class OnTheGpu(unittest.TestCase):
     """device="cuda" against the CPU reference (docs/FORMAT.md: the GPU decode
     is bit-identical to the CPU's; RTN's GPU encode and the baselines' encodes,
@@ -450,6 +451,51 @@ class Producer:
         return self.device or self.a.__dlpack_device__()
 
 
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER)]
+_keep = {}  # what a hand-made capsule's memory needs until its deleter runs
+
+
+def dlpack_capsule(buf, byte_offset, shape, on_delete):
+    """A legacy DLPack capsule of float32 `buf` (a CPU tensor of `shape`, no strides)."""
+    shp = (ctypes.c_int64 * len(shape))(*shape)
+    m = DLManagedTensor()
+    key = id(m)
+
+    def deleter(_):
+        on_delete()
+        _keep.pop(key, None)
+
+    m.dl_tensor = DLTensor(buf.ctypes.data, 1, 0, len(shape), 2, 32, 1, shp, None, byte_offset)
+    m.deleter = DELETER(deleter)
+    _keep[key] = (buf, shp, m, m.deleter)
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(m), b"dltensor", None)
+
+
+class CapsuleProducer:
+    def __init__(self, cap):
+        self.cap = cap
+
+    def __dlpack__(self, stream=None):
+        return self.cap
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
 class DLPack(unittest.TestCase):
     def test_host_tensors_encode_like_their_arrays(self):
         codec = qvg.Codec("qvg")
@@ -462,6 +508,9 @@ class DLPack(unittest.TestCase):
         for dt in (np.float16, np.float64):
             y = x.astype(dt)
             self.assertEqual(codec.encode(Producer(y)).parts, codec.encode(y).parts)
+        for dt in (np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64):  # as NumPy's float32 cast
+            y = (x * 40).astype(dt)
+            self.assertEqual(codec.encode(Producer(y)).parts, codec.encode(y.astype(np.float32)).parts)
         thd = np.ascontiguousarray(x.transpose(1, 0, 2))[None]  # [1, tokens, heads, dim]
         self.assertEqual(codec.encode(Producer(thd), layout="thd").parts, want)
         y = qvg.Codec("rtn").decode(qvg.Codec("rtn").encode(x))
@@ -472,12 +521,25 @@ class DLPack(unittest.TestCase):
         for got, ref in zip(b.read(0), a.read(0)):
             np.testing.assert_array_equal(bits(got), bits(ref))
 
+    def test_byte_offset_and_the_producers_deleter(self):
+        # A capsule made by hand (ctypes): the data 12 bytes past the buffer's
+        # start through DLTensor.byte_offset, as some producers give it. The
+        # producer's deleter runs exactly once.
+        x = random_kv(seed=6)
+        buf = np.zeros(x.size + 3, np.float32)
+        buf[3:] = x.ravel()
+        deleted = []
+        cap = dlpack_capsule(buf, byte_offset=12, shape=x.shape, on_delete=lambda: deleted.append(1))
+        codec = qvg.Codec("qvg")
+        self.assertEqual(codec.encode(CapsuleProducer(cap)).parts, codec.encode(x).parts)
+        self.assertEqual(deleted, [1])
+
     def test_bad_tensors_and_outputs(self):
         codec = qvg.Codec("rtn")
         x = random_kv()
         with self.assertRaises(ValueError) as cm:
-            codec.encode(Producer(x.astype(np.int32)))
-        self.assertIn("not float32, float16, bfloat16 or float64", str(cm.exception))
+            codec.encode(Producer(x.astype(np.complex64)))
+        self.assertIn("not a real number type", str(cm.exception))
         with self.assertRaises(ValueError) as cm:
             codec.encode(Producer(x, device=(12, 0)))
         self.assertIn("device type 12", str(cm.exception))
@@ -567,6 +629,20 @@ class TorchOnTheGpu(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             qvg.StreamingKVCache(1, 2, 64).append(0, xc, xc)
         self.assertIn("host tensors", str(cm.exception))
+
+    def test_unaligned_views_and_export_requests(self):
+        # A contiguous view 4 bytes past its storage's start (PyTorch folds
+        # the offset into the data pointer): copied to aligned memory first.
+        buf = torch.randn(2 * 640 * 128 + 1, device="cuda")
+        x = buf[1:].view(2, 640, 128)
+        gpu = qvg.Codec("qvg", device="cuda")
+        self.assertEqual(gpu.encode(x).parts, gpu.encode(x.clone()).parts)
+        out = gpu.decode(gpu.encode(x), output="cuda")
+        with self.assertRaises(BufferError):
+            out.__dlpack__(dl_device=(1, 0))
+        with self.assertRaises(BufferError):
+            out.__dlpack__(copy=True)
+        self.assertEqual(torch.from_dlpack(out.__dlpack__(dl_device=(2, 0))).shape, (2, 640, 128))
 
 
 if __name__ == "__main__":

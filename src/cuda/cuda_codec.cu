@@ -198,7 +198,18 @@ EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, Devic
   QVG_CHECK(heads > 0 && tokens > 0 && dim > 0, "cuda_encode_device: empty shape [", heads, ", ", tokens, ", ", dim,
             "]");
   QVG_CHECK(x != nullptr, "cuda_encode_device: null input");
-  const int64_t n = heads * tokens * dim;
+  int64_t n = 0;
+  QVG_CHECK(!__builtin_mul_overflow(heads, tokens, &n) && !__builtin_mul_overflow(n, dim, &n),
+            "cuda_encode_device: shape [", heads, ", ", tokens, ", ", dim, "] overflows");
+  // The encode kernels read 16 bytes at a time: a view that starts elsewhere
+  // (DLPack promises element alignment only) is copied to aligned memory.
+  std::shared_ptr<void> aligned;
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+    const size_t bytes = static_cast<size_t>(n) * (type == DeviceElement::f32 ? 4 : 2);
+    aligned = cuda_allocate(bytes);
+    QVG_CUDA_CHECK(cudaMemcpy(aligned.get(), x, bytes, cudaMemcpyDeviceToDevice));
+    x = aligned.get();
+  }
   float bad = 0;
   const int64_t at = cuda::first_nonfinite(x, device_dtype(type), n, &bad, nullptr);
   QVG_CHECK(at < 0, "input tensor holds a non-finite value (", bad, ") at head ", at / (tokens * dim), ", token ",
@@ -216,6 +227,9 @@ EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, Devic
 void cuda_decode_device(const EncodedTensor& e, void* out, DeviceElement type) {
   check_device();
   QVG_CHECK(out != nullptr, "cuda_decode_device: null output");
+  QVG_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0,
+            "cuda_decode_device: out must be 16-byte aligned (the decode stores 16 bytes at a time; cudaMalloc's "
+            "memory is)");
   if (is_cuda_baseline_method(e.config.method)) {
     cuda_baseline_decode_device(e, out, type == DeviceElement::f32    ? BaselineOut::f32
                                         : type == DeviceElement::bf16 ? BaselineOut::bf16
