@@ -44,6 +44,12 @@ Element element_of(const DLDataType& t, const char* what) {
        "float64 or an integer)");
 }
 
+/// "float64", "int32", "uint8", ... (the dtypes element_of takes).
+std::string dtype_name(const DLDataType& t) {
+  const char* kind = t.code == kDLFloat ? "float" : t.code == kDLBfloat ? "bfloat" : t.code == kDLInt ? "int" : "uint";
+  return kind + std::to_string(t.bits);
+}
+
 /// An element converted to float32 (Element::f64, sint, uint).
 float converted(const uint8_t* p, const Element& el) {
   if (el.conv == Element::f64) {
@@ -137,7 +143,7 @@ DeviceInput device_input(const ImportedTensor& it, const char* what) {
   const std::string w = what;
   const Element el = element_of(t.dtype, what);
   if (el.conv != Element::as_is)
-    fail(w + ": a CUDA tensor of another type than float32, bfloat16 or float16; convert it first");
+    fail(w + ": a " + dtype_name(t.dtype) + " CUDA tensor; convert it to float32, bfloat16 or float16 first");
   const int current = cuda_current_device();
   if (t.device.device_id != current)
     fail(w + ": the tensor is on cuda:" + std::to_string(t.device.device_id) +
