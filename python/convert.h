@@ -42,12 +42,11 @@ inline int check_threads(int threads) {
 /// A float array [A, B, D] or [1, A, B, D] in `layout` -> [heads, tokens, dim],
 /// through the library's conversion of stored tensors (its checks and messages).
 inline qvg::HeadTensor to_tensor(const FloatArray& a, qvg::KvLayout layout, const char* what) {
-  qvg::RawTensor t;
+  qvg::RawTensorView t;
   t.dtype = qvg::DType::f32;
   t.shape.assign(a.shape(), a.shape() + a.ndim());
-  const auto* p = reinterpret_cast<const uint8_t*>(a.data());
-  t.bytes.assign(p, p + a.nbytes());
-  return qvg::to_head_tensor(t, layout, what);
+  t.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(a.data()), static_cast<size_t>(a.nbytes()));
+  return qvg::to_head_tensor(t, layout, what);  // one pass from the array's memory
 }
 
 /// [heads, tokens, dim] -> a new float32 array [A, B, D] in `layout`.

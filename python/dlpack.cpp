@@ -75,6 +75,18 @@ std::vector<int64_t> strides_of(const DLTensor& t) {
   return s;
 }
 
+/// Whether t is row-major and contiguous (the strides of size-1 dimensions
+/// do not matter).
+bool row_major(const DLTensor& t) {
+  const std::vector<int64_t> st = strides_of(t);
+  int64_t step = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] != 1 && st[static_cast<size_t>(i)] != step) return false;
+    step *= t.shape[i];
+  }
+  return true;
+}
+
 }  // namespace
 
 bool ImportedTensor::on_cuda() const {
@@ -115,9 +127,11 @@ HeadTensor host_tensor(const ImportedTensor& it, KvLayout layout, const char* wh
   for (int i = 0; i < t.ndim; ++i)
     if (t.shape[i] < 0 || __builtin_mul_overflow(n, t.shape[i], &n))
       fail(std::string(what) + ": shape " + shape_text(t) + " is negative or overflows");
+  const auto* base = static_cast<const uint8_t*>(t.data) + t.byte_offset;
+  if (el.conv == Element::as_is && row_major(t))  // read where it is, in one pass
+    return to_head_tensor(RawTensorView{el.dtype, raw.shape, {base, static_cast<size_t>(n) * el.size}}, layout, what);
   const size_t out_size = el.conv == Element::as_is ? el.size : 4;
   raw.bytes.resize(static_cast<size_t>(n) * out_size);
-  const auto* base = static_cast<const uint8_t*>(t.data) + t.byte_offset;
   std::vector<int64_t> idx(static_cast<size_t>(t.ndim), 0);
   for (int64_t k = 0; k < n; ++k) {  // row-major order, any strides
     int64_t off = 0;
@@ -151,14 +165,8 @@ DeviceInput device_input(const ImportedTensor& it, const char* what) {
   const bool batch = t.ndim == 4 && t.shape[0] == 1;
   if (t.ndim != 3 && !batch)
     fail(w + ": expected a CUDA tensor [heads, tokens, dim] or [1, heads, tokens, dim], got shape " + shape_text(t));
-  // Row-major and contiguous (the strides of size-1 dimensions do not matter).
-  const std::vector<int64_t> st = strides_of(t);
-  int64_t step = 1;
-  for (int i = t.ndim - 1; i >= 0; --i) {
-    if (t.shape[i] != 1 && st[static_cast<size_t>(i)] != step)
-      fail(w + ": a CUDA tensor must be contiguous [heads, tokens, dim] (row-major); call .contiguous() first");
-    step *= t.shape[i];
-  }
+  if (!row_major(t))
+    fail(w + ": a CUDA tensor must be contiguous [heads, tokens, dim] (row-major); call .contiguous() first");
   DeviceInput d;
   d.data = static_cast<const uint8_t*>(t.data) + t.byte_offset;
   d.type = el.dtype == DType::f32    ? DeviceElement::f32

@@ -194,6 +194,25 @@ TEST(IoBasics, ThdLayoutMapsAxes) {
   const RawTensor back = from_head_tensor(x, KvLayout::thd, DType::f32);
   EXPECT_EQ(back.shape, t.shape);
   EXPECT_EQ(back.bytes, t.bytes);
+  // A view of the same bytes (a caller's array) converts the same, and a
+  // view one byte short is refused as a RawTensor one is.
+  const RawTensorView view{t.dtype, t.shape, t.bytes};
+  EXPECT_EQ(to_head_tensor(view, KvLayout::thd).data, x.data);
+  EXPECT_EQ(to_head_tensor(view, KvLayout::htd).data, y.data);
+  RawTensor short_t = t;
+  short_t.bytes.pop_back();
+  const RawTensorView short_view{t.dtype, t.shape, std::span<const uint8_t>(t.bytes).first(t.bytes.size() - 1)};
+  for (const auto& convert : {std::function<void()>([&] { to_head_tensor(short_t, KvLayout::thd, "k.npy"); }),
+                              std::function<void()>([&] { to_head_tensor(short_view, KvLayout::thd, "k.npy"); })}) {
+    try {
+      convert();
+      ADD_FAILURE() << "a short tensor was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("k.npy: shape [2, 3, 2] of f32 needs 48 bytes but the tensor holds 47"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // ---- round trips -------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -147,6 +148,18 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 /// qvg::Error naming `what` and the shape. Non-finite values are copied as they are (the
 /// codecs reject them).
 HeadTensor to_head_tensor(const RawTensor& t, KvLayout layout, const std::string& what = "tensor");
+
+/// A tensor whose bytes are held elsewhere (a caller's array), laid out as a
+/// RawTensor's.
+struct RawTensorView {
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  std::span<const uint8_t> bytes;
+};
+
+/// to_head_tensor of a view: the same result and checks, without first
+/// copying the bytes into a RawTensor.
+HeadTensor to_head_tensor(const RawTensorView& t, KvLayout layout, const std::string& what = "tensor");
 
 /// Converts float32 [heads, tokens, dim] to a stored tensor.
 /// @param x              the tensor

@@ -65,11 +65,18 @@ KvLayout parse_layout(const std::string& name) {
 
 int64_t RawTensor::numel() const { return io_detail::checked_numel(shape, "tensor"); }
 
-void RawTensor::check(const std::string& what) const {
+namespace {
+
+/// Throws unless `size` bytes are what shape and dtype need.
+void check_byte_count(const std::vector<int64_t>& shape, DType dtype, size_t size, const std::string& what) {
   const uint64_t need = io_detail::checked_nbytes(shape, dtype, what);
-  QVG_CHECK(bytes.size() == need, what, ": shape ", io_detail::shape_str(shape), " of ",
-            dtype_name(dtype), " needs ", need, " bytes but the tensor holds ", bytes.size());
+  QVG_CHECK(size == need, what, ": shape ", io_detail::shape_str(shape), " of ", dtype_name(dtype), " needs ", need,
+            " bytes but the tensor holds ", size);
 }
+
+}  // namespace
+
+void RawTensor::check(const std::string& what) const { check_byte_count(shape, dtype, bytes.size(), what); }
 
 namespace io_detail {
 
@@ -196,8 +203,12 @@ std::string lower_extension(const std::string& path) {
 }  // namespace
 
 HeadTensor to_head_tensor(const RawTensor& t, KvLayout layout, const std::string& what) {
+  return to_head_tensor(RawTensorView{t.dtype, t.shape, t.bytes}, layout, what);
+}
+
+HeadTensor to_head_tensor(const RawTensorView& t, KvLayout layout, const std::string& what) {
   using io_detail::shape_str;
-  t.check(what);
+  check_byte_count(t.shape, t.dtype, t.bytes.size(), what);
   QVG_CHECK(dtype_is_float(t.dtype), what, ": a K/V tensor must be f32, f16 or bf16, not ",
             dtype_name(t.dtype));
   const auto& s = t.shape;
