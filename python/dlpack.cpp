@@ -210,7 +210,7 @@ int64_t DeviceArray::numel() const {
   return n;
 }
 
-size_t DeviceArray::nbytes() const { return static_cast<size_t>(numel()) * (type == DeviceElement::f32 ? 4 : 2); }
+size_t DeviceArray::nbytes() const { return static_cast<size_t>(numel()) * element_bytes(type); }
 
 namespace {
 

@@ -160,23 +160,20 @@ PYBIND11_MODULE(qvg, m) {
             opt.role = parse_role(role);
             opt.threads = check_threads(threads);
             opt.warm_start = warm_start;
-            if (is_dlpack(x)) {
-              const std::unique_ptr<ImportedTensor> t = import_dlpack(x, "x");
-              if (t->on_cuda()) {  // read where it is: no host copy (kivi, quarot, bf16: their CPU encode)
-                if (c.backend != qvg::Backend::cuda)
-                  throw qvg::Error("x is a CUDA tensor: encode it with qvg.Codec(spec, device=\"cuda\")");
-                if (l != qvg::KvLayout::htd)
-                  throw qvg::Error("layout=\"thd\" with a CUDA tensor: pass it as [heads, tokens, dim] "
-                                   "(x.transpose(0, 1).contiguous())");
-                const DeviceInput d = device_input(*t, "x");
-                py::gil_scoped_release unlocked;
-                return qvg::cuda_encode_device(c.config, d.data, d.type, d.heads, d.tokens, d.dim, opt);
-              }
-              const qvg::HeadTensor h = host_tensor(*t, l, "x");
+            // Declared before the GIL is let go: the producer's deleter runs with it held.
+            const std::unique_ptr<ImportedTensor> t = is_dlpack(x) ? import_dlpack(x, "x") : nullptr;
+            if (t && t->on_cuda()) {  // read where it is (kivi, quarot, bf16: copied for their CPU encode)
+              if (c.backend != qvg::Backend::cuda)
+                throw qvg::Error("x is a CUDA tensor: encode it with qvg.Codec(spec, device=\"cuda\")");
+              if (l != qvg::KvLayout::htd)
+                throw qvg::Error(
+                    "layout=\"thd\" with a CUDA tensor: pass it as [heads, tokens, dim] "
+                    "(x.transpose(0, 1).contiguous())");
+              const DeviceInput d = device_input(*t, "x");
               py::gil_scoped_release unlocked;
-              return c.codec->encode(h, opt);
+              return qvg::cuda_encode_device(c.config, d.data, d.type, d.heads, d.tokens, d.dim, opt);
             }
-            const qvg::HeadTensor h = host_input(x, l, "x", "encode");
+            const qvg::HeadTensor h = t ? host_tensor(*t, l, "x") : host_input(x, l, "x", "encode");
             py::gil_scoped_release unlocked;
             return c.codec->encode(h, opt);
           },
@@ -186,7 +183,8 @@ PYBIND11_MODULE(qvg, m) {
           "same with a leading batch of 1: a NumPy array of any real dtype (converted to float32 first), or any "
           "object with __dlpack__ (PyTorch, CuPy, JAX; any real dtype). A CUDA tensor (contiguous [heads, tokens, "
           "dim] of float32, bfloat16 or float16; codec on device=\"cuda\") is read in device memory: qvg and rtn "
-          "encode it there, kivi, quarot and bf16 copy it to the host for their CPU encode. warm_start: an earlier EncodedTensor of the same codec and dim whose centroids start k-means. "
+          "encode it there, kivi, quarot and bf16 copy it to the host for their CPU encode. warm_start: an earlier "
+          "EncodedTensor of the same codec and dim whose centroids start k-means. "
           "The result does not depend on threads.")
       .def(
           "decode",
@@ -213,8 +211,7 @@ PYBIND11_MODULE(qvg, m) {
               }
               return py::cast(std::move(a));
             }
-            if (output != "numpy")
-              throw qvg::Error("output must be \"numpy\" or \"cuda\", got \"" + output + "\"");
+            if (output != "numpy") throw qvg::Error("output must be \"numpy\" or \"cuda\", got \"" + output + "\"");
             if (dtype != "float32")
               throw qvg::Error("output=\"numpy\" decodes to float32 only, got dtype=\"" + dtype + "\"");
             qvg::HeadTensor out;

@@ -476,7 +476,7 @@ TEST(Cuda, DeviceTensorsEncodeAndDecodeLikeHostTensors) {
 
       HeadTensor cpu;
       make_codec(c)->decode(got, cpu);
-      const size_t es = type == DeviceElement::f32 ? 4 : 2;
+      const size_t es = element_bytes(type);
       const std::shared_ptr<void> out = cuda_allocate(cpu.data.size() * es);
       cuda_decode_device(got, out.get(), type);
       if (type == DeviceElement::f32) {

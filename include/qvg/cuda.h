@@ -53,6 +53,9 @@ std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kern
 /// Element types of tensors in device memory.
 enum class DeviceElement { f32, bf16, f16 };
 
+/// Bytes an element of type t.
+constexpr size_t element_bytes(DeviceElement t) { return t == DeviceElement::f32 ? 4 : 2; }
+
 /// The current CUDA device (cudaGetDevice): the one the functions below use.
 int cuda_current_device();
 

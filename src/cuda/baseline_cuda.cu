@@ -165,12 +165,12 @@ std::unique_ptr<Codec> make_cuda_baseline_codec(const CodecConfig& config) {
   return std::make_unique<CudaBaselineCodec>(config);
 }
 
-void cuda_baseline_decode_device(const EncodedTensor& e, void* out, BaselineOut type) {
+void cuda_baseline_decode_device(const EncodedTensor& e, void* out, DeviceElement type) {
   check_device();
   const BaselineShape sh = checked_shape(e);
-  if (type == BaselineOut::f32)
+  if (type == DeviceElement::f32)
     decode_into_device(e, sh, static_cast<float*>(out));
-  else if (type == BaselineOut::bf16)
+  else if (type == DeviceElement::bf16)
     decode_into_device(e, sh, static_cast<__nv_bfloat16*>(out));
   else
     decode_into_device(e, sh, static_cast<__half*>(out));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "qvg/codec.h"
+#include "qvg/cuda.h"
 
 namespace qvg {
 
@@ -23,13 +24,10 @@ bool is_cuda_baseline_method(Method m);
 /// throws qvg::Error otherwise, and for every input the CPU decoder refuses.
 std::unique_ptr<Codec> make_cuda_baseline_codec(const CodecConfig& config);
 
-/// Output types of cuda_baseline_decode_device.
-enum class BaselineOut { f32, bf16, f16 };
-
 /// GPU decode of a kivi / quarot / bf16 tensor into out ([heads, tokens,
 /// dim] of `type` in device memory): the CPU float decode, rounded to
 /// nearest even for bf16 / f16. Synchronizes the default stream.
-void cuda_baseline_decode_device(const EncodedTensor& e, void* out, BaselineOut type);
+void cuda_baseline_decode_device(const EncodedTensor& e, void* out, DeviceElement type);
 
 /// 16-bit output types of cuda_baseline_decode_16.
 enum class Half16 { bf16, fp16 };

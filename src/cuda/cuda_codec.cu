@@ -5,8 +5,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "cuda/baseline_cuda.h"
 #include "cpu/codecs.h"
+#include "cuda/baseline_cuda.h"
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
 #include "qvg/half.h"
@@ -39,6 +39,17 @@ void check_span_scales(const EncodedTensor& e) {
     QVG_CHECK(std::isfinite(span), e.config.name, ": head ", h, ": the residual overflows float (span scale ", span,
               "): ", residual_overflow_hint(e.config.stages));
   }
+}
+
+/// A qvg / rtn tensor decoded into out (device memory, dtype) with the
+/// chosen kernel; its parts are checked on upload. Synchronizes the default
+/// stream (the uploaded parts live until the decode is done).
+void decode_qvg_into(const EncodedTensor& e, void* out, DeviceDType dtype, DecodeKernel kernel) {
+  const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
+  DeviceParts parts;
+  upload_parts(e, sh, parts, nullptr);
+  cuda::decode(sh, parts.view(), out, dtype, nullptr, kernel);
+  QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 class CudaQvgCodec final : public Codec {
@@ -98,11 +109,8 @@ class CudaQvgCodec final : public Codec {
   void decode(const EncodedTensor& e, HeadTensor& out, int) const override {
     QVG_CHECK(e.config.method == config_.method, "decoding a ", method_name(e.config.method), " tensor with a ",
               method_name(config_.method), " codec");
-    const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
-    DeviceParts parts;
-    upload_parts(e, sh, parts, nullptr);
     DeviceBuffer<float> o(static_cast<size_t>(e.values()));
-    cuda::decode(sh, parts.view(), o.get(), DeviceDType::f32, nullptr);
+    decode_qvg_into(e, o.get(), DeviceDType::f32, DecodeKernel::automatic);
     out = HeadTensor(e.heads, e.tokens, e.dim);
     o.download(out.data.data(), out.data.size());
     QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
@@ -122,8 +130,9 @@ bool cuda_available(std::string* why) {
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n == 0) {
-    if (why) *why = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
-                                       : std::string("no CUDA device found");
+    if (why)
+      *why = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
+                                : std::string("no CUDA device found");
     cudaGetLastError();  // clear the sticky-free error state of the failed query
     return false;
   }
@@ -159,11 +168,8 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
 std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kernel) {
   if (is_cuda_baseline_method(e.config.method)) return cuda_baseline_decode_16(e, Half16::bf16);
   check_device();
-  const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
-  DeviceParts parts;
-  upload_parts(e, sh, parts, nullptr);
   DeviceBuffer<uint16_t> o(static_cast<size_t>(e.values()));
-  cuda::decode(sh, parts.view(), o.get(), DeviceDType::bf16, nullptr, kernel);
+  decode_qvg_into(e, o.get(), DeviceDType::bf16, kernel);
   std::vector<uint16_t> out(static_cast<size_t>(e.values()));
   o.download(out.data(), out.size());
   QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
@@ -171,10 +177,6 @@ std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kern
 }
 
 namespace {
-
-DeviceDType device_dtype(DeviceElement t) {
-  return t == DeviceElement::f32 ? DeviceDType::f32 : t == DeviceElement::bf16 ? DeviceDType::bf16 : DeviceDType::f16;
-}
 
 /// x's values as a host float tensor.
 HeadTensor download_as_float(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim) {
@@ -186,7 +188,8 @@ HeadTensor download_as_float(const void* x, DeviceElement type, int64_t heads, i
   }
   std::vector<uint16_t> raw(n);
   QVG_CUDA_CHECK(cudaMemcpy(raw.data(), x, n * 2, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < n; ++i) h.data[i] = type == DeviceElement::bf16 ? bf16_to_float(raw[i]) : fp16_to_float(raw[i]);
+  for (size_t i = 0; i < n; ++i)
+    h.data[i] = type == DeviceElement::bf16 ? bf16_to_float(raw[i]) : fp16_to_float(raw[i]);
   return h;
 }
 
@@ -205,13 +208,13 @@ EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, Devic
   // (DLPack promises element alignment only) is copied to aligned memory.
   std::shared_ptr<void> aligned;
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {
-    const size_t bytes = static_cast<size_t>(n) * (type == DeviceElement::f32 ? 4 : 2);
+    const size_t bytes = static_cast<size_t>(n) * element_bytes(type);
     aligned = cuda_allocate(bytes);
     QVG_CUDA_CHECK(cudaMemcpy(aligned.get(), x, bytes, cudaMemcpyDeviceToDevice));
     x = aligned.get();
   }
   float bad = 0;
-  const int64_t at = cuda::first_nonfinite(x, device_dtype(type), n, &bad, nullptr);
+  const int64_t at = cuda::first_nonfinite(x, type, n, &bad, nullptr);
   QVG_CHECK(at < 0, "input tensor holds a non-finite value (", bad, ") at head ", at / (tokens * dim), ", token ",
             (at % (tokens * dim)) / dim, ", channel ", at % dim);
   if (is_cuda_baseline_method(config.method))  // their encode is the CPU reference
@@ -221,7 +224,7 @@ EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, Devic
   shape.heads = heads;
   shape.tokens = tokens;
   shape.dim = dim;
-  return codec.encode_on_device(x, device_dtype(type), shape, opt, nullptr);
+  return codec.encode_on_device(x, type, shape, opt, nullptr);
 }
 
 void cuda_decode_device(const EncodedTensor& e, void* out, DeviceElement type) {
@@ -231,18 +234,12 @@ void cuda_decode_device(const EncodedTensor& e, void* out, DeviceElement type) {
             "cuda_decode_device: out must be 16-byte aligned (the decode stores 16 bytes at a time; cudaMalloc's "
             "memory is)");
   if (is_cuda_baseline_method(e.config.method)) {
-    cuda_baseline_decode_device(e, out, type == DeviceElement::f32    ? BaselineOut::f32
-                                        : type == DeviceElement::bf16 ? BaselineOut::bf16
-                                                                      : BaselineOut::f16);
+    cuda_baseline_decode_device(e, out, type);
     return;
   }
   QVG_CHECK(e.config.method == Method::qvg || e.config.method == Method::rtn, "cuda_decode_device: method ",
             method_name(e.config.method), " has no GPU decoder");
-  const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
-  DeviceParts parts;
-  upload_parts(e, sh, parts, nullptr);
-  cuda::decode(sh, parts.view(), out, device_dtype(type), nullptr);
-  QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  decode_qvg_into(e, out, type, DecodeKernel::automatic);
 }
 
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {

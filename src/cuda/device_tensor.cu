@@ -56,7 +56,7 @@ int64_t first_nonfinite(const void* x, DeviceDType dtype, int64_t n, float* valu
   QVG_CUDA_CHECK(cudaMemcpyAsync(&at, first.get(), sizeof at, cudaMemcpyDeviceToHost, stream));
   QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (at == none) return -1;
-  const size_t es = dtype == DeviceDType::f32 ? 4 : 2;
+  const size_t es = element_bytes(dtype);
   uint32_t raw = 0;
   QVG_CUDA_CHECK(cudaMemcpy(&raw, static_cast<const char*>(x) + at * es, es, cudaMemcpyDeviceToHost));
   if (value) {

@@ -14,7 +14,8 @@
 
 namespace qvg::cuda {
 
-enum class DeviceDType { f32, bf16, f16 };
+/// The element types of the kernels' inputs and outputs (the public enum).
+using DeviceDType = DeviceElement;
 
 
 /// Device buffers for the parts of one encoded tensor, sized by allocate().
