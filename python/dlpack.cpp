@@ -119,7 +119,6 @@ std::unique_ptr<ImportedTensor> import_dlpack(const py::handle& x, const char* w
 HeadTensor host_tensor(const ImportedTensor& it, KvLayout layout, const char* what) {
   const DLTensor& t = it.tensor();
   const Element el = element_of(t.dtype, what);
-  const std::vector<int64_t> st = strides_of(t);
   RawTensor raw;
   raw.dtype = el.dtype;
   raw.shape.assign(t.shape, t.shape + t.ndim);
@@ -130,6 +129,7 @@ HeadTensor host_tensor(const ImportedTensor& it, KvLayout layout, const char* wh
   const auto* base = static_cast<const uint8_t*>(t.data) + t.byte_offset;
   if (el.conv == Element::as_is && row_major(t))  // read where it is, in one pass
     return to_head_tensor(RawTensorView{el.dtype, raw.shape, {base, static_cast<size_t>(n) * el.size}}, layout, what);
+  const std::vector<int64_t> st = strides_of(t);
   const size_t out_size = el.conv == Element::as_is ? el.size : 4;
   raw.bytes.resize(static_cast<size_t>(n) * out_size);
   std::vector<int64_t> idx(static_cast<size_t>(t.ndim), 0);
