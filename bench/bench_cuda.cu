@@ -142,12 +142,10 @@ int main(int argc, char** argv) {
           const double enc_ms = timer.median_ms(quick ? 3 : reps, [&] {
             enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
           });
-          const double dec_ms = timer.median_ms(
-              reps, [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic); });
+          auto dec = [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic); };
+          const double dec_ms = timer.median_ms(reps, dec);
           constexpr int kBatch = 10;
-          const double b2b_ms = timer.batch_median_ms(reps, kBatch, [&] {
-            decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic);
-          });
+          const double b2b_ms = timer.batch_median_ms(reps, kBatch, dec);
           const double v16_ms = timer.median_ms(
               reps, [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::vals16); });
           const double part_bytes = double(parts.bytes());
@@ -161,14 +159,9 @@ int main(int argc, char** argv) {
             const size_t half = static_cast<size_t>(moved / 2) & ~size_t{15};
             DeviceBuffer<uint8_t> s0(half), s1(half);
             QVG_CUDA_CHECK(cudaMemset(s0.get(), 1, half));
-            const double same_ms = timer.median_ms(reps, [&] {
-              QVG_CUDA_CHECK(cudaMemcpyAsync(s1.get(), s0.get(), half, cudaMemcpyDeviceToDevice));
-            });
-            same_gbs = 2.0 * half / (same_ms * 1e6);
-            const double same_b2b_ms = timer.batch_median_ms(reps, kBatch, [&] {
-              QVG_CUDA_CHECK(cudaMemcpyAsync(s1.get(), s0.get(), half, cudaMemcpyDeviceToDevice));
-            });
-            same_b2b_gbs = 2.0 * half / (same_b2b_ms * 1e6);
+            auto copy = [&] { QVG_CUDA_CHECK(cudaMemcpyAsync(s1.get(), s0.get(), half, cudaMemcpyDeviceToDevice)); };
+            same_gbs = 2.0 * half / (timer.median_ms(reps, copy) * 1e6);
+            same_b2b_gbs = 2.0 * half / (timer.batch_median_ms(reps, kBatch, copy) * 1e6);
           }
           const double b2b_gbs = moved / (b2b_ms * 1e6);
           // Error against the CPU reference on the first two heads (same config, same start).

@@ -187,21 +187,12 @@ int main(int argc, char** argv) {
         json += buf;
       };
       // Reference points with the decode's output size.
-      row("-", "memset (write only)",
-          timer.median_ms(reps, [&] { QVG_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes())); }), out_bytes);
-      row("-", "memcpy of the output size",
-          timer.median_ms(
-              reps,
-              [&] { QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice)); }),
-          2 * out_bytes);
-      row("-", "memset, back-to-back x10",
-          timer.batch_median_ms(reps, kBatch, [&] { QVG_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes())); }),
-          out_bytes);
-      row("-", "memcpy out size, b2b x10",
-          timer.batch_median_ms(
-              reps, kBatch,
-              [&] { QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice)); }),
-          2 * out_bytes);
+      auto set = [&] { QVG_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes())); };
+      auto copy = [&] { QVG_CUDA_CHECK(cudaMemcpyAsync(ref.get(), out.get(), out.bytes(), cudaMemcpyDeviceToDevice)); };
+      row("-", "memset (write only)", timer.median_ms(reps, set), out_bytes);
+      row("-", "memcpy of the output size", timer.median_ms(reps, copy), 2 * out_bytes);
+      row("-", "memset, back-to-back x10", timer.batch_median_ms(reps, kBatch, set), out_bytes);
+      row("-", "memcpy out size, b2b x10", timer.batch_median_ms(reps, kBatch, copy), 2 * out_bytes);
       const int64_t per_head = x.tokens * kD;
       // Blocks for units of `vals` values, U per thread.
       auto wgrid = [&](int vals, int u) {
