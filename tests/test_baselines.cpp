@@ -675,5 +675,28 @@ TEST(Baselines, BadInputsThrow) {
   expect_error([&] { make_codec("quarot")->decode(k, y); }, "decoding a kivi tensor with a quarot codec");
 }
 
+// Every codec refuses a tensor of every other method with the same message,
+// before anything else about the tensor is checked (the other method's
+// config may not even be valid for this codec), and leaves `out` as it was.
+TEST(Codecs, EveryCodecRefusesATensorOfAnotherMethod) {
+  const HeadTensor x = make_data(2, 64, 64, 5);
+  const std::vector<std::string> specs = {"qvg:iters=1,centroids=16", "qvg-pro:iters=1,centroids=8", "rtn", "kivi",
+                                          "quarot", "bf16"};
+  for (const std::string& made_by : specs) {
+    const EncodedTensor e = make_codec(made_by)->encode(x);
+    for (const std::string& spec : specs) {
+      auto codec = make_codec(spec);
+      if (codec->config().method == e.config.method) continue;  // qvg and qvg-pro share one
+      HeadTensor y(1, 1, 1);
+      y.data[0] = 7.0f;
+      expect_error([&] { codec->decode(e, y); }, std::string("decoding a ") + method_name(e.config.method) +
+                                                     " tensor with a " + method_name(codec->config().method) +
+                                                     " codec");
+      EXPECT_EQ(y.heads, 1);
+      EXPECT_EQ(y.data[0], 7.0f) << made_by << " decoded by " << spec;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qvg

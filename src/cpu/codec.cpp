@@ -54,12 +54,15 @@ void check_encode_input(const CodecConfig& c, const HeadTensor& x) {
   check_finite(x, "input tensor");
 }
 
-void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected) {
+void check_decode_header(const CodecConfig& c, const EncodedTensor& e) {
   QVG_CHECK(e.config.method == c.method, "decoding a ", method_name(e.config.method),
             " tensor with a ", method_name(c.method), " codec");
   QVG_CHECK(e.heads > 0 && e.tokens > 0 && e.dim > 0, "encoded tensor has an empty shape [",
             e.heads, ", ", e.tokens, ", ", e.dim, "]");
   validate(e.config, e.dim);
+}
+
+void check_decode_parts(const EncodedTensor& e, const PartBytes& expected) {
   const PartBytes got = e.bytes();
   auto same = [&](size_t a, size_t b, const char* part) {
     QVG_CHECK(a == b, "encoded tensor is inconsistent: part '", part, "' has ", a,
@@ -72,6 +75,11 @@ void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const Part
   same(got.centroids, expected.centroids, "centroids");
   same(got.ids, expected.ids, "ids");
   same(got.full_precision, expected.full_precision, "full_precision");
+}
+
+void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected) {
+  check_decode_header(c, e);
+  check_decode_parts(e, expected);
 }
 
 void put_f32(std::vector<uint8_t>& buf, size_t index, float v) {

@@ -20,9 +20,13 @@ std::unique_ptr<Codec> make_quarot_codec(const CodecConfig& c);
 /// least one token and head, its data matches its shape, all values finite.
 void check_encode_input(const CodecConfig& c, const HeadTensor& x);
 
-/// Checks shared by every decoder: e was made by a codec of config c's
-/// method, e.config is valid for e.dim, and its part sizes match what its
-/// shape needs (expected: compute it only after validate(e.config, e.dim)).
+/// Checks shared by every decoder, in two halves. The header: e was made by
+/// a codec of config c's method, its shape is not empty and e.config is
+/// valid for e.dim (after which e's expected part sizes can be computed).
+/// The parts: their sizes are `expected`.
+void check_decode_header(const CodecConfig& c, const EncodedTensor& e);
+void check_decode_parts(const EncodedTensor& e, const PartBytes& expected);
+/// Both, for decoders whose expected sizes need no check of their own first.
 void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected);
 
 /// Checks of a qvg / rtn tensor's values that every decoder needs (after

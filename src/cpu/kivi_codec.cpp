@@ -62,12 +62,10 @@ class KiviCodec final : public Codec {
   }
 
   void decode(const EncodedTensor& e, HeadTensor& out, int threads) const override {
-    QVG_CHECK(e.config.method == config_.method, "decoding a ", method_name(e.config.method),
-              " tensor with a ", method_name(config_.method), " codec");
+    check_decode_header(config_, e);
     QVG_CHECK(e.role == TensorRole::key || e.role == TensorRole::value,
               "encoded kivi tensor has an unknown role ", static_cast<int>(e.role));
-    validate(e.config, e.dim);
-    check_decode_input(config_, e, kivi_expected_bytes(e.config, e.role, e.heads, e.tokens, e.dim));
+    check_decode_parts(e, kivi_expected_bytes(e.config, e.role, e.heads, e.tokens, e.dim));
     out = HeadTensor(e.heads, e.tokens, e.dim);
     parallel_for(e.heads, threads, [&](int64_t h) { decode_head(e, h, out); });
   }

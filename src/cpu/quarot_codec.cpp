@@ -67,10 +67,8 @@ class QuarotCodec final : public Codec {
   }
 
   void decode(const EncodedTensor& e, HeadTensor& out, int threads) const override {
-    QVG_CHECK(e.config.method == config_.method, "decoding a ", method_name(e.config.method),
-              " tensor with a ", method_name(config_.method), " codec");
-    validate(e.config, e.dim);
-    check_decode_input(config_, e, quarot_expected_bytes(e.config, e.heads, e.tokens, e.dim));
+    check_decode_header(config_, e);
+    check_decode_parts(e, quarot_expected_bytes(e.config, e.heads, e.tokens, e.dim));
     const int64_t n = e.tokens, d = e.dim;
     const int bits = e.config.bits;
     const size_t row_bytes = packed_bytes(static_cast<size_t>(d), bits);

@@ -146,8 +146,8 @@ class QvgCodec final : public Codec {
   }
 
   void decode(const EncodedTensor& e, HeadTensor& out, int threads) const override {
-    validate(e.config, e.dim);  // before expected_bytes divides by the block
-    check_decode_input(config_, e, expected_bytes(e.config, e.heads, e.tokens, e.dim));
+    check_decode_header(config_, e);  // before expected_bytes divides by the block
+    check_decode_parts(e, expected_bytes(e.config, e.heads, e.tokens, e.dim));
     check_qvg_part_values(e);
     const CodecConfig& c = e.config;
     const int s_count = stages_of(c);
