@@ -131,6 +131,76 @@ void launch_lines_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   with_probe_stages(sh, [&](auto st) { launch_lines<decltype(st)::value, U, MINB>(sh, p, out); });
 }
 
+/// Timing only (other bits by design): the lines kernel's run with the S
+/// stages' centroids summed as packed BF16 pairs (one bf16x2 add a pair and
+/// stage, rounded to BF16 each time, last stage first), widened once and
+/// added to the dequantized residual in FP32. It would be a change of the
+/// format's decode (docs/FORMAT.md specifies an FP32 running sum); the row
+/// measures what it could buy: ~1.5 instead of 4 conversions and adds a
+/// value and stage at four stages. FP8 scales, symmetric levels (the
+/// probe's codecs).
+template <int S, int U>
+__global__ void __launch_bounds__(kTileThreads, 4) decode_csum_kernel(QvgShape sh, QvgParts p,
+                                                                      __nv_bfloat16* __restrict__ out,
+                                                                      int block_shift) {
+  constexpr int BITS = 2, D = kD;
+  constexpr int kRowBytes = D * BITS / 8;
+  constexpr int kHalf = D / 2;
+  constexpr int kGroups = kTileThreads / (D / 16);
+  const uint32_t r0 = (blockIdx.x * kGroups + threadIdx.x / (D / 16)) * U;
+  const uint32_t count = static_cast<uint32_t>(sh.tokens);
+  if (r0 + U > count) return;  // timing only: the last partial run is left undecoded
+  const int h = blockIdx.y;
+  const uint32_t c = threadIdx.x % (D / 16);
+  const int64_t row = static_cast<int64_t>(h) * sh.tokens + r0;
+  const uint8_t* codes = p.codes + row * kRowBytes + c * BITS;
+  const int row_scales = D >> block_shift;
+  const uint8_t* scales = p.scales + row * row_scales;
+  const int sc0 = (8 * c) >> block_shift, sc1 = (kHalf + 8 * c) >> block_shift;
+  const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
+  const float span = __ldg(p.span_scales + h);
+  __nv_bfloat16* o = out + (static_cast<int64_t>(h) * sh.tokens + r0) * D + 8 * c;
+  const char* cent = reinterpret_cast<const char*>(p.centroids + static_cast<int64_t>(h) * sh.centroids * D + 8 * c);
+  const uint32_t hc = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.centroids);
+  uint32_t w[U][2], sc[U], id[S > 0 ? S : 1];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    load_split_codes<BITS, D>(codes + u * kRowBytes, w[u]);
+    const uint8_t* su = scales + u * row_scales;
+    sc[u] = __ldg(su + sc0) | (static_cast<uint32_t>(__ldg(su + sc1)) << 8);
+  }
+  load_id_runs<S, U, false>(p.ids + row, stage_ids, id);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    __nv_bfloat162 cs[8];
+#pragma unroll
+    for (int st = S - 1; st >= 0; --st) {
+      const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
+      const uint4 a = __ldg(reinterpret_cast<const uint4*>(crow));
+      const uint4 b = __ldg(reinterpret_cast<const uint4*>(crow + kHalf));
+      const uint32_t cw[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(&cw[i]);
+        cs[i] = st == S - 1 ? x : __hadd2(cs[i], x);
+      }
+    }
+    const float2 s2 = decode_scale_pair<true>(sc[u], span);
+    float v[16];
+    const uint32_t w1 = w[u][0] >> 16;
+    dequantize_lean<BITS, 8, false>(&w[u][0], s2.x, v);
+    dequantize_lean<BITS, 8, false>(&w1, s2.y, v + 8);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 f = __bfloat1622float2(cs[i]);
+      v[2 * i] = __fadd_rn(v[2 * i], f.x);
+      v[2 * i + 1] = __fadd_rn(v[2 * i + 1], f.y);
+    }
+    store_vals<__nv_bfloat16, 8>(o + u * D, v);
+    store_vals<__nv_bfloat16, 8>(o + u * D + kHalf, v + 8);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -273,6 +343,16 @@ int main(int argc, char** argv) {
                 reps, kBatch, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic); }),
             bytes);
         check("default, back-to-back x10");
+        if (sh.stages == 4 && sh.levels == LevelRule::symmetric && sh.scale_format == ScaleFormat::fp8) {
+          constexpr int kRows = kTileThreads / (kD / 16) * 4;
+          const dim3 grid(static_cast<unsigned>((sh.tokens + kRows - 1) / kRows), static_cast<unsigned>(sh.heads));
+          auto csum = [&] {
+            decode_csum_kernel<4, 4><<<grid, kTileThreads>>>(sh, p, o, block_shift(sh));
+            QVG_CUDA_CHECK(cudaGetLastError());
+          };
+          row(m, "BF16 centroid sums (bound)", timer.median_ms(reps, csum), bytes);
+          row(m, "BF16 centroid sums, b2b x10", timer.batch_median_ms(reps, kBatch, csum), bytes);
+        }
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
           QVG_CUDA_CHECK(cudaMemcpy(all_ids.data(), p.ids, all_ids.size(), cudaMemcpyDeviceToHost));
