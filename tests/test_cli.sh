@@ -70,8 +70,37 @@ if [ -f "$tmp/rec2/rtn.k.npy" ]; then  # (--grid applies to K/V files)
   expect_fail "H and W in 1..1048576" stream $F --grid 4294967296x4294967296
   expect_fail "H and W in 1..1048576" stream $F --grid 1x
 fi
+# qvg inspect: a saved cache's config and memory (text and JSON), and a .npy's
+# value statistics against values worked out by hand.
+if "$qvg" inspect "$tmp/c2.qvgc" --quiet >"$tmp/i.txt" 2>"$tmp/err"; then
+  grep -q "qvg streaming cache (valid" "$tmp/i.txt" && grep -q "keys    qvg:.*centroids=16" "$tmp/i.txt" &&
+    grep -q "values  rtn:" "$tmp/i.txt" && grep -qE "^ +all +2 " "$tmp/i.txt" && ok || { bad "inspect text:"; cat "$tmp/i.txt"; }
+else
+  bad "inspect of a saved cache failed: $(cat "$tmp/err")"
+fi
+if "$qvg" inspect "$tmp/c2.qvgc" --json --quiet >"$tmp/i.json" 2>"$tmp/err"; then
+  for key in '"kind":"qvg streaming cache"' '"chunks_appended":2' '"bits_per_value"' '"quant_factor":2' '"spans"' '"ratio"'; do
+    grep -q "$key" "$tmp/i.json" && ok || bad "inspect JSON lacks $key: $(cat "$tmp/i.json")"
+  done
+else
+  bad "inspect --json failed: $(cat "$tmp/err")"
+fi
+h="{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }"
+{ printf '\x93NUMPY\x01\x00\x76\x00%s%60s\n' "$h" ''; printf '\x00\x00\x80\x3f\x00\x00\x00\xc0\x00\x00\x40\x40\x00\x00\x80\x7f'; } >"$tmp/four.npy"
+if "$qvg" inspect "$tmp/four.npy" --json >"$tmp/f.json" 2>"$tmp/err"; then  # 1, -2, 3, inf
+  for key in '"shape":\[4\]' '"min":-2.0' '"max":3.0' '"mean":0.66666' '"rms":2.16024' '"non_finite":1' '"dtype":"f32"'; do
+    grep -q "$key" "$tmp/f.json" && ok || bad "inspect of four.npy lacks $key: $(cat "$tmp/f.json")"
+  done
+else
+  bad "inspect of a .npy failed: $(cat "$tmp/err")"
+fi
+printf 'not a cache file' >"$tmp/junk.bin"
+expect_fail "not a qvg streaming cache" inspect "$tmp/junk.bin"
+expect_fail "cannot open" inspect "$tmp/missing.qvgc"
+expect_fail "$tmp/bad.npy" inspect "$tmp/bad.npy"
 printf 'junk' >>"$tmp/c.qvgc"
 expect_fail "unexpected bytes" stream $S --load "$tmp/c.qvgc"
+expect_fail "unexpected bytes" inspect "$tmp/c.qvgc"
 
 # The methods listing names every preset.
 "$qvg" methods >"$tmp/m" 2>&1 && grep -q "qvg-pro-int4" "$tmp/m" && ok || bad "qvg methods"

@@ -28,5 +28,9 @@ int run_compare_command();
 /// `qvg demo`: compare on a held-out clip with the demo's defaults (tools/cmd_generate.cpp).
 CLI::App* add_demo_command(CLI::App& app);
 int run_demo_command();
+/// `qvg inspect FILE`: a saved cache's config and memory, or a K/V file's
+/// tensors (tools/cmd_inspect.cpp).
+CLI::App* add_inspect_command(CLI::App& app);
+int run_inspect_command();
 
 }  // namespace qvg_cli

@@ -293,6 +293,7 @@ int main(int argc, char** argv) {
   auto* dump_kv = qvg_cli::add_dump_kv_command(app);
   auto* compare = qvg_cli::add_compare_command(app);
   auto* model_demo = qvg_cli::add_demo_command(app);
+  auto* inspect = qvg_cli::add_inspect_command(app);
 
   try {
     app.parse(argc, argv);
@@ -307,6 +308,7 @@ int main(int argc, char** argv) {
     if (*dump_kv) return qvg_cli::run_dump_kv_command();
     if (*compare) return qvg_cli::run_compare_command();
     if (*model_demo) return qvg_cli::run_demo_command();
+    if (*inspect) return qvg_cli::run_inspect_command();
     return list_methods();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qvg: error: %s\n", e.what());
