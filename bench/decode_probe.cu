@@ -138,9 +138,11 @@ void launch_lines_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
 /// format's decode (docs/FORMAT.md specifies an FP32 running sum); the row
 /// measures what it could buy: ~1.5 instead of 4 conversions and adds a
 /// value and stage at four stages. FP8 scales, symmetric levels (the
-/// probe's codecs).
-template <int S, int U>
-__global__ void __launch_bounds__(kTileThreads, 4) decode_csum_kernel(QvgShape sh, QvgParts p,
+/// probe's codecs). FMA: the residual's level times its scale plus the
+/// widened sum in one rounding (an FFMA) instead of an FMUL and an FADD.
+/// MINB: the launch bounds' minimum of blocks an SM (4: 64 registers).
+template <int S, int U, bool FMA, int MINB>
+__global__ void __launch_bounds__(kTileThreads, MINB) decode_csum_kernel(QvgShape sh, QvgParts p,
                                                                       __nv_bfloat16* __restrict__ out,
                                                                       int block_shift) {
   constexpr int BITS = 2, D = kD;
@@ -188,13 +190,25 @@ __global__ void __launch_bounds__(kTileThreads, 4) decode_csum_kernel(QvgShape s
     const float2 s2 = decode_scale_pair<true>(sc[u], span);
     float v[16];
     const uint32_t w1 = w[u][0] >> 16;
-    dequantize_lean<BITS, 8, false>(&w[u][0], s2.x, v);
-    dequantize_lean<BITS, 8, false>(&w1, s2.y, v + 8);
+    if constexpr (FMA) {  // dequantize_lean's levels, then level * scale + sum in one rounding
+      dequantize_lean<BITS, 8, false>(&w[u][0], 1.0f, v);  // x * 1 is exact: the levels themselves
+      dequantize_lean<BITS, 8, false>(&w1, 1.0f, v + 8);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float2 f = __bfloat1622float2(cs[i]);
-      v[2 * i] = __fadd_rn(v[2 * i], f.x);
-      v[2 * i + 1] = __fadd_rn(v[2 * i + 1], f.y);
+      for (int i = 0; i < 8; ++i) {
+        const float2 f = __bfloat1622float2(cs[i]);
+        const float s = i < 4 ? s2.x : s2.y;
+        v[2 * i] = __fmaf_rn(v[2 * i], s, f.x);
+        v[2 * i + 1] = __fmaf_rn(v[2 * i + 1], s, f.y);
+      }
+    } else {
+      dequantize_lean<BITS, 8, false>(&w[u][0], s2.x, v);
+      dequantize_lean<BITS, 8, false>(&w1, s2.y, v + 8);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float2 f = __bfloat1622float2(cs[i]);
+        v[2 * i] = __fadd_rn(v[2 * i], f.x);
+        v[2 * i + 1] = __fadd_rn(v[2 * i + 1], f.y);
+      }
     }
     store_vals<__nv_bfloat16, 8>(o + u * D, v);
     store_vals<__nv_bfloat16, 8>(o + u * D + kHalf, v + 8);
@@ -344,14 +358,21 @@ int main(int argc, char** argv) {
             bytes);
         check("default, back-to-back x10");
         if (sh.stages == 4 && sh.levels == LevelRule::symmetric && sh.scale_format == ScaleFormat::fp8) {
-          constexpr int kRows = kTileThreads / (kD / 16) * 4;
-          const dim3 grid(static_cast<unsigned>((sh.tokens + kRows - 1) / kRows), static_cast<unsigned>(sh.heads));
-          auto csum = [&] {
-            decode_csum_kernel<4, 4><<<grid, kTileThreads>>>(sh, p, o, block_shift(sh));
-            QVG_CUDA_CHECK(cudaGetLastError());
+          auto csum_rows = [&](const std::string& name, auto kernel, int u) {
+            const int rows = kTileThreads / (kD / 16) * u;
+            const dim3 grid(static_cast<unsigned>((sh.tokens + rows - 1) / rows), static_cast<unsigned>(sh.heads));
+            auto launch = [&] {
+              kernel<<<grid, kTileThreads>>>(sh, p, o, block_shift(sh));
+              QVG_CUDA_CHECK(cudaGetLastError());
+            };
+            row(m, "BF16 sums " + name + " (bound)", timer.median_ms(reps, launch), bytes);
+            row(m, "BF16 sums " + name + ", b2b x10", timer.batch_median_ms(reps, kBatch, launch), bytes);
           };
-          row(m, "BF16 centroid sums (bound)", timer.median_ms(reps, csum), bytes);
-          row(m, "BF16 centroid sums, b2b x10", timer.batch_median_ms(reps, kBatch, csum), bytes);
+          csum_rows("U=4 64 regs", decode_csum_kernel<4, 4, false, 4>, 4);
+          csum_rows("U=4 FMA 64 regs", decode_csum_kernel<4, 4, true, 4>, 4);
+          csum_rows("U=4", decode_csum_kernel<4, 4, false, 0>, 4);
+          csum_rows("U=2 64 regs", decode_csum_kernel<4, 2, false, 4>, 2);
+          csum_rows("U=2 FMA 64 regs", decode_csum_kernel<4, 2, true, 4>, 2);
         }
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
