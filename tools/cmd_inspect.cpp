@@ -91,12 +91,6 @@ json tensor_row(const std::string& name, const qvg::RawTensor& t) {
   return r;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 int inspect_tensors(const std::string& kind, const qvg::NamedTensors& tensors) {
   json rows = json::array();
   for (const auto& [name, t] : tensors) rows.push_back(tensor_row(name, t));
@@ -111,8 +105,9 @@ int inspect_tensors(const std::string& kind, const qvg::NamedTensors& tensors) {
     const bool any = r.contains("min");
     auto num = [&](const char* key) { return any ? r[key].get<double>() : std::nan(""); };
     std::printf("%-24s %-5s %-20s %12.5g %12.5g %12.5g %12.5g %10" PRId64 "\n", r["name"].get<std::string>().c_str(),
-                r["dtype"].get<std::string>().c_str(), shape_text(r["shape"].get<std::vector<int64_t>>()).c_str(),
-                num("min"), num("max"), num("mean"), num("rms"), r["non_finite"].get<int64_t>());
+                r["dtype"].get<std::string>().c_str(),
+                qvg::shape_string(r["shape"].get<std::vector<int64_t>>()).c_str(), num("min"), num("max"), num("mean"),
+                num("rms"), r["non_finite"].get<int64_t>());
   }
   return 0;
 }
@@ -174,7 +169,7 @@ int inspect_cache() {
                     {"window_tokens", c.policy.window_tokens},
                     {"rope", qvg::rope_mode_name(c.rope.mode)},
                     {"rope_theta", c.rope.theta},
-                    {"tail", c.tail == qvg::TailFormat::bf16 ? "bf16" : "f32"},
+                    {"tail", qvg::tail_format_name(c.tail)},
                     {"warm_start", c.warm_start}};
   if (g.as_json) {
     std::printf("%s\n", json{{"file", g.path},
@@ -195,21 +190,20 @@ int inspect_cache() {
       "  spans of %d chunks; keep recent %d, sink %d, window %" PRId64 " chunks / %" PRId64 " tokens (0: none)\n",
       c.policy.quant_factor, c.policy.keep_recent, c.policy.sink, c.policy.window_chunks, c.policy.window_tokens);
   std::printf("  RoPE on read: %s; full-precision chunks in %s; warm start %s\n\n", qvg::rope_mode_name(c.rope.mode),
-              c.tail == qvg::TailFormat::bf16 ? "bf16" : "f32", c.warm_start ? "on" : "off");
+              qvg::tail_format_name(c.tail), c.warm_start ? "on" : "off");
   std::printf("%6s %7s %8s %8s %6s %12s %12s %12s %10s %7s\n", "layer", "chunks", "live", "held", "spans", "K bytes",
               "V bytes", "total bytes", "bits/value", "ratio");
-  auto line = [&](const std::string& name, const json& r, int64_t chunks) {
+  auto line = [&](const std::string& name, const qvg::LayerMemory& m, int64_t chunks) {
     std::printf("%6s %7" PRId64 " %8" PRId64 " %8" PRId64 " %6" PRId64 " %12zu %12zu %12zu %10.3f %6.2fx\n",
-                name.c_str(), chunks, r["tokens_live"].get<int64_t>(), r["tokens_held"].get<int64_t>(),
-                r["spans"].get<int64_t>(), r["k_bytes"].get<size_t>(), r["v_bytes"].get<size_t>(),
-                r["total_bytes"].get<size_t>(), r["bits_per_value"].get<double>(), r["ratio"].get<double>());
+                name.c_str(), chunks, m.tokens_live, m.tokens_held, m.spans, m.k.total(), m.v.total(), m.total(),
+                m.bits_per_value(c.heads, c.dim), m.ratio());
   };
   int64_t chunks = 0;
-  for (const json& r : layers) {
-    line(std::to_string(r["layer"].get<int>()), r, r["chunks_appended"].get<int64_t>());
-    chunks += r["chunks_appended"].get<int64_t>();
+  for (int l = 0; l < c.layers; ++l) {
+    line(std::to_string(l), mem.layers[static_cast<size_t>(l)], cache.chunks_appended(l));
+    chunks += cache.chunks_appended(l);
   }
-  line("all", memory_json(mem.total, c.heads, c.dim), chunks);
+  line("all", mem.total, chunks);
   std::printf(
       "\n  total = K + V + %zu bytes of token positions + %zu of warm-start centroids; bits/value counts K and V"
       " over the held tokens, ratio is a BF16 cache of the live tokens over K + V\n",

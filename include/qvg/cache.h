@@ -69,6 +69,8 @@ enum class TailFormat {
   bf16,  ///< 2 bytes per value: what a real cache stores (default)
   f32,   ///< 4 bytes per value: lossless, for exactness checks
 };
+/// "bf16" or "f32" (the saved config's spelling).
+const char* tail_format_name(TailFormat f);
 
 /// Everything that defines a cache (saved with it; load compares it).
 /// Defaults: Self-Forcing / Wan-1.3B at 480p with QVG for K and V.

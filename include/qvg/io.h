@@ -38,6 +38,8 @@ enum class DType : uint8_t {
 size_t dtype_size(DType t);
 /// Short name: "f32", "f16", "bf16", "u8", "i32", "i64".
 const char* dtype_name(DType t);
+/// A shape as the I/O messages write it: "[6144, 2, 128]" ("[]" for a scalar).
+std::string shape_string(const std::vector<int64_t>& shape);
 /// True for f32, f16, bf16.
 bool dtype_is_float(DType t);
 /// Parses a dtype name: the short names above, or "float32", "float16", "half",

@@ -18,6 +18,8 @@ CacheConfig CacheConfig::self_forcing(const std::string& key_spec, const std::st
   return c;
 }
 
+const char* tail_format_name(TailFormat f) { return f == TailFormat::bf16 ? "bf16" : "f32"; }
+
 void validate(const CacheConfig& c) {
   QVG_CHECK(c.layers >= 1 && c.layers <= 65536, "cache config: layers must be 1..65536, got ", c.layers);
   QVG_CHECK(c.heads >= 1 && c.heads <= 65536, "cache config: heads must be 1..65536, got ", c.heads);

@@ -143,7 +143,7 @@ json config_json(const CacheConfig& c) {
                {{"mode", rope_mode_name(c.rope.mode)},
                 {"theta", c.rope.theta},
                 {"pairing", c.rope.pairing == RopePairing::interleaved ? "interleaved" : "half"}}},
-              {"tail", c.tail == TailFormat::bf16 ? "bf16" : "f32"},
+              {"tail", tail_format_name(c.tail)},
               {"warm_start", c.warm_start}};
 }
 

@@ -55,18 +55,17 @@ BaselineShape checked_shape(const EncodedTensor& e) {
   const CodecConfig& c = e.config;
   QVG_CHECK(is_cuda_baseline_method(c.method), c.name, ": the CUDA baseline decoder serves kivi, quarot and bf16, not ",
             method_name(c.method));
+  check_decode_header(c, e);  // non-empty shape, valid config: before the sizes, which divide by the group
   if (c.method == Method::kivi)
     QVG_CHECK(e.role == TensorRole::key || e.role == TensorRole::value, "encoded kivi tensor has an unknown role ",
               static_cast<int>(e.role));
   PartBytes need;
-  if (c.method == Method::bf16) {
+  if (c.method == Method::bf16)
     need.full_precision = static_cast<size_t>(e.values()) * 2;
-  } else {
-    validate(c, e.dim);  // before the sizes: they divide by the group
+  else
     need = c.method == Method::kivi ? kivi_expected_bytes(c, e.role, e.heads, e.tokens, e.dim)
                                     : quarot_expected_bytes(c, e.heads, e.tokens, e.dim);
-  }
-  check_decode_input(c, e, need);  // method, non-empty shape, valid config, every part's size
+  check_decode_parts(e, need);  // every part's size
 
   QVG_CHECK(e.dim % cuda::kBaselineVals == 0, c.name, ": the CUDA backend needs dim a multiple of ",
             cuda::kBaselineVals, ", got ", e.dim);

@@ -37,6 +37,7 @@ const DTypeTraits& traits(DType t) {
 
 size_t dtype_size(DType t) { return traits(t).size; }
 const char* dtype_name(DType t) { return traits(t).name; }
+std::string shape_string(const std::vector<int64_t>& shape) { return io_detail::shape_str(shape); }
 bool dtype_is_float(DType t) { return traits(t).is_float; }
 
 DType parse_dtype(const std::string& name) {
