@@ -131,6 +131,24 @@ void launch_lines_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
   with_probe_stages(sh, [&](auto st) { launch_lines<decltype(st)::value, U, MINB>(sh, p, out); });
 }
 
+/// Loads that do not allocate in the L1 (the streamed codes, scales, ids),
+/// so the L1 keeps the centroid tables (the probe's VAR = 2 rows).
+__device__ __forceinline__ uint32_t ld_na_u8(const uint8_t* p) {
+  unsigned short v;
+  asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_na_u16(const uint8_t* p) {
+  unsigned short v;
+  asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_na_u32(const uint8_t* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
 /// Timing only (other bits by design): the lines kernel's run with the S
 /// stages' centroids summed as packed BF16 pairs (one bf16x2 add a pair and
 /// stage, rounded to BF16 each time, last stage first), widened once and
@@ -141,10 +159,11 @@ void launch_lines_any(const QvgShape& sh, QvgParts p, __nv_bfloat16* out) {
 /// probe's codecs). FMA: the residual's level times its scale plus the
 /// widened sum in one rounding (an FFMA) instead of an FMUL and an FADD.
 /// MINB: the launch bounds' minimum of blocks an SM (4: 64 registers).
-template <int S, int U, bool FMA, int MINB>
-__global__ void __launch_bounds__(kTileThreads, MINB) decode_csum_kernel(QvgShape sh, QvgParts p,
-                                                                      __nv_bfloat16* __restrict__ out,
-                                                                      int block_shift) {
+/// VAR 1: no gathers (each stage's words made from the codes by one XOR:
+/// the arithmetic alone); VAR 2: the streamed loads skip the L1.
+template <int S, int U, bool FMA, int MINB, int VAR = 0>
+__global__ void __launch_bounds__(kTileThreads, MINB)
+    decode_csum_kernel(QvgShape sh, QvgParts p, __nv_bfloat16* __restrict__ out, int block_shift) {
   constexpr int BITS = 2, D = kD;
   constexpr int kRowBytes = D * BITS / 8;
   constexpr int kHalf = D / 2;
@@ -167,20 +186,39 @@ __global__ void __launch_bounds__(kTileThreads, MINB) decode_csum_kernel(QvgShap
   uint32_t w[U][2], sc[U], id[S > 0 ? S : 1];
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    load_split_codes<BITS, D>(codes + u * kRowBytes, w[u]);
     const uint8_t* su = scales + u * row_scales;
-    sc[u] = __ldg(su + sc0) | (static_cast<uint32_t>(__ldg(su + sc1)) << 8);
+    if constexpr (VAR == 2) {
+      const uint8_t* cu = codes + u * kRowBytes;
+      w[u][0] = ld_na_u16(cu) | (ld_na_u16(cu + D * BITS / 16) << 16);
+      w[u][1] = 0u;
+      sc[u] = ld_na_u8(su + sc0) | (ld_na_u8(su + sc1) << 8);
+    } else {
+      load_split_codes<BITS, D>(codes + u * kRowBytes, w[u]);
+      sc[u] = __ldg(su + sc0) | (static_cast<uint32_t>(__ldg(su + sc1)) << 8);
+    }
   }
-  load_id_runs<S, U, false>(p.ids + row, stage_ids, id);
+  if constexpr (VAR == 2) {
+    static_assert(U == 4 || VAR != 2, "VAR 2: runs of 4 rows (one aligned word a stage)");
+#pragma unroll
+    for (int st = 0; st < S; ++st) id[st] = ld_na_u32(p.ids + row + st * stage_ids);
+  } else {
+    load_id_runs<S, U, false>(p.ids + row, stage_ids, id);
+  }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     __nv_bfloat162 cs[8];
 #pragma unroll
     for (int st = S - 1; st >= 0; --st) {
-      const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
-      const uint4 a = __ldg(reinterpret_cast<const uint4*>(crow));
-      const uint4 b = __ldg(reinterpret_cast<const uint4*>(crow + kHalf));
-      const uint32_t cw[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      uint32_t cw[8];
+      if constexpr (VAR == 1) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cw[i] = w[u][0] ^ (0x3C003C00u + 0x10001u * (8 * st + i));
+      } else {
+        const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
+        const uint4 a = __ldg(reinterpret_cast<const uint4*>(crow));
+        const uint4 b = __ldg(reinterpret_cast<const uint4*>(crow + kHalf));
+        cw[0] = a.x, cw[1] = a.y, cw[2] = a.z, cw[3] = a.w, cw[4] = b.x, cw[5] = b.y, cw[6] = b.z, cw[7] = b.w;
+      }
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(&cw[i]);
@@ -215,6 +253,91 @@ __global__ void __launch_bounds__(kTileThreads, MINB) decode_csum_kernel(QvgShap
   }
 }
 
+/// Ablations of the lines kernel's run at S stages (timing only, other bits
+/// by design; FP8 scales, symmetric levels, U rows a group). MODE 1, gathers
+/// only: the same loads and stores, the arithmetic replaced by one XOR a word
+/// and stage (no dequantization, conversions or adds). MODE 2, arithmetic
+/// only: the same arithmetic, with each stage's centroid words made from the
+/// codes by one XOR (no gathers). MODE 3, no stores: the full run, its stores
+/// behind a test that never passes (reads and arithmetic only).
+template <int S, int U, int MODE, int MINB>
+__global__ void __launch_bounds__(kTileThreads, MINB)
+    ablate_lines_kernel(QvgShape sh, QvgParts p, __nv_bfloat16* __restrict__ out, int block_shift) {
+  constexpr int BITS = 2, D = kD;
+  constexpr int kRowBytes = D * BITS / 8;
+  constexpr int kHalf = D / 2;
+  constexpr int kGroups = kTileThreads / (D / 16);
+  const uint32_t r0 = (blockIdx.x * kGroups + threadIdx.x / (D / 16)) * U;
+  if (r0 + U > static_cast<uint32_t>(sh.tokens)) return;  // timing only: the last partial run is left undecoded
+  const int h = blockIdx.y;
+  const uint32_t c = threadIdx.x % (D / 16);
+  const int64_t row = static_cast<int64_t>(h) * sh.tokens + r0;
+  const uint8_t* codes = p.codes + row * kRowBytes + c * BITS;
+  const int row_scales = D >> block_shift;
+  const uint8_t* scales = p.scales + row * row_scales;
+  const int sc0 = (8 * c) >> block_shift, sc1 = (kHalf + 8 * c) >> block_shift;
+  const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
+  const float span = __ldg(p.span_scales + h);
+  __nv_bfloat16* o = out + (static_cast<int64_t>(h) * sh.tokens + r0) * D + 8 * c;
+  const char* cent = reinterpret_cast<const char*>(p.centroids + static_cast<int64_t>(h) * sh.centroids * D + 8 * c);
+  const uint32_t hc = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.centroids);
+  uint32_t w[U][2], sc[U], id[S > 0 ? S : 1];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    load_split_codes<BITS, D>(codes + u * kRowBytes, w[u]);
+    const uint8_t* su = scales + u * row_scales;
+    sc[u] = __ldg(su + sc0) | (static_cast<uint32_t>(__ldg(su + sc1)) << 8);
+  }
+  load_id_runs<S, U, true>(p.ids + row, stage_ids, id);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if constexpr (MODE == 1) {
+      uint32_t acc[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = w[u][0] + sc[u] + i;
+#pragma unroll
+      for (int st = S - 1; st >= 0; --st) {
+        const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
+        const uint4 a = __ldg(reinterpret_cast<const uint4*>(crow));
+        const uint4 b = __ldg(reinterpret_cast<const uint4*>(crow + kHalf));
+        const uint32_t cw[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] ^= cw[i];
+      }
+      *reinterpret_cast<uint4*>(o + u * D) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<uint4*>(o + u * D + kHalf) = make_uint4(acc[4], acc[5], acc[6], acc[7]);
+    } else {
+      float cen[S > 0 ? S : 1][16];
+#pragma unroll
+      for (int st = 0; st < S; ++st) {
+        if constexpr (MODE == 2) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const uint32_t x = (w[u][0] ^ (0x3C003C00u + 0x10001u * (8 * st + i))) & 0xBFFFBFFFu;
+            cen[st][2 * i] = __uint_as_float(x << 16);
+            cen[st][2 * i + 1] = __uint_as_float(x & 0xFFFF0000u);
+          }
+        } else {
+          const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
+          load_bf16_vals<8>(crow, cen[st]);
+          load_bf16_vals<8>(crow + kHalf, cen[st] + 8);
+        }
+      }
+      const float2 s2 = decode_scale_pair<true>(sc[u], span);
+      float v[16];
+      const uint32_t w1 = w[u][0] >> 16;
+      dequantize_lean<BITS, 8, false>(&w[u][0], s2.x, v);
+      dequantize_lean<BITS, 8, false>(&w1, s2.y, v + 8);
+#pragma unroll
+      for (int st = S - 1; st >= 0; --st)
+#pragma unroll
+        for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], cen[st][k]);
+      if (MODE == 3 && v[0] != -1234.5f) continue;  // never stores: every decoded value is finite and not that
+      store_vals<__nv_bfloat16, 8>(o + u * D, v);
+      store_vals<__nv_bfloat16, 8>(o + u * D + kHalf, v + 8);
+    }
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -373,6 +496,45 @@ int main(int argc, char** argv) {
           csum_rows("U=4", decode_csum_kernel<4, 4, false, 0>, 4);
           csum_rows("U=2 64 regs", decode_csum_kernel<4, 2, false, 4>, 2);
           csum_rows("U=2 FMA 64 regs", decode_csum_kernel<4, 2, true, 4>, 2);
+          csum_rows("U=4 FMA 64 regs no gathers", decode_csum_kernel<4, 4, true, 4, 1>, 4);
+          csum_rows("U=4 FMA 64 regs L1 no-alloc", decode_csum_kernel<4, 4, true, 4, 2>, 4);
+          QVG_CUDA_CHECK(cudaFuncSetAttribute(decode_csum_kernel<4, 4, true, 4, 2>,
+                                              cudaFuncAttributePreferredSharedMemoryCarveout, 0));
+          csum_rows("U=4 FMA 64 regs L1 no-alloc max L1", decode_csum_kernel<4, 4, true, 4, 2>, 4);
+          // What the four-stage run's time is made of (timing only).
+          const dim3 grid4(static_cast<unsigned>((sh.tokens + 127) / 128), static_cast<unsigned>(sh.heads));
+          auto bound = [&](const std::string& name, auto launch) {
+            row(m, name + " (bound)", timer.median_ms(reps, launch), bytes);
+            row(m, name + ", b2b x10", timer.batch_median_ms(reps, kBatch, launch), bytes);
+          };
+          for (const int s : {0, 1, 2, 3})  // the library's lines kernel with the first s stages
+            bound("lines S=" + std::to_string(s) + " of 4", [&] {
+              switch (s) {
+                case 0:
+                  launch_lines<0, 4, 4>(sh, p, o);
+                  break;
+                case 1:
+                  launch_lines<1, 4, 4>(sh, p, o);
+                  break;
+                case 2:
+                  launch_lines<2, 4, 4>(sh, p, o);
+                  break;
+                default:
+                  launch_lines<3, 4, 4>(sh, p, o);
+                  break;
+              }
+            });
+          auto ablate = [&](const std::string& name, auto kernel) {
+            bound(name, [&] {
+              kernel<<<grid4, kTileThreads>>>(sh, p, o, block_shift(sh));
+              QVG_CUDA_CHECK(cudaGetLastError());
+            });
+          };
+          ablate("ablate gathers only", ablate_lines_kernel<4, 4, 1, 4>);
+          ablate("ablate arithmetic only", ablate_lines_kernel<4, 4, 2, 4>);
+          ablate("ablate no stores", ablate_lines_kernel<4, 4, 3, 4>);
+          ablate("ablate gathers only, no cap", ablate_lines_kernel<4, 4, 1, 0>);
+          ablate("ablate arithmetic only, no cap", ablate_lines_kernel<4, 4, 2, 0>);
         }
         if (sh.stages > 1) {  // bounds, timing only (other bits): the gathers' locality
           std::vector<uint8_t> all_ids(static_cast<size_t>(sh.stages) * sh.heads * sh.tokens);
@@ -388,6 +550,22 @@ int main(int argc, char** argv) {
                 timer.median_ms(reps,
                                 [&] { decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::lines); }),
                 bytes);
+            if (sh.stages == 4 && sh.scale_format == ScaleFormat::fp8) {  // the two limits together
+              const std::string k = std::to_string(keep);
+              auto rows_of = [&](const std::string& name, auto kernel, int u) {
+                const dim3 grid(static_cast<unsigned>((sh.tokens + 32 * u - 1) / (32 * u)),
+                                static_cast<unsigned>(sh.heads));
+                auto launch = [&] {
+                  kernel<<<grid, kTileThreads>>>(sh, pf, o, block_shift(sh));
+                  QVG_CUDA_CHECK(cudaGetLastError());
+                };
+                row(m, name + ", ids < " + k + " (bound)", timer.median_ms(reps, launch), bytes);
+                row(m, name + ", ids < " + k + ", b2b x10", timer.batch_median_ms(reps, kBatch, launch), bytes);
+              };
+              rows_of("BF16 sums U=2 FMA 64 regs", decode_csum_kernel<4, 2, true, 4>, 2);
+              rows_of("BF16 sums U=4 FMA 64 regs", decode_csum_kernel<4, 4, true, 4>, 4);
+              rows_of("ablate gathers only", ablate_lines_kernel<4, 4, 1, 4>, 4);
+            }
           }
         }
       }
