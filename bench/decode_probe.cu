@@ -478,16 +478,23 @@ int main(int argc, char** argv) {
                 reps, kBatch, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic); }),
             bytes);
         check("default, back-to-back x10");
+        // Timing-only rows (other bits by design): one launch and back-to-back x10.
+        auto bound = [&](const std::string& name, auto launch) {
+          row(m, name + " (bound)", timer.median_ms(reps, launch), bytes);
+          row(m, name + ", b2b x10", timer.batch_median_ms(reps, kBatch, launch), bytes);
+        };
+        // The same for a probe kernel (sh, parts, out, block_shift) over runs of u rows a lane group.
+        auto kernel_rows = [&](const std::string& name, auto kernel, int u, const QvgParts& parts) {
+          const int rows = kTileThreads / (kD / 16) * u;
+          const dim3 grid(static_cast<unsigned>((sh.tokens + rows - 1) / rows), static_cast<unsigned>(sh.heads));
+          bound(name, [&] {
+            kernel<<<grid, kTileThreads>>>(sh, parts, o, block_shift(sh));
+            QVG_CUDA_CHECK(cudaGetLastError());
+          });
+        };
         if (sh.stages == 4 && sh.levels == LevelRule::symmetric && sh.scale_format == ScaleFormat::fp8) {
           auto csum_rows = [&](const std::string& name, auto kernel, int u) {
-            const int rows = kTileThreads / (kD / 16) * u;
-            const dim3 grid(static_cast<unsigned>((sh.tokens + rows - 1) / rows), static_cast<unsigned>(sh.heads));
-            auto launch = [&] {
-              kernel<<<grid, kTileThreads>>>(sh, p, o, block_shift(sh));
-              QVG_CUDA_CHECK(cudaGetLastError());
-            };
-            row(m, "BF16 sums " + name + " (bound)", timer.median_ms(reps, launch), bytes);
-            row(m, "BF16 sums " + name + ", b2b x10", timer.batch_median_ms(reps, kBatch, launch), bytes);
+            kernel_rows("BF16 sums " + name, kernel, u, p);
           };
           csum_rows("U=4 64 regs", decode_csum_kernel<4, 4, false, 4>, 4);
           csum_rows("U=4 FMA 64 regs", decode_csum_kernel<4, 4, true, 4>, 4);
@@ -500,11 +507,6 @@ int main(int argc, char** argv) {
                                               cudaFuncAttributePreferredSharedMemoryCarveout, 0));
           csum_rows("U=4 FMA 64 regs L1 no-alloc max L1", decode_csum_kernel<4, 4, true, 4, 2>, 4);
           // What the four-stage run's time is made of (timing only).
-          const dim3 grid4(static_cast<unsigned>((sh.tokens + 127) / 128), static_cast<unsigned>(sh.heads));
-          auto bound = [&](const std::string& name, auto launch) {
-            row(m, name + " (bound)", timer.median_ms(reps, launch), bytes);
-            row(m, name + ", b2b x10", timer.batch_median_ms(reps, kBatch, launch), bytes);
-          };
           for (const int s : {0, 1, 2, 3})  // the library's lines kernel with the first s stages
             bound("lines S=" + std::to_string(s) + " of 4", [&] {
               switch (s) {
@@ -522,12 +524,7 @@ int main(int argc, char** argv) {
                   break;
               }
             });
-          auto ablate = [&](const std::string& name, auto kernel) {
-            bound(name, [&] {
-              kernel<<<grid4, kTileThreads>>>(sh, p, o, block_shift(sh));
-              QVG_CUDA_CHECK(cudaGetLastError());
-            });
-          };
+          auto ablate = [&](const std::string& name, auto kernel) { kernel_rows(name, kernel, 4, p); };
           ablate("ablate gathers only", ablate_lines_kernel<4, 4, 1, 4>);
           ablate("ablate arithmetic only", ablate_lines_kernel<4, 4, 2, 4>);
           ablate("ablate gathers only, no cap", ablate_lines_kernel<4, 4, 1, 0>);
@@ -550,14 +547,7 @@ int main(int argc, char** argv) {
             if (sh.stages == 4 && sh.scale_format == ScaleFormat::fp8) {  // the two limits together
               const std::string k = std::to_string(keep);
               auto rows_of = [&](const std::string& name, auto kernel, int u) {
-                const dim3 grid(static_cast<unsigned>((sh.tokens + 32 * u - 1) / (32 * u)),
-                                static_cast<unsigned>(sh.heads));
-                auto launch = [&] {
-                  kernel<<<grid, kTileThreads>>>(sh, pf, o, block_shift(sh));
-                  QVG_CUDA_CHECK(cudaGetLastError());
-                };
-                row(m, name + ", ids < " + k + " (bound)", timer.median_ms(reps, launch), bytes);
-                row(m, name + ", ids < " + k + ", b2b x10", timer.batch_median_ms(reps, kBatch, launch), bytes);
+                kernel_rows(name + ", ids < " + k, kernel, u, pf);
               };
               rows_of("BF16 sums U=2 FMA 64 regs", decode_csum_kernel<4, 2, true, 4>, 2);
               rows_of("BF16 sums U=4 FMA 64 regs", decode_csum_kernel<4, 4, true, 4>, 4);
