@@ -60,13 +60,7 @@ inline py::array_t<float> to_array(const qvg::HeadTensor& x, qvg::KvLayout layou
 /// A PartBytes as a dict of part name -> bytes.
 inline py::dict part_bytes(const qvg::PartBytes& b) {
   py::dict d;
-  d["codes"] = b.codes;
-  d["scales"] = b.scales;
-  d["zero_points"] = b.zero_points;
-  d["span_scales"] = b.span_scales;
-  d["centroids"] = b.centroids;
-  d["ids"] = b.ids;
-  d["full_precision"] = b.full_precision;
+  for (const qvg::PartField& p : qvg::kPartFields) d[p.name] = b.*p.bytes;
   return d;
 }
 

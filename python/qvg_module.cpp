@@ -36,21 +36,11 @@ struct PyCodec {
   std::unique_ptr<qvg::Codec> codec;
 };
 
-/// An encoded tensor's parts by name, in docs/FORMAT.md's order.
-constexpr std::pair<const char*, std::vector<uint8_t> qvg::EncodedTensor::*> kParts[] = {
-    {"codes", &qvg::EncodedTensor::codes},
-    {"scales", &qvg::EncodedTensor::scales},
-    {"zero_points", &qvg::EncodedTensor::zero_points},
-    {"span_scales", &qvg::EncodedTensor::span_scales},
-    {"centroids", &qvg::EncodedTensor::centroids},
-    {"ids", &qvg::EncodedTensor::ids},
-    {"full_precision", &qvg::EncodedTensor::full_precision}};
-
 py::dict parts(const qvg::EncodedTensor& e) {
   py::dict d;
-  for (const auto& [name, member] : kParts) {
-    const std::vector<uint8_t>& v = e.*member;
-    d[name] = py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+  for (const qvg::PartField& p : qvg::kPartFields) {
+    const std::vector<uint8_t>& v = e.*p.data;
+    d[p.name] = py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
   }
   return d;
 }
@@ -121,7 +111,7 @@ PYBIND11_MODULE(qvg, m) {
             if (e.heads <= 0 || e.tokens <= 0 || e.dim <= 0) throw qvg::Error("EncodedTensor state: empty shape");
             qvg::validate(e.config, e.dim);
             const auto d = t[3].cast<py::dict>();
-            for (const auto& [name, member] : kParts) {
+            for (const auto& [name, member, unused] : qvg::kPartFields) {
               if (!d.contains(name)) throw qvg::Error(std::string("EncodedTensor state: no part '") + name + "'");
               const std::string b = d[name].cast<std::string>();
               (e.*member).assign(b.begin(), b.end());

@@ -19,6 +19,8 @@
 namespace qvg {
 namespace {
 
+#include "data/cache_v1_input.inc"
+
 constexpr int kHeads = 2, kDim = 64, kGridH = 6, kGridW = 8;
 constexpr int64_t kTpf = kGridH * kGridW;  // tokens per frame = tokens per chunk here
 
@@ -492,6 +494,45 @@ TEST(CacheFile, RoundTripIsBitExactAndResumeEqualsUninterrupted) {
   std::filesystem::remove(path);
 }
 
+// tests/data/cache_v1.qvgc was written by format version 1 (codecs stored
+// field by field; tests/data/make_cache_v1.cpp). This build must load it to
+// the same state as building the cache again from the same inputs: the same
+// bits from read(), the same statistics, and, saved again (as version 2),
+// the same bytes as the rebuilt cache's save.
+TEST(CacheFile, ReadsVersion1Files) {
+  const std::string v1 = std::string(QVG_SOURCE_DIR) + "/tests/data/cache_v1.qvgc";
+  ASSERT_TRUE(std::filesystem::exists(v1)) << v1;
+  EXPECT_EQ(file_bytes(v1)[8], 1);  // the version field (little-endian uint32 at byte 8)
+  StreamingKVCache rebuilt(cache_v1_config(), CacheOptions{1});
+  for (int chunk = 0; chunk < kCacheV1Chunks; ++chunk) {
+    HeadTensor k, v;
+    std::vector<int32_t> pos;
+    cache_v1_chunk(chunk, k, v, pos);
+    for (int layer = 0; layer < 2; ++layer) rebuilt.append(layer, k, v, pos);
+  }
+  StreamingKVCache loaded = StreamingKVCache::load(v1, cache_v1_config(), CacheOptions{1});
+  for (int l = 0; l < 2; ++l) {
+    const CacheRead a = rebuilt.read(l), b = loaded.read(l);
+    EXPECT_EQ(a.k.data, b.k.data) << "layer " << l;
+    EXPECT_EQ(a.v.data, b.v.data) << "layer " << l;
+    EXPECT_EQ(a.chunks, b.chunks);
+    EXPECT_EQ(a.positions, b.positions);
+    EXPECT_EQ(rebuilt.layer_memory(l).total(), loaded.layer_memory(l).total());
+    EXPECT_EQ(rebuilt.spans_encoded(l), loaded.spans_encoded(l));
+  }
+  EXPECT_EQ(snapshot(loaded, "v1_resaved"), snapshot(rebuilt, "v1_rebuilt"));
+  // Resume from the old file: one more chunk continues exactly as the rebuilt cache
+  // (the warm start reads the old file's centroids).
+  HeadTensor k, v;
+  std::vector<int32_t> pos;
+  cache_v1_chunk(kCacheV1Chunks, k, v, pos);
+  for (int layer = 0; layer < 2; ++layer) {
+    loaded.append(layer, k, v, pos);
+    rebuilt.append(layer, k, v, pos);
+  }
+  EXPECT_EQ(snapshot(loaded, "v1_resumed"), snapshot(rebuilt, "v1_rebuilt_resumed"));
+}
+
 TEST(CacheFile, EmptyAndThreadIndependent) {
   const Stream s(4);
   StreamingKVCache one(small_config(), CacheOptions{1}), two(small_config(), CacheOptions{2});
@@ -542,10 +583,10 @@ TEST(CacheFile, LoadRejectsDamagedFiles) {
     b[0] = 'X';
     EXPECT_NE(load_error(b).find("magic"), std::string::npos);
     b = good;
-    b[8] = 2;
+    b[8] = 3;  // this build writes version 2 and reads 1 and 2
     const uint32_t crc = crc32(b.data(), 16);
     for (int i = 0; i < 4; ++i) b[16 + i] = static_cast<uint8_t>(crc >> (8 * i));
-    EXPECT_NE(load_error(b).find("version 2"), std::string::npos);
+    EXPECT_NE(load_error(b).find("version 3"), std::string::npos);
     b = good;
     b.push_back(0);
     EXPECT_NE(load_error(b).find("unexpected bytes"), std::string::npos);

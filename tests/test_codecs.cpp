@@ -10,7 +10,9 @@
 #include "qvg/data.h"
 #include "qvg/eval.h"
 #include "qvg/half.h"
+#include "qvg/fp8.h"
 #include "qvg/kmeans.h"
+#include "qvg/methods.h"
 #include "qvg/qvg.h"
 #include "overflow_util.h"
 
@@ -35,6 +37,16 @@ HeadTensor clustered(int64_t h, int64_t n, int64_t d, int clusters, unsigned see
     }
   }
   return x;
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 double mse(const HeadTensor& a, const HeadTensor& b) {
@@ -436,6 +448,141 @@ TEST(ConfigSpec, CodecSpecRoundTrips) {
     EXPECT_EQ(b.residual, a.residual);
     EXPECT_EQ(codec_spec(b), codec_spec(a));
   }
+}
+
+
+// ---- the method table ------------------------------------------------------------------
+
+TEST(MethodTable, RowsAreInEnumOrderAndNameKnownFields) {
+  const auto& table = method_table();
+  std::vector<std::string> keys;
+  for (const CodecField& f : codec_fields()) keys.push_back(f.key);
+  for (size_t i = 0; i < table.size(); ++i) {
+    const MethodTraits& row = table[i];
+    SCOPED_TRACE(row.name);
+    EXPECT_EQ(static_cast<size_t>(row.method), i);
+    EXPECT_EQ(method_from_name(row.name), row.method);
+    EXPECT_STRNE(row.summary, "");
+    EXPECT_NE(row.make_cpu, nullptr);
+    EXPECT_NE(row.expected_bytes, nullptr);
+    EXPECT_NE(row.describe, nullptr);
+    for (const std::string& k : row.fields) EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
+    // The clustered flag and the smoothing stages say the same thing.
+    CodecConfig c;
+    c.method = row.method;
+    EXPECT_EQ(row.clustered, smoothing_stages(c) > 0);
+  }
+  EXPECT_NE(error_of([] { method_from_name("nope"); }).find("qvg"), std::string::npos);
+}
+
+// Every preset, both roles, an odd token count: the CPU encoding has exactly
+// the bytes the table's expected_bytes says, part by part.
+TEST(MethodTable, EncodingsHaveTheTableBytes) {
+  const HeadTensor x = clustered(2, 301, 64, 8, 21);
+  std::vector<std::string> specs = codec_presets();
+  specs.push_back("qvg:centroid_format=fp8,centroids=16");
+  specs.push_back("qvg-pro:centroid_format=fp8,centroids=16,scale=fp16");
+  for (const std::string& spec : specs)
+    for (TensorRole role : {TensorRole::key, TensorRole::value}) {
+      SCOPED_TRACE(spec);
+      CodecConfig c = parse_codec_spec(spec);
+      c.kmeans.max_iter = 3;
+      c = span_config(c, x.tokens);
+      EncodeOptions opt;
+      opt.role = role;
+      const EncodedTensor e = make_codec(c)->encode(x, opt);
+      const PartBytes got = e.bytes(), want = expected_part_bytes(c, role, x.heads, x.tokens, x.dim);
+      for (const PartField& p : kPartFields) EXPECT_EQ(got.*(p.bytes), want.*(p.bytes)) << p.name;
+      if (c.method == Method::qvg || c.method == Method::rtn)
+        EXPECT_NEAR(e.bits_per_value(), qvg_bits_per_value_formula(c, x.tokens, x.dim), 1e-12);
+    }
+}
+
+TEST(ConfigSpec, CanonicalSpecNamesOnlyTheMethodsFields) {
+  EXPECT_EQ(codec_spec(parse_codec_spec("rtn")), "rtn:bits=2,block=64,scale=fp8,levels=symmetric");
+  EXPECT_EQ(codec_spec(parse_codec_spec("bf16:bits=4,centroids=3")), "bf16");
+  EXPECT_EQ(codec_spec(parse_codec_spec("kivi-int4:residual=8")), "kivi:bits=4,group=32,residual=8");
+  std::string diff;
+  EXPECT_TRUE(same_codec(parse_codec_spec("rtn"), parse_codec_spec("rtn:centroids=7,stages=3"), &diff));
+  EXPECT_FALSE(same_codec(parse_codec_spec("qvg"), parse_codec_spec("qvg:iters=9"), &diff));
+  EXPECT_EQ(diff, "iters");
+  EXPECT_FALSE(same_codec(parse_codec_spec("qvg"), parse_codec_spec("rtn"), &diff));
+  EXPECT_EQ(diff, "method");
+}
+
+// ---- FP8 centroids (centroid_format=fp8) -------------------------------------------------
+
+/// The centroids part of an fp8 encoding read back by hand (docs/FORMAT.md):
+/// S*H*C*D E4M3 codes, then S*H FP32 scales.
+std::vector<float> fp8_part_values(const EncodedTensor& e, float* top_octave) {
+  const int64_t s = e.config.stages, c = e.config.kmeans.centroids, n = s * e.heads * c * e.dim;
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t sh = 0; sh < s * e.heads; ++sh) {
+    float scale;
+    std::memcpy(&scale, e.centroids.data() + n + 4 * sh, 4);
+    int exp = 0;
+    EXPECT_EQ(std::frexp(scale, &exp), 0.5f) << "scale " << scale << " is not a power of two";
+    float amax = 0;
+    for (int64_t i = sh * c * e.dim; i < (sh + 1) * c * e.dim; ++i) {
+      const float code = fp8_e4m3_to_float(e.centroids[static_cast<size_t>(i)]);
+      amax = std::max(amax, std::abs(code));
+      out[static_cast<size_t>(i)] = code * scale;
+    }
+    // The least power of two that fits: halving it would put absmax above 448,
+    // so the codes use the top octave of E4M3 (absmax code >= 224).
+    if (amax < 224.0f) *top_octave = 0;
+  }
+  return out;
+}
+
+// An fp8 encoding is a BF16-centroid encoding whose centroids are the FP8
+// values times their scale: the same codes, scales and ids as the reference
+// encode given those centroids, and the same decoded bits.
+TEST(QvgCodec, Fp8CentroidsAreTheBf16FormatWithDequantizedCentroids) {
+  const HeadTensor x = clustered(3, 700, 64, 20, 5);
+  for (const char* spec : {"qvg:centroid_format=fp8,centroids=32", "qvg-pro:centroid_format=fp8,centroids=32"}) {
+    SCOPED_TRACE(spec);
+    const Result r8 = run(spec, x);
+    float top_octave = 1;
+    const std::vector<float> vals = fp8_part_values(r8.enc, &top_octave);
+    EXPECT_EQ(top_octave, 1.0f) << "a centroid scale is larger than needed";
+    CodecConfig c16 = parse_codec_spec(spec);
+    c16.centroid_format = CentroidFormat::bf16;
+    std::vector<uint8_t> cents16(vals.size() * 2);
+    for (size_t i = 0; i < vals.size(); ++i) {
+      const uint16_t b = bf16_from_float(vals[i]);
+      ASSERT_EQ(bf16_to_float(b), vals[i]) << "FP8 times a power of two is a BF16 value";
+      cents16[2 * i] = static_cast<uint8_t>(b);
+      cents16[2 * i + 1] = static_cast<uint8_t>(b >> 8);
+    }
+    const EncodedTensor e16 = qvg_encode_given_centroids_ref(x, c16, cents16, r8.enc.ids);
+    EXPECT_EQ(e16.codes, r8.enc.codes);
+    EXPECT_EQ(e16.scales, r8.enc.scales);
+    EXPECT_EQ(e16.span_scales, r8.enc.span_scales);
+    HeadTensor rec16;
+    make_codec(c16)->decode(e16, rec16, 1);
+    EXPECT_EQ(rec16.data, r8.rec.data);
+    // FP8 centroids cost little accuracy: within 10 % of BF16 centroids' MSE
+    // (the residual is quantized after the FP8 rounding, so it absorbs most of it).
+    const double m16 = run(codec_spec(c16), x).mse;
+    EXPECT_LT(r8.mse, 1.10 * m16) << r8.mse << " vs " << m16;
+    EXPECT_LT(r8.enc.bits_per_value(), run(codec_spec(c16), x).enc.bits_per_value());
+  }
+}
+
+TEST(QvgCodec, Fp8CentroidsRejectedWhereUnsupported) {
+  const HeadTensor x = clustered(1, 64, 64, 4, 6);
+  const CodecConfig c = parse_codec_spec("qvg:centroid_format=fp8,centroids=8");
+  EXPECT_NE(error_of([&] { qvg_encode_given_centroids_ref(x, c, {}, {}); }).find("centroid_format=bf16"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_codec_spec("qvg:centroid_format=fp4"); }).find("centroid_format"),
+            std::string::npos);
+  // A NaN code in the centroids part is a decode error, not NaN output.
+  Result r = run("qvg:centroid_format=fp8,centroids=8", x);
+  r.enc.centroids[3] = 0x7F;
+  HeadTensor out;
+  EXPECT_NE(error_of([&] { make_codec("qvg:centroid_format=fp8,centroids=8")->decode(r.enc, out, 1); }).find("NaN"),
+            std::string::npos);
 }
 
 }  // namespace

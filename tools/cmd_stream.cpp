@@ -175,9 +175,10 @@ uint64_t read_digest(const qvg::StreamingKVCache& cache) {
 }
 
 json parts_json(const qvg::PartBytes& b) {
-  return {{"codes", b.codes},         {"scales", b.scales}, {"zero_points", b.zero_points},
-          {"span_scales", b.span_scales}, {"centroids", b.centroids}, {"ids", b.ids},
-          {"full_precision", b.full_precision}, {"total", b.total()}};
+  json j;
+  for (const qvg::PartField& p : qvg::kPartFields) j[p.name] = b.*p.bytes;
+  j["total"] = b.total();
+  return j;
 }
 
 json memory_json(const qvg::LayerMemory& m, int heads, int dim) {

@@ -12,6 +12,7 @@
 #include "qvg/data.h"
 #include "qvg/eval.h"
 #include "qvg/io.h"
+#include "qvg/methods.h"
 #include "commands.h"
 
 namespace {
@@ -99,11 +100,14 @@ qvg::EvalInput builtin_input(const std::string& kind, const DataArgs& a, bool qu
 
 json row_json(const qvg::EvalRow& r) {
   const auto& c = r.config;
+  json bytes;
+  for (const qvg::PartField& p : qvg::kPartFields) bytes[p.name] = r.bytes.*p.bytes;
+  bytes["total"] = r.bytes.total();
   json j = {{"dataset", r.dataset},
             {"method", r.method},
             {"tensor", r.tensor},
             {"kind", qvg::method_name(c.method)},
-            {"bits", c.method == qvg::Method::bf16 ? 16 : c.bits},
+            {"spec", qvg::codec_spec(c)},
             {"mse", r.error.mse},
             {"rel_l2", r.error.rel_l2},
             {"snr_db", std::isfinite(r.error.snr_db) ? json(r.error.snr_db) : json(nullptr)},
@@ -112,33 +116,15 @@ json row_json(const qvg::EvalRow& r) {
             {"ratio", r.ratio},
             {"encode_ms", r.encode_ms},
             {"decode_ms", r.decode_ms},
-            {"bytes",
-             {{"codes", r.bytes.codes},
-              {"scales", r.bytes.scales},
-              {"zero_points", r.bytes.zero_points},
-              {"span_scales", r.bytes.span_scales},
-              {"centroids", r.bytes.centroids},
-              {"ids", r.bytes.ids},
-              {"full_precision", r.bytes.full_precision},
-              {"total", r.bytes.total()}}}};
-  if (c.method == qvg::Method::rtn || c.method == qvg::Method::qvg) {
-    j["block"] = c.block;
-    j["scale"] = c.scale_format == qvg::ScaleFormat::fp8 ? "fp8" : "fp16";
-    j["levels"] = c.levels == qvg::LevelRule::symmetric ? "symmetric" : "midrise";
-  }
-  if (c.method == qvg::Method::qvg) {
-    j["stages"] = c.stages;
-    j["centroids"] = c.kmeans.centroids;
-    j["kmeans_iters"] = c.kmeans.max_iter;
+            {"bytes", bytes}};
+  // The configuration: every field the method reads, under its spec key.
+  qvg::for_each_field(c, [&](const qvg::CodecField& f, const std::string& v) {
+    j[f.key] = f.is_number ? json::parse(v) : json(v);
+  });
+  j["stages"] = qvg::smoothing_stages(c);
+  if (j["stages"] > 0) {
     j["kmeans_ms"] = r.kmeans_ms;
     j["kmeans_iterations_run"] = r.kmeans_iterations;
-    j["seed"] = c.kmeans.seed;
-  } else {
-    j["stages"] = 0;
-  }
-  if (c.method == qvg::Method::kivi) {
-    j["group"] = c.group;
-    j["residual"] = c.residual;
   }
   if (r.attn_rel_l2) j["attn_rel_l2"] = *r.attn_rel_l2;
   return j;
@@ -255,12 +241,17 @@ int run_demo(DataArgs a, const std::vector<std::string>& methods, bool as_json, 
 
 int list_methods() {
   std::printf("methods:\n");
-  for (const auto& t : qvg::method_traits()) std::printf("  %-8s %s\n", t.name, t.summary);
+  for (const auto& t : qvg::method_table()) {
+    std::string keys;
+    for (const auto& k : t.fields) keys += (keys.empty() ? "" : " ") + k;
+    std::printf("  %-8s %s\n           keys: %s%s\n", t.name, t.summary, keys.empty() ? "(none)" : keys.c_str(),
+                t.make_cuda ? "" : "  (CPU only)");
+  }
   std::printf("\npresets (give as PRESET or PRESET:key=value,...):\n");
   for (const auto& p : qvg::codec_presets())
     std::printf("  %-14s %s\n", p.c_str(), qvg::describe(qvg::parse_codec_spec(p)).c_str());
-  std::printf("\nkeys: bits=2|4 block=16|32|64|128 scale=fp8|fp16 levels=symmetric|midrise stages=0..8\n"
-              "      centroids=1..256 iters=N tol=X init=random|kmeans++ seed=N group=G residual=R\n");
+  std::printf("\nkeys:\n");
+  for (const auto& f : qvg::codec_fields()) std::printf("  %-16s %s\n", f.key, f.values);
   return 0;
 }
 

@@ -43,6 +43,25 @@ struct EncodedTensor {
   double ratio_to_bf16() const;
 };
 
+/// One part of an encoded tensor: its name (docs/FORMAT.md, reports, files)
+/// and where it lives in EncodedTensor and PartBytes.
+struct PartField {
+  const char* name;
+  std::vector<uint8_t> EncodedTensor::*data;
+  size_t PartBytes::*bytes;
+};
+
+/// The seven parts, in docs/FORMAT.md's order: the only list of them.
+inline constexpr PartField kPartFields[] = {
+    {"codes", &EncodedTensor::codes, &PartBytes::codes},
+    {"scales", &EncodedTensor::scales, &PartBytes::scales},
+    {"zero_points", &EncodedTensor::zero_points, &PartBytes::zero_points},
+    {"span_scales", &EncodedTensor::span_scales, &PartBytes::span_scales},
+    {"centroids", &EncodedTensor::centroids, &PartBytes::centroids},
+    {"ids", &EncodedTensor::ids, &PartBytes::ids},
+    {"full_precision", &EncodedTensor::full_precision, &PartBytes::full_precision},
+};
+
 /// Per-call options and reports.
 struct EncodeOptions {
   TensorRole role = TensorRole::key;

@@ -9,7 +9,7 @@
 
 namespace qvg {
 
-/// The compression methods. The traits table (method_traits) lists each one.
+/// The compression methods. The method table (qvg/methods.h) has a row for each.
 enum class Method {
   bf16,    ///< values stored as bfloat16 (the uncompressed reference cache)
   rtn,     ///< symmetric absmax per block of B along dim (round to nearest)
@@ -48,7 +48,12 @@ struct KMeansParams {
   uint64_t seed = 1234;                   ///< RNG seed (per head: seed + head)
 };
 
-/// One codec configuration. Fields a method does not use are ignored.
+/// How k-means centroids are stored (qvg): BF16 values, or FP8 E4M3 codes with
+/// one power-of-two FP32 scale per stage and head (docs/FORMAT.md).
+enum class CentroidFormat { bf16, fp8 };
+
+/// One codec configuration. Fields a method does not use are ignored; the
+/// method table (qvg/methods.h) lists the fields each method reads.
 struct CodecConfig {
   std::string name = "qvg";  ///< the name it was created from (for reports)
   Method method = Method::qvg;
@@ -58,24 +63,51 @@ struct CodecConfig {
   LevelRule levels = LevelRule::symmetric;      ///< rtn, qvg
   int stages = 1;                         ///< S smoothing stages, 0..8 (qvg)
   KMeansParams kmeans;                    ///< qvg
+  CentroidFormat centroid_format = CentroidFormat::bf16;  ///< qvg
   int group = 32;                         ///< G: KIVI group size (tokens for keys, channels for values)
   int residual = 32;                      ///< R: KIVI newest tokens kept in bf16
 };
 
-/// One row of the traits table.
-struct MethodTraits {
-  Method method;
-  const char* name;
-  const char* summary;
+/// One configuration field as the spec string, the cache file, reports and
+/// the help text name it. The table (codec_fields) is the only place that
+/// spells a field's key and its values.
+struct CodecField {
+  const char* key;     ///< spec key: "bits"
+  const char* values;  ///< accepted values, for help: "2|4"
+  bool is_number;      ///< a number in JSON (else a string)
+  /// The value as canonical text ("2", "fp8", "0.0001" to 17 digits).
+  std::string (*get)(const CodecConfig& c);
+  /// Parses text into c; throws qvg::Error naming the key and the value.
+  void (*set)(CodecConfig& c, const std::string& text);
+  /// Throws qvg::Error (prefixed with c.name) when c's value is invalid for
+  /// head dim `dim`; checked only for methods that read the field.
+  void (*check)(const CodecConfig& c, int64_t dim);
 };
-const std::vector<MethodTraits>& method_traits();
+
+/// Every configuration field, in spec order.
+const std::vector<CodecField>& codec_fields();
+
+/// The fields method m reads (a subset of codec_fields, in spec order).
+std::vector<const CodecField*> method_fields(Method m);
+
+/// Calls f(field, canonical value text) for every field c's method reads.
+template <typename F>
+void for_each_field(const CodecConfig& c, F&& f) {
+  for (const CodecField* field : method_fields(c.method)) f(*field, field->get(c));
+}
+
 const char* method_name(Method m);
+/// The method named `name`; throws qvg::Error listing the known names.
+Method method_from_name(const std::string& name);
+
+/// Smoothing stages actually run: c.stages for methods with k-means stages
+/// (qvg), 0 for every other method (RTN is QVG with no stage).
+int smoothing_stages(const CodecConfig& c);
 
 /// Parse "preset[:key=value,...]". Presets: bf16, rtn, rtn-int4, kivi,
 /// kivi-int4, quarot, quarot-int4, qvg, qvg-int4, qvg-pro, qvg-pro-int4.
-/// Keys: bits, block, scale (fp8|fp16), levels (symmetric|midrise), stages,
-/// centroids, iters, tol, init (random|kmeans++), seed, group, residual.
-/// Throws qvg::Error naming the unknown preset/key or the bad value.
+/// Keys: codec_fields(). Throws qvg::Error naming the unknown preset/key or
+/// the bad value.
 CodecConfig parse_codec_spec(const std::string& spec);
 
 /// The preset names accepted by parse_codec_spec.
@@ -85,11 +117,18 @@ std::vector<std::string> codec_presets();
 /// a multiple of block, bits not 2/4, centroids outside 1..256).
 void validate(const CodecConfig& c, int64_t dim);
 
-/// A spec that parse_codec_spec turns back into c, every field but `name`
-/// equal (the method's preset with every option written out, tol to 17
-/// significant digits): how an encoded tensor's configuration is stored
-/// outside the library (the Python module's pickles).
+/// The canonical spec: the method's name and every field it reads written
+/// out ("rtn:bits=2,block=64,scale=fp8,levels=symmetric"; tol to 17
+/// significant digits). parse_codec_spec turns it back into a config equal
+/// to c in the method and every field it reads (same_codec). How an encoded
+/// tensor's configuration is stored outside the library (cache files, the
+/// Python module's pickles).
 std::string codec_spec(const CodecConfig& c);
+
+/// True when a and b have the same method and agree on every field it reads
+/// (the name is not compared). If not, *diff names the first field that
+/// differs ("method" or a field key).
+bool same_codec(const CodecConfig& a, const CodecConfig& b, std::string* diff = nullptr);
 
 /// Short human-readable description: "INT2 B64 fp8 S1 C256".
 std::string describe(const CodecConfig& c);

@@ -4,6 +4,7 @@
 
 #include "cache/cache_impl.h"
 #include "cpu/codecs.h"
+#include "qvg/methods.h"
 #include "qvg/half.h"
 
 namespace qvg {
@@ -55,19 +56,8 @@ void same_field(const T& a, const T& b, const std::string& what, const char* fie
 
 void check_same_codec(const CodecConfig& a, const CodecConfig& b, const std::string& what) {
   same_field(a.name, b.name, what, "name");
-  same_field(std::string(method_name(a.method)), std::string(method_name(b.method)), what, "method");
-  same_field(a.bits, b.bits, what, "bits");
-  same_field(a.block, b.block, what, "block");
-  same_field(static_cast<int>(a.scale_format), static_cast<int>(b.scale_format), what, "scale format");
-  same_field(static_cast<int>(a.levels), static_cast<int>(b.levels), what, "level rule");
-  same_field(a.stages, b.stages, what, "stages");
-  same_field(a.kmeans.centroids, b.kmeans.centroids, what, "centroids");
-  same_field(a.kmeans.max_iter, b.kmeans.max_iter, what, "k-means iterations");
-  same_field(a.kmeans.tol, b.kmeans.tol, what, "k-means tolerance");
-  same_field(static_cast<int>(a.kmeans.init), static_cast<int>(b.kmeans.init), what, "k-means init");
-  same_field(a.kmeans.seed, b.kmeans.seed, what, "k-means seed");
-  same_field(a.group, b.group, what, "group");
-  same_field(a.residual, b.residual, what, "residual");
+  std::string diff;
+  QVG_CHECK(same_codec(a, b, &diff), what, ": ", diff, " differs (", codec_spec(a), " vs ", codec_spec(b), ")");
 }
 
 }  // namespace
@@ -133,7 +123,7 @@ bool tail_finite(const std::vector<uint8_t>& bytes, TailFormat f) {
 /// (E4M3 has no infinity; 0x7F, 0xFF are NaN) or FP16 code. The decoders
 /// trust them (the span scales they check, and load decodes every span).
 void check_block_scales(const EncodedTensor& t, const std::string& where) {
-  if (t.config.method != Method::qvg && t.config.method != Method::rtn) return;
+  if (method_traits(t.config.method).make_cpu != make_qvg_codec) return;  // the group-quantized format
   if (t.config.scale_format == ScaleFormat::fp8) {
     for (size_t i = 0; i < t.scales.size(); ++i)
       QVG_CHECK((t.scales[i] & 0x7F) != 0x7F, where, ": block scale ", i, " is NaN (FP8 byte ", int(t.scales[i]), ")");
@@ -145,15 +135,20 @@ void check_block_scales(const EncodedTensor& t, const std::string& where) {
 
 StreamingKVCache::Impl::Impl(CacheConfig c, CacheOptions o) : config(std::move(c)), options(o) {
   validate(config);
-  key_codec = make_codec(config.key, options.backend);
-  value_codec = make_codec(config.value, options.backend);
+  make_codecs();
   layers.resize(static_cast<size_t>(config.layers));
 }
 
-CodecConfig StreamingKVCache::Impl::span_config(const CodecConfig& base, int64_t tokens) const {
-  CodecConfig c = base;
-  if (runs_kmeans(c) && tokens < c.kmeans.centroids) c.kmeans.centroids = static_cast<int>(tokens);
-  return c;
+void StreamingKVCache::Impl::make_codecs() {
+  key_codec = make_codec(config.key, options.backend);
+  value_codec = make_codec(config.value, options.backend);
+}
+
+const Codec& StreamingKVCache::Impl::span_codec(TensorRole role, int64_t tokens) {
+  std::unique_ptr<Codec>& held = role == TensorRole::key ? key_codec : value_codec;
+  const CodecConfig cc = span_config(role == TensorRole::key ? config.key : config.value, tokens);
+  if (!same_codec(held->config(), cc)) held = make_codec(cc, options.backend);  // C clamped to a short span
+  return *held;
 }
 
 double LayerMemory::ratio() const {
@@ -209,7 +204,11 @@ StreamingKVCache& StreamingKVCache::operator=(StreamingKVCache&&) noexcept = def
 
 const CacheConfig& StreamingKVCache::config() const { return impl_->config; }
 const CacheOptions& StreamingKVCache::options() const { return impl_->options; }
-void StreamingKVCache::set_options(const CacheOptions& options) { impl_->options = options; }
+void StreamingKVCache::set_options(const CacheOptions& options) {
+  const bool new_backend = options.backend != impl_->options.backend;
+  impl_->options = options;
+  if (new_backend) impl_->make_codecs();  // encode and read on the new backend alike
+}
 
 void check_layer(const StreamingKVCache::Impl& I, int layer, const char* what) {
   QVG_CHECK(layer >= 0 && layer < I.config.layers, what, ": layer ", layer, " is out of range (the cache has ",
@@ -319,8 +318,8 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
     const auto t0 = std::chrono::steady_clock::now();
     for (const bool key : {true, false}) {
       const HeadTensor x = gather(chunks, key, c.heads, c.dim, c.tail);
-      const CodecConfig cc = I.span_config(key ? c.key : c.value, sp.tokens);
-      const auto codec = make_codec(cc, I.options.backend);
+      const Codec& codec = I.span_codec(key ? TensorRole::key : TensorRole::value, sp.tokens);
+      const CodecConfig& cc = codec.config();
       std::optional<EncodedTensor>& warm = key ? warm_k : warm_v;
       EncodeOptions eo;
       eo.role = key ? TensorRole::key : TensorRole::value;
@@ -329,12 +328,12 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
                             warm->config.kmeans.centroids == cc.kmeans.centroids;
       if (use_warm) eo.warm_start = &*warm;
       EncodeReport er;
-      EncodedTensor enc = codec->encode(x, eo, &er);
+      EncodedTensor enc = codec.encode(x, eo, &er);
       if (c.warm_start && runs_kmeans(cc)) warm = warm_state_of(enc);
       if (runs_kmeans(cc)) sr.centroids = cc.kmeans.centroids;
       if (I.options.measure_span_error) {
         HeadTensor rec;
-        codec->decode(enc, rec, I.options.threads);
+        codec.decode(enc, rec, I.options.threads);
         (key ? sr.k_error : sr.v_error) = compare(x, rec);
       }
       (key ? sr.k_warm_started : sr.v_warm_started) = use_warm;
@@ -659,11 +658,13 @@ void check_layer_state(const StreamingKVCache::Impl& I, int layer) {
     QVG_CHECK(L.next_span > 0, where, ": ", role, " warm-start state before any span");
     const int cn = w->config.kmeans.centroids;
     QVG_CHECK(cn >= 1 && cn <= base.kmeans.centroids, where, ": ", role, " warm-start centroids ", cn, " out of range");
-    QVG_CHECK(w->heads == c.heads && w->dim == c.dim &&
-                  w->centroids.size() == static_cast<size_t>(int64_t{base.stages} * c.heads * cn * c.dim * 2),
-              where, ": ", role, " warm-start state has ", w->centroids.size(), " bytes, needs ",
-              int64_t{base.stages} * c.heads * cn * c.dim * 2);
-    check_bf16_finite(w->centroids, where + ": " + role + " warm-start centroid");
+    const size_t need = qvg_expected_bytes(span_config(base, cn), c.heads, cn, c.dim).centroids;
+    QVG_CHECK(w->heads == c.heads && w->dim == c.dim && w->centroids.size() == need, where, ": ", role,
+              " warm-start state has ", w->centroids.size(), " bytes, needs ", need);
+    if (base.centroid_format == CentroidFormat::bf16)
+      check_bf16_finite(w->centroids, where + ": " + role + " warm-start centroid");
+    else
+      check_qvg_part_values(*w);
   }
 }
 

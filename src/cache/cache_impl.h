@@ -62,13 +62,15 @@ struct StreamingKVCache::Impl {
 
   Impl(CacheConfig c, CacheOptions o);
   size_t tail_value_bytes() const { return config.tail == TailFormat::bf16 ? 2 : 4; }
-  /// The codec config of a span of `tokens` tokens: C clamped to tokens for
-  /// QVG with stages (see cache.h).
-  CodecConfig span_config(const CodecConfig& base, int64_t tokens) const;
+  /// (Re)makes key_codec and value_codec for the configs and the backend.
+  void make_codecs();
+  /// The codec of a span of `tokens` tokens for a role: the held codec, or
+  /// one for span_config (C clamped to the tokens), which is then held.
+  const Codec& span_codec(TensorRole role, int64_t tokens);
 };
 
-/// Whether a codec config runs k-means (QVG with stages > 0).
-inline bool runs_kmeans(const CodecConfig& c) { return c.method == Method::qvg && c.stages > 0; }
+/// Whether a codec config runs k-means (smoothing stages > 0).
+inline bool runs_kmeans(const CodecConfig& c) { return smoothing_stages(c) > 0; }
 
 /// Full-precision bytes <-> float32 (tail format of the cache).
 void tail_encode(const float* x, size_t n, TailFormat f, std::vector<uint8_t>& out);

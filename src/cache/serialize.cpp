@@ -9,6 +9,7 @@
 #include "cache/cache_impl.h"
 #include "cache/checksum.h"
 #include "cpu/codecs.h"
+#include "qvg/methods.h"
 
 namespace qvg {
 namespace {
@@ -16,7 +17,8 @@ namespace {
 using nlohmann::json;
 
 constexpr char kMagic[8] = {'Q', 'V', 'G', 'C', 'A', 'C', 'H', 'E'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;     // written; 2: codecs stored as canonical specs
+constexpr uint32_t kOldestVersion = 1;  // read: 1 stored each codec field as a JSON member
 constexpr size_t kHeaderBytes = 20;         // magic, version, section count, header CRC
 constexpr size_t kSectionHeadBytes = 16;    // tag, flags, payload length
 constexpr uint64_t kMaxConfigBytes = 1u << 20;
@@ -109,22 +111,8 @@ class Reader {
 
 // ---- config as JSON ----------------------------------------------------------------
 
-json codec_json(const CodecConfig& c) {
-  return json{{"name", c.name},
-              {"method", method_name(c.method)},
-              {"bits", c.bits},
-              {"block", c.block},
-              {"scale", c.scale_format == ScaleFormat::fp8 ? "fp8" : "fp16"},
-              {"levels", c.levels == LevelRule::symmetric ? "symmetric" : "midrise"},
-              {"stages", c.stages},
-              {"centroids", c.kmeans.centroids},
-              {"iters", c.kmeans.max_iter},
-              {"tol", c.kmeans.tol},
-              {"init", c.kmeans.init == KMeansInit::random ? "random" : "kmeans++"},
-              {"seed", c.kmeans.seed},
-              {"group", c.group},
-              {"residual", c.residual}};
-}
+/// A codec in the cache file: the name it was given and its canonical spec.
+json codec_json(const CodecConfig& c) { return json{{"name", c.name}, {"spec", codec_spec(c)}}; }
 
 json config_json(const CacheConfig& c) {
   return json{{"layers", c.layers},
@@ -181,34 +169,28 @@ double num_field(const json& j, const char* key, const std::string& where) {
   return v.get<double>();
 }
 
+/// A codec of the cache file: {"name", "spec"}, or (files written before
+/// the spec was stored) {"name", "method", and one member per field with
+/// the spec's key}.
 CodecConfig codec_from_json(const json& j, const std::string& where) {
+  const std::string name = str_field(j, "name", where);
   CodecConfig c;
-  c.name = str_field(j, "name", where);
-  const std::string m = str_field(j, "method", where);
-  bool found = false;
-  for (const auto& t : method_traits())
-    if (m == t.name) {
-      c.method = t.method;
-      found = true;
+  try {
+    if (j.contains("spec")) {
+      c = parse_codec_spec(str_field(j, "spec", where));
+    } else {
+      c = parse_codec_spec(method_name(method_from_name(str_field(j, "method", where))));
+      for (const CodecField& f : codec_fields()) {
+        if (!j.contains(f.key)) continue;
+        const json& v = j.at(f.key);
+        QVG_CHECK(v.is_string() || v.is_number(), "config field '", f.key, "' must be a string or a number");
+        f.set(c, v.is_string() ? v.get<std::string>() : v.dump());
+      }
     }
-  QVG_CHECK(found, where, ": unknown method '", m, "'");
-  c.bits = static_cast<int>(int_field(j, "bits", where, 0, 64));
-  c.block = static_cast<int>(int_field(j, "block", where, 0, 1 << 20));
-  c.scale_format = str_field(j, "scale", where, {"fp8", "fp16"}) == "fp8" ? ScaleFormat::fp8 : ScaleFormat::fp16;
-  c.levels = str_field(j, "levels", where, {"symmetric", "midrise"}) == "symmetric" ? LevelRule::symmetric
-                                                                                    : LevelRule::midrise;
-  c.stages = static_cast<int>(int_field(j, "stages", where, 0, 64));
-  c.kmeans.centroids = static_cast<int>(int_field(j, "centroids", where, 0, 1 << 20));
-  c.kmeans.max_iter = static_cast<int>(int_field(j, "iters", where, 0, 1 << 30));
-  c.kmeans.tol = num_field(j, "tol", where);
-  c.kmeans.init = str_field(j, "init", where, {"random", "kmeans++"}) == "random" ? KMeansInit::random
-                                                                                 : KMeansInit::kmeanspp;
-  const json& seed = field(j, "seed", where);
-  QVG_CHECK(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0), where,
-            ": config field 'seed' must be a non-negative integer");
-  c.kmeans.seed = seed.get<uint64_t>();
-  c.group = static_cast<int>(int_field(j, "group", where, 0, 1 << 20));
-  c.residual = static_cast<int>(int_field(j, "residual", where, 0, 1 << 30));
+  } catch (const Error& e) {
+    QVG_CHECK(false, where, ": ", e.what());
+  }
+  c.name = name;
   return c;
 }
 
@@ -248,9 +230,7 @@ CacheConfig config_from_json(const json& j, const std::string& where) {
 
 void write_encoded(Writer& w, const EncodedTensor& e) {
   w.i64(e.config.kmeans.centroids);
-  for (const std::vector<uint8_t>* part :
-       {&e.codes, &e.scales, &e.zero_points, &e.span_scales, &e.centroids, &e.ids, &e.full_precision})
-    w.bytes(*part);
+  for (const PartField& p : kPartFields) w.bytes(e.*p.data);
 }
 
 std::vector<uint8_t> layer_payload(const StreamingKVCache::Impl& I, int layer) {
@@ -298,7 +278,7 @@ std::vector<uint8_t> layer_payload(const StreamingKVCache::Impl& I, int layer) {
 EncodedTensor read_encoded(Reader& r, const StreamingKVCache::Impl& I, bool key, int64_t tokens, const char* what) {
   const CodecConfig& base = key ? I.config.key : I.config.value;
   EncodedTensor e;
-  e.config = I.span_config(base, tokens);
+  e.config = span_config(base, tokens);
   const int64_t cn = r.i64(what);
   QVG_CHECK(cn == e.config.kmeans.centroids, r.where(), ": ", what, " records ", cn, " centroids; a span of ", tokens,
             " tokens has ", e.config.kmeans.centroids);
@@ -306,9 +286,7 @@ EncodedTensor read_encoded(Reader& r, const StreamingKVCache::Impl& I, bool key,
   e.heads = I.config.heads;
   e.tokens = tokens;
   e.dim = I.config.dim;
-  for (std::vector<uint8_t>* part :
-       {&e.codes, &e.scales, &e.zero_points, &e.span_scales, &e.centroids, &e.ids, &e.full_precision})
-    *part = r.bytes(what);
+  for (const PartField& p : kPartFields) e.*p.data = r.bytes(what);
   return e;
 }
 
@@ -364,7 +342,7 @@ CacheLayer read_layer(Reader& r, const StreamingKVCache::Impl& I, int layer) {
     const CodecConfig& base = key ? c.key : c.value;
     EncodedTensor w;
     const int64_t cn = r.i64_in("warm-start centroids", 1, 256);
-    w.config = I.span_config(base, cn);
+    w.config = span_config(base, cn);
     QVG_CHECK(w.config.kmeans.centroids == cn, r.where(), ": warm-start state with ", cn,
               " centroids, the config has ", base.kmeans.centroids);
     w.role = key ? TensorRole::key : TensorRole::value;
@@ -485,8 +463,8 @@ StreamingKVCache StreamingKVCache::load_file(const std::string& path, const Cach
   QVG_CHECK(std::memcmp(head, kMagic, 8) == 0, path, ": not a qvg streaming cache file (bad magic)");
   const uint32_t version = get_le32(head + 8);
   QVG_CHECK(crc32(head, 16) == get_le32(head + 16), path, ": header checksum mismatch: the file is corrupt");
-  QVG_CHECK(version == kVersion, path, ": unsupported streaming cache format version ", version,
-            " (this build reads version ", kVersion, ")");
+  QVG_CHECK(version >= kOldestVersion && version <= kVersion, path, ": unsupported streaming cache format version ",
+            version, " (this build reads versions ", kOldestVersion, " to ", kVersion, ")");
   const uint32_t sections = get_le32(head + 12);
   uint64_t pos = kHeaderBytes;
 

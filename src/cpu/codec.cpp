@@ -5,19 +5,14 @@
 #include <string>
 
 #include "cpu/codecs.h"
+#include "qvg/methods.h"
 #include "qvg/half.h"
 
 namespace qvg {
 
 PartBytes EncodedTensor::bytes() const {
   PartBytes b;
-  b.codes = codes.size();
-  b.scales = scales.size();
-  b.zero_points = zero_points.size();
-  b.span_scales = span_scales.size();
-  b.centroids = centroids.size();
-  b.ids = ids.size();
-  b.full_precision = full_precision.size();
+  for (const PartField& p : kPartFields) b.*p.bytes = (this->*p.data).size();
   return b;
 }
 
@@ -30,20 +25,7 @@ double EncodedTensor::ratio_to_bf16() const {
   return total > 0 ? 2.0 * static_cast<double>(values()) / total : 0.0;
 }
 
-std::unique_ptr<Codec> make_codec(const CodecConfig& config) {
-  switch (config.method) {
-    case Method::bf16:
-      return make_bf16_codec(config);
-    case Method::rtn:
-    case Method::qvg:
-      return make_qvg_codec(config);
-    case Method::kivi:
-      return make_kivi_codec(config);
-    case Method::quarot:
-      return make_quarot_codec(config);
-  }
-  QVG_CHECK(false, "unknown method id ", static_cast<int>(config.method));
-}
+std::unique_ptr<Codec> make_codec(const CodecConfig& config) { return method_traits(config.method).make_cpu(config); }
 
 std::unique_ptr<Codec> make_codec(const std::string& spec) { return make_codec(parse_codec_spec(spec)); }
 
@@ -64,17 +46,9 @@ void check_decode_header(const CodecConfig& c, const EncodedTensor& e) {
 
 void check_decode_parts(const EncodedTensor& e, const PartBytes& expected) {
   const PartBytes got = e.bytes();
-  auto same = [&](size_t a, size_t b, const char* part) {
-    QVG_CHECK(a == b, "encoded tensor is inconsistent: part '", part, "' has ", a,
-              " bytes, its shape and config need ", b);
-  };
-  same(got.codes, expected.codes, "codes");
-  same(got.scales, expected.scales, "scales");
-  same(got.zero_points, expected.zero_points, "zero_points");
-  same(got.span_scales, expected.span_scales, "span_scales");
-  same(got.centroids, expected.centroids, "centroids");
-  same(got.ids, expected.ids, "ids");
-  same(got.full_precision, expected.full_precision, "full_precision");
+  for (const PartField& p : kPartFields)
+    QVG_CHECK(got.*p.bytes == expected.*p.bytes, "encoded tensor is inconsistent: part '", p.name, "' has ",
+              got.*p.bytes, " bytes, its shape and config need ", expected.*p.bytes);
 }
 
 void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected) {

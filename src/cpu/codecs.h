@@ -16,6 +16,17 @@ std::unique_ptr<Codec> make_qvg_codec(const CodecConfig& c);  // also RTN (S = 0
 std::unique_ptr<Codec> make_kivi_codec(const CodecConfig& c);
 std::unique_ptr<Codec> make_quarot_codec(const CodecConfig& c);
 
+/// The CUDA codecs (src/cuda; in builds without CUDA they throw qvg::Error).
+std::unique_ptr<Codec> make_cuda_qvg_codec(const CodecConfig& c);       // qvg, rtn
+std::unique_ptr<Codec> make_cuda_baseline_codec(const CodecConfig& c);  // kivi, quarot, bf16
+
+/// The config of preset `name` (methods.cpp's table); throws qvg::Error
+/// listing the presets for an unknown name.
+CodecConfig preset_config(const std::string& name);
+
+/// QVG / RTN: the bytes every part of an encoding of this shape needs.
+PartBytes qvg_expected_bytes(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim);
+
 /// Checks shared by every encoder: the config is valid for x.dim, x has at
 /// least one token and head, its data matches its shape, all values finite.
 void check_encode_input(const CodecConfig& c, const HeadTensor& x);

@@ -1,13 +1,16 @@
 // QVG encode/decode (the CPU reference) and RTN as its S = 0 case.
 //
-// Parts (docs/FORMAT.md): centroids BF16 [S][H][C][D]; ids u8 [S][H][N];
+// Parts (docs/FORMAT.md): centroids BF16 [S][H][C][D] (centroid_format=fp8:
+// FP8 E4M3 [S][H][C][D], then FP32 power-of-two scales [S][H]); ids u8 [S][H][N];
 // span_scales FP32 [H]; scales [H][N][D/B] (FP8 byte or FP16 LE);
 // codes [H][N][D*b/8] packed LSB first.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "cpu/codecs.h"
+#include "qvg/fp8.h"
 #include "qvg/group_quant.h"
 #include "qvg/half.h"
 #include "qvg/qvg.h"
@@ -16,27 +19,86 @@
 namespace qvg {
 namespace {
 
-int stages_of(const CodecConfig& c) { return c.method == Method::qvg ? c.stages : 0; }
-
 GroupQuantParams gq_params(const CodecConfig& c) {
   return GroupQuantParams{c.bits, c.block, c.scale_format, c.levels};
 }
 
-PartBytes expected_bytes(const CodecConfig& c, int64_t h, int64_t n, int64_t d) {
-  const int64_t s = stages_of(c);
+bool fp8_centroids(const CodecConfig& c) { return c.centroid_format == CentroidFormat::fp8; }
+
+/// Stored bytes of one centroid value (BF16 or FP8).
+int64_t centroid_value_bytes(const CodecConfig& c) { return fp8_centroids(c) ? 1 : 2; }
+
+/// The power-of-two scale of one stage and head's FP8 centroids: the least
+/// 2^e with absmax / 2^e <= 448 (FP8 E4M3's largest value), e clamped to
+/// [-100, 127] so every decoded centroid is a normal BF16 value or zero; 1
+/// for all-zero centroids.
+float fp8_centroid_scale(const float* v, size_t n) {
+  float absmax = 0;
+  for (size_t i = 0; i < n; ++i) absmax = std::max(absmax, std::fabs(v[i]));
+  if (!(absmax > 0)) return 1.0f;
+  int e = static_cast<int>(std::ceil(std::log2(static_cast<double>(absmax) / kFp8E4M3Max)));
+  while (std::ldexp(static_cast<double>(kFp8E4M3Max), e) < absmax) ++e;  // log2's rounding
+  while (std::ldexp(static_cast<double>(kFp8E4M3Max), e - 1) >= absmax) --e;
+  return std::ldexp(1.0f, std::clamp(e, -100, 127));
+}
+
+/// Index of stage s, head h's FP32 centroid scale in the centroids part
+/// (after the S*H*C*D FP8 codes), for fp8 centroids.
+size_t centroid_scale_offset(const CodecConfig& c, int64_t heads, int64_t dim, int s, int64_t h) {
+  const int64_t s_count = smoothing_stages(c), cn = c.kmeans.centroids;
+  return static_cast<size_t>(s_count * heads * cn * dim + (s * heads + h) * 4);
+}
+
+/// Stage s, head h's centroids as decode adds them (BF16 values, or FP8 code
+/// times the stage and head's scale): C * D floats.
+std::vector<float> stage_centroids(const EncodedTensor& e, int s, int64_t h) {
+  const CodecConfig& c = e.config;
+  const int64_t cn = c.kmeans.centroids, d = e.dim;
+  const size_t base = static_cast<size_t>((s * e.heads + h) * cn * d);
+  std::vector<float> out(static_cast<size_t>(cn * d));
+  if (fp8_centroids(c)) {
+    float scale;
+    std::memcpy(&scale, e.centroids.data() + centroid_scale_offset(c, e.heads, d, s, h), 4);
+    for (size_t k = 0; k < out.size(); ++k) out[k] = fp8_e4m3_to_float(e.centroids[base + k]) * scale;
+  } else {
+    for (size_t k = 0; k < out.size(); ++k) out[k] = bf16_to_float(get_u16(e.centroids, base + k));
+  }
+  return out;
+}
+
+/// Stores stage s, head h's k-means centroids (C * D floats) in e's format.
+void put_stage_centroids(EncodedTensor& e, int s, int64_t h, const std::vector<float>& v) {
+  const CodecConfig& c = e.config;
+  const size_t base = static_cast<size_t>((s * e.heads + h) * c.kmeans.centroids * e.dim);
+  if (fp8_centroids(c)) {
+    const float scale = fp8_centroid_scale(v.data(), v.size());
+    std::memcpy(e.centroids.data() + centroid_scale_offset(c, e.heads, e.dim, s, h), &scale, 4);
+    for (size_t k = 0; k < v.size(); ++k) e.centroids[base + k] = fp8_e4m3_from_float(v[k] / scale);
+  } else {
+    for (size_t k = 0; k < v.size(); ++k) put_u16(e.centroids, base + k, bf16_from_float(v[k]));
+  }
+}
+
+}  // namespace
+
+PartBytes qvg_expected_bytes(const CodecConfig& c, int64_t h, int64_t n, int64_t d) {
+  const int64_t s = smoothing_stages(c);
   const int64_t cents = s > 0 ? c.kmeans.centroids : 0;
   PartBytes b;
   b.codes = static_cast<size_t>(h * n * (d * c.bits / 8));
   b.scales = static_cast<size_t>(h * n * (d / c.block) * scale_bytes(c.scale_format));
   b.span_scales = static_cast<size_t>(h * 4);
-  b.centroids = static_cast<size_t>(s * h * cents * d * 2);
+  b.centroids = static_cast<size_t>(s * h * cents * d * centroid_value_bytes(c));
+  if (fp8_centroids(c) && s > 0) b.centroids += static_cast<size_t>(s * h * 4);
   b.ids = static_cast<size_t>(s * h * n);
   return b;
 }
 
+namespace {
+
 EncodedTensor empty_encoding(const CodecConfig& c, const HeadTensor& x, TensorRole role) {
   EncodedTensor e = encoded_header(c, x, role);
-  const PartBytes b = expected_bytes(c, x.heads, x.tokens, x.dim);
+  const PartBytes b = qvg_expected_bytes(c, x.heads, x.tokens, x.dim);
   e.codes.resize(b.codes);
   e.scales.resize(b.scales);
   e.span_scales.resize(b.span_scales);
@@ -45,15 +107,16 @@ EncodedTensor empty_encoding(const CodecConfig& c, const HeadTensor& x, TensorRo
   return e;
 }
 
-/// r -= stage s's BF16-rounded centroids of head h, by e's ids (ids checked).
+/// r -= stage s's stored centroids of head h (as decode adds them), by e's
+/// ids (ids checked).
 void subtract_stage(const EncodedTensor& e, int64_t h, int s, std::vector<float>& r) {
   const int64_t n = e.tokens, d = e.dim, cn = e.config.kmeans.centroids;
-  const size_t cbase = static_cast<size_t>((s * e.heads + h) * cn * d);
+  const std::vector<float> cents = stage_centroids(e, s, h);
   const uint8_t* ids = e.ids.data() + (s * e.heads + h) * n;
   for (int64_t i = 0; i < n; ++i) {
     QVG_CHECK(ids[i] < cn, "centroid id ", int(ids[i]), " out of range (C = ", cn, ")");
-    const size_t row = cbase + static_cast<size_t>(ids[i] * d);
-    for (int64_t k = 0; k < d; ++k) r[i * d + k] -= bf16_to_float(get_u16(e.centroids, row + k));
+    const float* row = cents.data() + static_cast<size_t>(ids[i] * d);
+    for (int64_t k = 0; k < d; ++k) r[i * d + k] -= row[k];
   }
 }
 
@@ -98,7 +161,7 @@ class QvgCodec final : public Codec {
 
   EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
     check_encode_input(config_, x);
-    const int s_count = stages_of(config_);
+    const int s_count = smoothing_stages(config_);
     const int64_t cn = config_.kmeans.centroids;
     if (s_count > 0)
       QVG_CHECK(cn <= x.tokens, config_.name, ": centroids (", cn, ") exceed the tokens of the span (",
@@ -107,7 +170,8 @@ class QvgCodec final : public Codec {
     if (warm && s_count > 0) {
       QVG_CHECK(warm->config.method == Method::qvg && warm->config.stages == s_count &&
                     warm->config.kmeans.centroids == cn && warm->heads == x.heads && warm->dim == x.dim &&
-                    warm->centroids.size() == static_cast<size_t>(s_count * x.heads * cn * x.dim * 2),
+                    warm->config.centroid_format == config_.centroid_format &&
+                    warm->centroids.size() == qvg_expected_bytes(warm->config, x.heads, 0, x.dim).centroids,
                 config_.name, ": the warm-start tensor does not match (needs ", s_count, " stages, ", cn,
                 " centroids, ", x.heads, " heads, dim ", x.dim, ")");
     }
@@ -125,15 +189,13 @@ class QvgCodec final : public Codec {
       for (int s = 0; s < s_count; ++s) {
         KMeansParams kp = config_.kmeans;
         kp.seed = qvg_kmeans_seed(config_, s, h);
-        const size_t cbase = static_cast<size_t>((s * x.heads + h) * cn * d);
         const float* init_ptr = nullptr;
         if (warm) {
-          init.resize(static_cast<size_t>(cn * d));
-          for (size_t k = 0; k < init.size(); ++k) init[k] = bf16_to_float(get_u16(warm->centroids, cbase + k));
+          init = stage_centroids(*warm, s, h);
           init_ptr = init.data();
         }
         KMeansResult km = kmeans_ref(r.data(), n, d, kp, init_ptr);
-        for (size_t k = 0; k < km.centroids.size(); ++k) put_u16(e.centroids, cbase + k, bf16_from_float(km.centroids[k]));
+        put_stage_centroids(e, s, h, km.centroids);
         std::copy(km.ids.begin(), km.ids.end(), e.ids.data() + (s * x.heads + h) * n);
         advance_stage(e, h, s, s_count, r);
         if (report) report->kmeans[static_cast<size_t>(s * x.heads + h)] = std::move(km.stats);
@@ -147,10 +209,10 @@ class QvgCodec final : public Codec {
 
   void decode(const EncodedTensor& e, HeadTensor& out, int threads) const override {
     check_decode_header(config_, e);  // before expected_bytes divides by the block
-    check_decode_parts(e, expected_bytes(e.config, e.heads, e.tokens, e.dim));
+    check_decode_parts(e, qvg_expected_bytes(e.config, e.heads, e.tokens, e.dim));
     check_qvg_part_values(e);
     const CodecConfig& c = e.config;
-    const int s_count = stages_of(c);
+    const int s_count = smoothing_stages(c);
     const int64_t n = e.tokens, d = e.dim, cn = c.kmeans.centroids;
     const GroupQuantParams p = gq_params(c);
     const int64_t code_row = d * c.bits / 8;
@@ -158,6 +220,8 @@ class QvgCodec final : public Codec {
     out = HeadTensor(e.heads, n, d);
     parallel_for(e.heads, threads, [&](int64_t h) {
       const float span = get_f32(e.span_scales, static_cast<size_t>(h));  // checked: finite, > 0
+      std::vector<std::vector<float>> cents(static_cast<size_t>(s_count));
+      for (int s = 0; s < s_count; ++s) cents[static_cast<size_t>(s)] = stage_centroids(e, s, h);
       float* o = out.head(h);
       for (int64_t i = 0; i < n; ++i) {
         float* row = o + i * d;
@@ -166,8 +230,8 @@ class QvgCodec final : public Codec {
         // Add the stages back, last stage first (the order the fused kernel uses).
         for (int s = s_count - 1; s >= 0; --s) {
           const uint8_t id = e.ids[static_cast<size_t>((s * e.heads + h) * n + i)];  // checked: < C
-          const size_t base = static_cast<size_t>(((s * e.heads + h) * cn + id) * d);
-          for (int64_t k = 0; k < d; ++k) row[k] += bf16_to_float(get_u16(e.centroids, base + k));
+          const float* c_row = cents[static_cast<size_t>(s)].data() + static_cast<size_t>(id) * d;
+          for (int64_t k = 0; k < d; ++k) row[k] += c_row[k];
         }
       }
     });
@@ -186,7 +250,17 @@ void check_qvg_part_values(const EncodedTensor& e) {
     const float span = get_f32(e.span_scales, static_cast<size_t>(h));
     QVG_CHECK(std::isfinite(span) && span > 0, "encoded tensor: span scale of head ", h, " is ", span);
   }
-  const int64_t cn = e.config.method == Method::qvg ? e.config.kmeans.centroids : 0;
+  const int64_t cn = smoothing_stages(e.config) > 0 ? e.config.kmeans.centroids : 0;
+  if (fp8_centroids(e.config) && cn > 0) {
+    const size_t codes = static_cast<size_t>(smoothing_stages(e.config) * e.heads * cn * e.dim);
+    for (size_t i = 0; i < codes; ++i)
+      QVG_CHECK((e.centroids[i] & 0x7F) != 0x7F, "encoded tensor: FP8 centroid ", i, " is NaN");
+    for (size_t i = codes; i < e.centroids.size(); i += 4) {
+      float scale;
+      std::memcpy(&scale, e.centroids.data() + i, 4);
+      QVG_CHECK(std::isfinite(scale) && scale > 0, "encoded tensor: centroid scale ", (i - codes) / 4, " is ", scale);
+    }
+  }
   for (size_t i = 0; i < e.ids.size(); ++i)
     QVG_CHECK(e.ids[i] < cn, "encoded tensor: centroid id ", int(e.ids[i]), " out of range (C = ", cn, ")",
               " at id ", i);
@@ -197,10 +271,12 @@ uint64_t qvg_kmeans_seed(const CodecConfig& c, int stage, int64_t head) {
 }
 
 double qvg_bits_per_value_formula(const CodecConfig& c, int64_t tokens, int64_t dim) {
-  const double s = stages_of(c);
+  const double s = smoothing_stages(c);
   const double n = static_cast<double>(tokens), d = static_cast<double>(dim);
+  const double centroid_bits = fp8_centroids(c) ? 8.0 : 16.0;  // + an FP32 scale per stage and head with fp8
+  const double per_head = 32.0 + (fp8_centroids(c) ? 32.0 * s : 0.0);
   return c.bits + 8.0 * scale_bytes(c.scale_format) / c.block + 8.0 * s / d +
-         16.0 * s * (s > 0 ? c.kmeans.centroids : 0) / n + 32.0 / (n * d);
+         centroid_bits * s * (s > 0 ? c.kmeans.centroids : 0) / n + per_head / (n * d);
 }
 
 EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecConfig& c,
@@ -209,6 +285,7 @@ EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecCon
   QVG_CHECK(c.method == Method::qvg || c.method == Method::rtn, c.name, ": not a QVG/RTN config");
   check_encode_input(c, x);
   EncodedTensor e = empty_encoding(c, x, role);
+  QVG_CHECK(c.centroid_format == CentroidFormat::bf16, c.name, ": given centroids are BF16 (centroid_format=bf16)");
   QVG_CHECK(centroids.size() == e.centroids.size(), "given centroids have ", centroids.size(),
             " bytes, the config needs ", e.centroids.size());
   QVG_CHECK(ids.size() == e.ids.size(), "given ids have ", ids.size(), " bytes, the config needs ",
@@ -216,7 +293,7 @@ EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecCon
   check_bf16_finite(centroids, c.name + ": given centroid");
   e.centroids = std::move(centroids);
   e.ids = std::move(ids);
-  const int s_count = stages_of(c);
+  const int s_count = smoothing_stages(c);
   parallel_for(x.heads, threads, [&](int64_t h) {
     std::vector<float> r(x.head(h), x.head(h) + x.tokens * x.dim);
     for (int s = 0; s < s_count; ++s) advance_stage(e, h, s, s_count, r);

@@ -10,6 +10,7 @@
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
 #include "qvg/half.h"
+#include "qvg/methods.h"
 
 namespace qvg {
 
@@ -139,9 +140,12 @@ bool cuda_available(std::string* why) {
   return true;
 }
 
+std::unique_ptr<Codec> make_cuda_qvg_codec(const CodecConfig& config) { return std::make_unique<CudaQvgCodec>(config); }
+
 std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config) {
-  if (is_cuda_baseline_method(config.method)) return make_cuda_baseline_codec(config);  // baseline_cuda.cu
-  return std::make_unique<CudaQvgCodec>(config);
+  const MethodTraits& t = method_traits(config.method);
+  QVG_CHECK(t.make_cuda != nullptr, config.name, ": method ", t.name, " has no CUDA codec");
+  return t.make_cuda(config);
 }
 
 EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecConfig& c,

@@ -1,4 +1,5 @@
 // The CUDA backend's entry points in builds without CUDA: they say so.
+#include "cpu/codecs.h"
 #include "qvg/cache.h"
 #include "qvg/cuda.h"
 
@@ -13,6 +14,8 @@ bool cuda_available(std::string* why) {
   return false;
 }
 std::unique_ptr<Codec> make_cuda_codec(const CodecConfig&) { no_cuda(); }
+std::unique_ptr<Codec> make_cuda_qvg_codec(const CodecConfig&) { no_cuda(); }
+std::unique_ptr<Codec> make_cuda_baseline_codec(const CodecConfig&) { no_cuda(); }
 EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor&, const CodecConfig&, const std::vector<uint8_t>&,
                                               const std::vector<uint8_t>&, TensorRole) {
   no_cuda();

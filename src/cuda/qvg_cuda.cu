@@ -326,6 +326,8 @@ QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t
   QVG_CHECK(c.method == Method::qvg || c.method == Method::rtn, c.name,
             ": the CUDA backend implements qvg and rtn so far");
   validate(c, dim);
+  QVG_CHECK(c.centroid_format == CentroidFormat::bf16, c.name,
+            ": the CUDA backend stores BF16 centroids only (centroid_format=fp8 runs on the CPU backend)");
   QVG_CHECK(heads > 0 && tokens > 0, c.name, ": empty tensor [", heads, ", ", tokens, ", ", dim, "]");
   QVG_CHECK(dim % kValsPerThread == 0, c.name, ": the CUDA backend needs dim a multiple of 16, got ", dim);
   QvgShape sh;
@@ -336,7 +338,7 @@ QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t
   sh.block = c.block;
   sh.scale_format = c.scale_format;
   sh.levels = c.levels;
-  sh.stages = c.method == Method::qvg ? c.stages : 0;
+  sh.stages = smoothing_stages(c);
   sh.centroids = sh.stages > 0 ? c.kmeans.centroids : 0;
   if (sh.stages > 0) {
     QVG_CHECK(dim == 64 || dim == 128, c.name, ": GPU k-means supports dim 64 and 128, got ", dim);

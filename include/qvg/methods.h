@@ -1,0 +1,55 @@
+// The method table: one row per compression method, the one place that says
+// what a method reads, checks, stores and which backends run it. Parsing, the
+// spec string, the cache file, reports, the Python module and the help text
+// all go through it (config.h's field table and these rows).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qvg/codec.h"
+#include "qvg/config.h"
+
+namespace qvg {
+
+/// One row of the method table.
+struct MethodTraits {
+  Method method;
+  const char* name;     ///< spec / file name: "qvg"
+  const char* summary;  ///< one line for `qvg methods`
+  /// The configuration fields it reads (codec_fields keys, in spec order).
+  std::vector<std::string> fields;
+  /// Runs k-means stages: in a span of N tokens C is clamped to N
+  /// (span_config), and a streaming cache warm-starts the next span from the
+  /// last span's centroids.
+  bool clustered = false;
+  /// Checks beyond the fields' own (e.g. QuaRot's power-of-two dim); may be
+  /// null. Throws qvg::Error prefixed with c.name.
+  void (*validate)(const CodecConfig& c, int64_t dim) = nullptr;
+  /// Bytes of every part of a valid encoding of this shape.
+  PartBytes (*expected_bytes)(const CodecConfig& c, TensorRole role, int64_t heads, int64_t tokens,
+                              int64_t dim) = nullptr;
+  /// Short description: "INT2 B64 fp8 S1 C256".
+  std::string (*describe)(const CodecConfig& c) = nullptr;
+  /// The CPU reference codec (the specification).
+  std::unique_ptr<Codec> (*make_cpu)(const CodecConfig& c) = nullptr;
+  /// The CUDA codec; null where the method has none.
+  std::unique_ptr<Codec> (*make_cuda)(const CodecConfig& c) = nullptr;
+};
+
+/// Every method, in Method's order.
+const std::vector<MethodTraits>& method_table();
+
+/// The row of method m.
+const MethodTraits& method_traits(Method m);
+
+/// The bytes each part of an encoding of c (valid for dim) must have.
+PartBytes expected_part_bytes(const CodecConfig& c, TensorRole role, int64_t heads, int64_t tokens, int64_t dim);
+
+/// The config of a span of `tokens` tokens: for clustered methods C is
+/// clamped to the tokens (k-means needs C <= N); else c unchanged.
+CodecConfig span_config(const CodecConfig& c, int64_t tokens);
+
+}  // namespace qvg

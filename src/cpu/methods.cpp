@@ -1,0 +1,258 @@
+// The tables: configuration fields, methods and presets. A new method or
+// field is a row here (plus its enum value in config.h, its reference code
+// and its test).
+#include "qvg/methods.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "cpu/baselines.h"
+#include "cpu/codecs.h"
+#include "qvg/common.h"
+
+namespace qvg {
+
+namespace {
+
+// ---- field parsing helpers -------------------------------------------------------
+
+int parse_int(const char* key, const std::string& v) {
+  int out = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  QVG_CHECK(ec == std::errc() && p == v.data() + v.size(), "codec option '", key, "' needs an integer, got '", v,
+            "'");
+  return out;
+}
+
+double parse_double(const char* key, const std::string& v) {
+  size_t used = 0;
+  double out = 0;
+  try {
+    out = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  QVG_CHECK(used == v.size() && !v.empty() && std::isfinite(out), "codec option '", key, "' needs a number, got '", v,
+            "'");
+  return out;
+}
+
+/// The index of v among names (an enum's values in order); throws naming key.
+template <size_t N>
+int parse_choice(const char* key, const std::string& v, const char* const (&names)[N]) {
+  for (size_t i = 0; i < N; ++i)
+    if (v == names[i]) return static_cast<int>(i);
+  std::string list;
+  for (size_t i = 0; i < N; ++i) list += std::string(i == 0 ? "" : (i + 1 == N ? " or " : ", ")) + names[i];
+  QVG_CHECK(false, "codec option '", key, "' must be ", list, ", got '", v, "'");
+}
+
+const char* const kScaleNames[] = {"fp8", "fp16"};           // ScaleFormat
+const char* const kLevelNames[] = {"symmetric", "midrise"};  // LevelRule
+const char* const kInitNames[] = {"random", "kmeans++"};     // KMeansInit
+const char* const kCentroidNames[] = {"bf16", "fp8"};         // CentroidFormat
+
+std::string int_text(int v) { return std::to_string(v); }
+
+// ---- field checks (run for the methods that read the field) -----------------------
+
+void check_bits(const CodecConfig& c, int64_t) {
+  QVG_CHECK(c.bits == 2 || c.bits == 4, c.name, ": bits must be 2 or 4, got ", c.bits);
+}
+void check_block(const CodecConfig& c, int64_t dim) {
+  QVG_CHECK(c.block == 16 || c.block == 32 || c.block == 64 || c.block == 128, c.name,
+            ": block must be 16, 32, 64 or 128, got ", c.block);
+  QVG_CHECK(dim % c.block == 0, c.name, ": head dim ", dim, " is not a multiple of block ", c.block);
+}
+void check_stages(const CodecConfig& c, int64_t) {
+  QVG_CHECK(c.stages >= 0 && c.stages <= 8, c.name, ": stages must be 0..8, got ", c.stages);
+}
+void check_centroids(const CodecConfig& c, int64_t) {
+  QVG_CHECK(c.kmeans.centroids >= 1 && c.kmeans.centroids <= 256, c.name,
+            ": centroids must be 1..256 (ids are uint8), got ", c.kmeans.centroids);
+}
+void check_iters(const CodecConfig& c, int64_t) {
+  QVG_CHECK(c.kmeans.max_iter >= 0 && c.kmeans.max_iter <= 10000, c.name, ": iters must be 0..10000, got ",
+            c.kmeans.max_iter);
+}
+void check_tol(const CodecConfig& c, int64_t) {
+  QVG_CHECK(c.kmeans.tol >= 0, c.name, ": tol must be >= 0, got ", c.kmeans.tol);
+}
+void check_group(const CodecConfig& c, int64_t) {
+  QVG_CHECK(c.group >= 1 && c.group <= 4096, c.name, ": group must be 1..4096, got ", c.group);
+}
+void check_residual(const CodecConfig& c, int64_t) {
+  QVG_CHECK(c.residual >= 0, c.name, ": residual must be >= 0, got ", c.residual);
+}
+void check_nothing(const CodecConfig&, int64_t) {}
+
+}  // namespace
+
+const std::vector<CodecField>& codec_fields() {
+  static const std::vector<CodecField> table = {
+      {"bits", "2|4", true, [](const CodecConfig& c) { return int_text(c.bits); },
+       [](CodecConfig& c, const std::string& v) { c.bits = parse_int("bits", v); }, check_bits},
+      {"block", "16|32|64|128", true, [](const CodecConfig& c) { return int_text(c.block); },
+       [](CodecConfig& c, const std::string& v) { c.block = parse_int("block", v); }, check_block},
+      {"scale", "fp8|fp16", false,
+       [](const CodecConfig& c) { return std::string(kScaleNames[static_cast<int>(c.scale_format)]); },
+       [](CodecConfig& c, const std::string& v) {
+         c.scale_format = static_cast<ScaleFormat>(parse_choice("scale", v, kScaleNames));
+       },
+       check_nothing},
+      {"levels", "symmetric|midrise", false,
+       [](const CodecConfig& c) { return std::string(kLevelNames[static_cast<int>(c.levels)]); },
+       [](CodecConfig& c, const std::string& v) {
+         c.levels = static_cast<LevelRule>(parse_choice("levels", v, kLevelNames));
+       },
+       check_nothing},
+      {"stages", "0..8", true, [](const CodecConfig& c) { return int_text(c.stages); },
+       [](CodecConfig& c, const std::string& v) { c.stages = parse_int("stages", v); }, check_stages},
+      {"centroids", "1..256", true, [](const CodecConfig& c) { return int_text(c.kmeans.centroids); },
+       [](CodecConfig& c, const std::string& v) { c.kmeans.centroids = parse_int("centroids", v); }, check_centroids},
+      {"iters", "N", true, [](const CodecConfig& c) { return int_text(c.kmeans.max_iter); },
+       [](CodecConfig& c, const std::string& v) { c.kmeans.max_iter = parse_int("iters", v); }, check_iters},
+      {"tol", "X", true,
+       [](const CodecConfig& c) {
+         char tol[32];
+         std::snprintf(tol, sizeof tol, "%.17g", c.kmeans.tol);
+         return std::string(tol);
+       },
+       [](CodecConfig& c, const std::string& v) { c.kmeans.tol = parse_double("tol", v); }, check_tol},
+      {"init", "random|kmeans++", false,
+       [](const CodecConfig& c) { return std::string(kInitNames[static_cast<int>(c.kmeans.init)]); },
+       [](CodecConfig& c, const std::string& v) {
+         c.kmeans.init = static_cast<KMeansInit>(parse_choice("init", v, kInitNames));
+       },
+       check_nothing},
+      {"seed", "N", true, [](const CodecConfig& c) { return std::to_string(c.kmeans.seed); },
+       [](CodecConfig& c, const std::string& v) {
+         uint64_t seed = 0;  // 0 .. 2^64 - 1 (a negative seed would wrap around)
+         const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), seed);
+         QVG_CHECK(ec == std::errc() && p == v.data() + v.size() && !v.empty() && v[0] != '-',
+                   "codec option 'seed' needs an integer 0..18446744073709551615, got '", v, "'");
+         c.kmeans.seed = seed;
+       },
+       check_nothing},
+      {"centroid_format", "bf16|fp8", false,
+       [](const CodecConfig& c) { return std::string(kCentroidNames[static_cast<int>(c.centroid_format)]); },
+       [](CodecConfig& c, const std::string& v) {
+         c.centroid_format = static_cast<CentroidFormat>(parse_choice("centroid_format", v, kCentroidNames));
+       },
+       check_nothing},
+      {"group", "G", true, [](const CodecConfig& c) { return int_text(c.group); },
+       [](CodecConfig& c, const std::string& v) { c.group = parse_int("group", v); }, check_group},
+      {"residual", "R", true, [](const CodecConfig& c) { return int_text(c.residual); },
+       [](CodecConfig& c, const std::string& v) { c.residual = parse_int("residual", v); }, check_residual},
+  };
+  return table;
+}
+
+namespace {
+
+// ---- per-method rules ----------------------------------------------------------
+
+std::string level_suffix(const CodecConfig& c) { return c.levels == LevelRule::midrise ? " midrise" : ""; }
+const char* scale_name(const CodecConfig& c) { return kScaleNames[static_cast<int>(c.scale_format)]; }
+
+std::string describe_bf16(const CodecConfig&) { return "BF16"; }
+std::string describe_rtn(const CodecConfig& c) {
+  return "INT" + std::to_string(c.bits) + " B" + std::to_string(c.block) + ' ' + scale_name(c) + level_suffix(c);
+}
+std::string describe_qvg(const CodecConfig& c) {
+  return "INT" + std::to_string(c.bits) + " B" + std::to_string(c.block) + ' ' + scale_name(c) + " S" +
+         std::to_string(c.stages) + " C" + std::to_string(c.kmeans.centroids) +
+         (c.centroid_format == CentroidFormat::fp8 ? " fp8c" : "") + level_suffix(c);
+}
+std::string describe_kivi(const CodecConfig& c) {
+  return "INT" + std::to_string(c.bits) + " G" + std::to_string(c.group) + " R" + std::to_string(c.residual);
+}
+std::string describe_quarot(const CodecConfig& c) { return "INT" + std::to_string(c.bits) + " per-token"; }
+
+void validate_kivi(const CodecConfig& c, int64_t dim) {
+  QVG_CHECK(dim % c.group == 0, c.name, ": head dim ", dim, " is not a multiple of the value group ", c.group);
+}
+void validate_quarot(const CodecConfig& c, int64_t dim) {
+  QVG_CHECK((dim & (dim - 1)) == 0, c.name, ": QuaRot's Hadamard rotation needs a power-of-two head dim, got ", dim);
+}
+
+PartBytes bf16_bytes(const CodecConfig&, TensorRole, int64_t heads, int64_t tokens, int64_t dim) {
+  PartBytes b;
+  b.full_precision = static_cast<size_t>(heads * tokens * dim * 2);
+  return b;
+}
+PartBytes qvg_bytes(const CodecConfig& c, TensorRole, int64_t heads, int64_t tokens, int64_t dim) {
+  return qvg_expected_bytes(c, heads, tokens, dim);
+}
+PartBytes quarot_bytes(const CodecConfig& c, TensorRole, int64_t heads, int64_t tokens, int64_t dim) {
+  return quarot_expected_bytes(c, heads, tokens, dim);
+}
+
+std::unique_ptr<Codec> make_qvg_cuda(const CodecConfig& c) {
+  QVG_CHECK(c.centroid_format == CentroidFormat::bf16, c.name,
+            ": the CUDA backend stores BF16 centroids only (centroid_format=fp8 runs on the CPU backend)");
+  return make_cuda_qvg_codec(c);
+}
+
+// Named configurations (DESIGN.md): QVG = INT2 S1 B64 C256; QVG-Pro = INT2 S4 B16 C256.
+struct Preset {
+  const char* name;
+  Method method;
+  int bits;
+  int block;
+  int stages;
+};
+const Preset kPresets[] = {
+    {"bf16", Method::bf16, 16, 64, 0},         {"rtn", Method::rtn, 2, 64, 0},
+    {"rtn-int4", Method::rtn, 4, 64, 0},       {"kivi", Method::kivi, 2, 64, 0},
+    {"kivi-int4", Method::kivi, 4, 64, 0},     {"quarot", Method::quarot, 2, 64, 0},
+    {"quarot-int4", Method::quarot, 4, 64, 0}, {"qvg", Method::qvg, 2, 64, 1},
+    {"qvg-int4", Method::qvg, 4, 64, 1},       {"qvg-pro", Method::qvg, 2, 16, 4},
+    {"qvg-pro-int4", Method::qvg, 4, 16, 4},
+};
+
+}  // namespace
+
+const std::vector<MethodTraits>& method_table() {
+  static const std::vector<MethodTraits> table = {
+      {Method::bf16, "bf16", "values stored as bfloat16 (uncompressed reference)", {}, false, nullptr, bf16_bytes,
+       describe_bf16, make_bf16_codec, make_cuda_baseline_codec},
+      {Method::rtn, "rtn", "symmetric absmax per block of B along dim", {"bits", "block", "scale", "levels"}, false,
+       nullptr, qvg_bytes, describe_rtn, make_qvg_codec, make_cuda_qvg_codec},
+      {Method::kivi, "kivi", "KIVI: per-channel keys, per-token values, asymmetric, bf16 window",
+       {"bits", "group", "residual"}, false, validate_kivi, kivi_expected_bytes, describe_kivi, make_kivi_codec,
+       make_cuda_baseline_codec},
+      {Method::quarot, "quarot", "QuaRot: Hadamard rotation + asymmetric per-token quantization", {"bits"}, false,
+       validate_quarot, quarot_bytes, describe_quarot, make_quarot_codec, make_cuda_baseline_codec},
+      {Method::qvg, "qvg", "Quant VideoGen: k-means smoothing stages + group quantization",
+       {"bits", "block", "scale", "levels", "stages", "centroids", "iters", "tol", "init", "seed", "centroid_format"},
+       true, nullptr, qvg_bytes, describe_qvg, make_qvg_codec, make_qvg_cuda},
+  };
+  return table;
+}
+
+std::vector<std::string> codec_presets() {
+  std::vector<std::string> v;
+  for (const auto& p : kPresets) v.emplace_back(p.name);
+  return v;
+}
+
+CodecConfig preset_config(const std::string& name) {
+  for (const auto& p : kPresets)
+    if (name == p.name) {
+      CodecConfig c;
+      c.name = name;
+      c.method = p.method;
+      c.bits = p.bits;
+      c.block = p.block;
+      c.stages = p.stages;
+      return c;
+    }
+  std::string list;
+  for (const auto& p : kPresets) list += (list.empty() ? "" : ", ") + std::string(p.name);
+  QVG_CHECK(false, "unknown method '", name, "' (known: ", list, ")");
+}
+
+}  // namespace qvg
