@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     if (profile) {
       // One encode of QVG, QVG-Pro and QVG with its k-means++ start, each
       // followed by two decodes, at the LongCat shape, for a per-kernel
-      // profile (scripts/ncu_summary.py).
+      // profile (scripts/probes/ncu_summary.py).
       const HeadTensor x = random_normal(32, 29640, 128, 7);
       const std::vector<uint16_t> xb = to_bf16(x);
       DeviceBuffer<uint16_t> xd, out(xb.size());
@@ -70,9 +70,9 @@ int main(int argc, char** argv) {
         const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
         Encoder enc;
         DeviceParts parts;
-        enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
-        decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic);
-        decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::vals16);
+        enc.encode(xd.get(), DeviceElement::bf16, sh, km, parts, nullptr);
+        decode(sh, parts.view(), out.get(), DeviceElement::bf16, nullptr, DecodeKernel::automatic);
+        decode(sh, parts.view(), out.get(), DeviceElement::bf16, nullptr, DecodeKernel::vals16);
       }
       QVG_CUDA_CHECK(cudaDeviceSynchronize());
       std::printf("profile run done\n");
@@ -133,21 +133,15 @@ int main(int argc, char** argv) {
           const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
           Encoder enc;
           DeviceParts parts;
-          double fp32_ms = 0;  // the same encode with fp32 CUDA-core assignment products
-          if (sh.stages > 0) {
-            GpuKMeansOptions k32 = km;
-            k32.fp32_assign = true;
-            fp32_ms = timer.median_ms(3, [&] { enc.encode(xd.get(), DeviceDType::bf16, sh, k32, parts, nullptr); });
-          }
           const double enc_ms = timer.median_ms(quick ? 3 : reps, [&] {
-            enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
+            enc.encode(xd.get(), DeviceElement::bf16, sh, km, parts, nullptr);
           });
-          auto dec = [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic); };
+          auto dec = [&] { decode(sh, parts.view(), out.get(), DeviceElement::bf16, nullptr, DecodeKernel::automatic); };
           const double dec_ms = timer.median_ms(reps, dec);
           constexpr int kBatch = 10;
           const double b2b_ms = timer.batch_median_ms(reps, kBatch, dec);
           const double v16_ms = timer.median_ms(
-              reps, [&] { decode(sh, parts.view(), out.get(), DeviceDType::bf16, nullptr, DecodeKernel::vals16); });
+              reps, [&] { decode(sh, parts.view(), out.get(), DeviceElement::bf16, nullptr, DecodeKernel::vals16); });
           const double part_bytes = double(parts.bytes());
           const double moved = part_bytes + double(out.bytes());
           const double dec_gbs = moved / (dec_ms * 1e6);
@@ -176,9 +170,9 @@ int main(int argc, char** argv) {
               DeviceParts p2;
               Encoder e2;
               const QvgShape s2 = make_shape(c, 2, x.tokens, x.dim);
-              e2.encode(xf.get(), DeviceDType::f32, s2, km, p2, nullptr);
+              e2.encode(xf.get(), DeviceElement::f32, s2, km, p2, nullptr);
               DeviceBuffer<float> o2(x2.data.size());
-              decode(s2, p2.view(), o2.get(), DeviceDType::f32, nullptr);
+              decode(s2, p2.view(), o2.get(), DeviceElement::f32, nullptr);
               HeadTensor rg(2, x.tokens, x.dim);
               o2.download(rg.data.data(), rg.data.size());
               QVG_CUDA_CHECK(cudaDeviceSynchronize());
@@ -191,19 +185,17 @@ int main(int argc, char** argv) {
             }
           }
           std::printf(
-              "%-36s %-11s %-26s %9.3f %9.3f %7.0f %10.1f%% %10.1f%% %10.1f%% %10.1f%% %11.4f   (vals16 kernel: %.3f ms; "
-              "fp32 assign: %.3f ms)\n",
+              "%-36s %-11s %-26s %9.3f %9.3f %7.0f %10.1f%% %10.1f%% %10.1f%% %10.1f%% %11.4f   (vals16 kernel: %.3f ms)\n",
               sc.name, data.c_str(), spec.c_str(), enc_ms, dec_ms, dec_gbs, 100.0 * dec_gbs / copy_gbs,
-              100.0 * dec_gbs / same_gbs, 100.0 * b2b_gbs / copy_gbs, 100.0 * b2b_gbs / same_b2b_gbs, ratio, v16_ms,
-              fp32_ms);
+              100.0 * dec_gbs / same_gbs, 100.0 * b2b_gbs / copy_gbs, 100.0 * b2b_gbs / same_b2b_gbs, ratio, v16_ms);
           std::fflush(stdout);
           char buf[1024];
           std::snprintf(buf, sizeof buf,
-                        "  {\"shape\": \"%s\", \"data\": \"%s\", \"method\": \"%s\", \"encode_ms\": %.4f, \"encode_fp32_assign_ms\": %.4f, "
+                        "  {\"shape\": \"%s\", \"data\": \"%s\", \"method\": \"%s\", \"encode_ms\": %.4f, "
                         "\"decode_ms\": %.4f, \"decode_vals16_ms\": %.4f, \"decode_bytes\": %.0f, \"decode_gbs\": %.1f, \"copy_gbs\": %.1f, "
                         "\"same_size_copy_gbs\": %.1f, \"decode_b2b_ms\": %.5f, \"decode_b2b_gbs\": %.1f, "
                         "\"same_size_copy_b2b_gbs\": %.1f, \"mse_ratio_gpu_cpu\": %.5f},\n",
-                        sc.name, data.c_str(), spec.c_str(), enc_ms, fp32_ms, dec_ms, v16_ms, moved, dec_gbs, copy_gbs,
+                        sc.name, data.c_str(), spec.c_str(), enc_ms, dec_ms, v16_ms, moved, dec_gbs, copy_gbs,
                         same_gbs, b2b_ms, b2b_gbs, same_b2b_gbs, ratio);
           json += buf;
         }

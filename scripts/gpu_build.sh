@@ -4,7 +4,7 @@
 # interpreter has pybind11 and its headers, as PyTorch's venv there has) and
 # build the given targets, logging to LOG. On
 # failure prints the configure log's tail or the build's errors and exits 1.
-# Shared by scripts/gpu_check.sh and scripts/probe_only.sh.
+# Shared by scripts/gpu_check.sh and scripts/probes/ (QVG_BUILD_PROBES=ON builds the probes).
 #   scripts/gpu_build.sh LOG TARGET...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,6 @@ if pydir=$(python3 -m pybind11 --cmakedir 2>/dev/null) &&
   py=(-DPython_EXECUTABLE="$(command -v python3)" -Dpybind11_DIR="$pydir")
 fi
 cmake -S . -B build-gpu -G Ninja "${py[@]}" -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
+  -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_TOOLS=OFF -DQVG_BUILD_PROBES=${QVG_BUILD_PROBES:-OFF} -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
   >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
 cmake --build build-gpu -j16 --target "$@" >>"$log" 2>&1 || { grep -E "error" "$log" | head -30; exit 1; }

@@ -12,7 +12,6 @@
 #include <random>
 #include <sstream>
 
-#include "cuda/baseline_cuda.h"  // cuda_baseline_decode_16 (FP16 output)
 #include "qvg/codec.h"
 #include "qvg/cuda.h"
 #include "qvg/half.h"
@@ -80,13 +79,15 @@ void expect_gpu_decode_matches(const EncodedTensor& e, const std::string& what) 
   size_t bad_bf16 = 0;
   for (size_t k = 0; k < b.size(); ++k) bad_bf16 += b[k] != bf16_from_float(cpu.data[k]);
   EXPECT_EQ(bad_bf16, 0u) << what << ": BF16 output = the CPU decode rounded to BF16";
-#if defined(QVG_WITH_CUDA)
-  const std::vector<uint16_t> f = cuda_baseline_decode_16(e, Half16::fp16);
-  ASSERT_EQ(f.size(), cpu.data.size()) << what;
+  std::vector<uint16_t> f(cpu.data.size());
+  {
+    const std::shared_ptr<void> out = cuda_allocate(f.size() * 2);
+    cuda_decode_device(e, out.get(), DeviceElement::f16);
+    cuda_copy_to_host(f.data(), out.get(), f.size() * 2);
+  }
   size_t bad_fp16 = 0;
   for (size_t k = 0; k < f.size(); ++k) bad_fp16 += f[k] != fp16_from_float(cpu.data[k]);
   EXPECT_EQ(bad_fp16, 0u) << what << ": FP16 output = the CPU decode rounded to FP16";
-#endif
 }
 
 std::string label(const std::string& spec, TensorRole r, int64_t n, int64_t d) {

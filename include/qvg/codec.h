@@ -46,9 +46,11 @@ struct EncodedTensor {
 /// One part of an encoded tensor: its name (docs/FORMAT.md, reports, files)
 /// and where it lives in EncodedTensor and PartBytes.
 struct PartField {
+  using Data = std::vector<uint8_t> EncodedTensor::*;
+  using Bytes = size_t PartBytes::*;
   const char* name;
-  std::vector<uint8_t> EncodedTensor::*data;
-  size_t PartBytes::*bytes;
+  Data data;
+  Bytes bytes;
 };
 
 /// The seven parts, in docs/FORMAT.md's order: the only list of them.

@@ -33,22 +33,9 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
                                               const std::vector<uint8_t>& centroids, const std::vector<uint8_t>& ids,
                                               TensorRole role = TensorRole::key);
 
-/// The fused decode kernels of qvg / rtn (all give the same bits). The
-/// default (`automatic`) is `lines` where it applies (dim 64 or 128, at most
-/// 4 stages, under 2^30 values per head and 2^31 ids; else `vals16`): one
-/// block per head and run of rows, D/16 lanes a row reading and writing
-/// whole 128-byte lines, 2-4 consecutive rows per lane with every load
-/// issued first and immediate offsets, hardware scale conversions
-/// (docs/BENCHMARKS.md). `tile` = the same lines in units of 16 values, 256
-/// units apart (its predecessor). `vals16` / `vals8` = one thread per 16 / 8
-/// consecutive values, any shape; `rows` = D/8 lanes per row, 8 values each,
-/// whole rows per warp store, 4 rows per thread (dim 64 and 128, whole
-/// tensors only). Other methods ignore the choice.
-enum class DecodeKernel { automatic, tile, rows, vals16, vals8, lines };
-
 /// Fused GPU decode to BF16 bits ([heads, tokens, dim]): the float decode
 /// rounded to nearest even. Every method (kivi, quarot, bf16: see above).
-std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kernel = DecodeKernel::automatic);
+std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e);
 
 /// Element types of tensors in device memory.
 enum class DeviceElement { f32, bf16, f16 };

@@ -127,7 +127,7 @@ void read_role(const DeviceRole& d, const EncodedTensor& e, const Codec& host_co
                bool& host_valid, const cuda::DecodeRange& r, float* out, cudaStream_t s) {
   switch (d.kind) {
     case DeviceKind::fused:
-      cuda::decode_range(d.shape, d.parts.view(), r, out, cuda::DeviceDType::f32, s);
+      cuda::decode_range(d.shape, d.parts.view(), r, out, DeviceElement::f32, s);
       return;
     case DeviceKind::bf16:
       widen_rows(d.raw.get(), true, static_cast<int>(e.heads), e.tokens, static_cast<int>(e.dim), r, out, s);

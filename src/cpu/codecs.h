@@ -16,9 +16,9 @@ std::unique_ptr<Codec> make_qvg_codec(const CodecConfig& c);  // also RTN (S = 0
 std::unique_ptr<Codec> make_kivi_codec(const CodecConfig& c);
 std::unique_ptr<Codec> make_quarot_codec(const CodecConfig& c);
 
-/// The CUDA codecs (src/cuda; in builds without CUDA they throw qvg::Error).
-std::unique_ptr<Codec> make_cuda_qvg_codec(const CodecConfig& c);       // qvg, rtn
-std::unique_ptr<Codec> make_cuda_baseline_codec(const CodecConfig& c);  // kivi, quarot, bf16
+/// The CUDA codec of every method (src/cuda/cuda_codec.cu; in builds without
+/// CUDA it throws qvg::Error).
+std::unique_ptr<Codec> make_cuda_method_codec(const CodecConfig& c);
 
 /// The config of preset `name` (methods.cpp's table); throws qvg::Error
 /// listing the presets for an unknown name.

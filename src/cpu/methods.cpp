@@ -190,12 +190,6 @@ PartBytes quarot_bytes(const CodecConfig& c, TensorRole, int64_t heads, int64_t 
   return quarot_expected_bytes(c, heads, tokens, dim);
 }
 
-std::unique_ptr<Codec> make_qvg_cuda(const CodecConfig& c) {
-  QVG_CHECK(c.centroid_format == CentroidFormat::bf16, c.name,
-            ": the CUDA backend stores BF16 centroids only (centroid_format=fp8 runs on the CPU backend)");
-  return make_cuda_qvg_codec(c);
-}
-
 // Named configurations (DESIGN.md): QVG = INT2 S1 B64 C256; QVG-Pro = INT2 S4 B16 C256.
 struct Preset {
   const char* name;
@@ -218,17 +212,17 @@ const Preset kPresets[] = {
 const std::vector<MethodTraits>& method_table() {
   static const std::vector<MethodTraits> table = {
       {Method::bf16, "bf16", "values stored as bfloat16 (uncompressed reference)", {}, false, nullptr, bf16_bytes,
-       describe_bf16, make_bf16_codec, make_cuda_baseline_codec},
+       describe_bf16, make_bf16_codec, make_cuda_method_codec},
       {Method::rtn, "rtn", "symmetric absmax per block of B along dim", {"bits", "block", "scale", "levels"}, false,
-       nullptr, qvg_bytes, describe_rtn, make_qvg_codec, make_cuda_qvg_codec},
+       nullptr, qvg_bytes, describe_rtn, make_qvg_codec, make_cuda_method_codec},
       {Method::kivi, "kivi", "KIVI: per-channel keys, per-token values, asymmetric, bf16 window",
        {"bits", "group", "residual"}, false, validate_kivi, kivi_expected_bytes, describe_kivi, make_kivi_codec,
-       make_cuda_baseline_codec},
+       make_cuda_method_codec},
       {Method::quarot, "quarot", "QuaRot: Hadamard rotation + asymmetric per-token quantization", {"bits"}, false,
-       validate_quarot, quarot_bytes, describe_quarot, make_quarot_codec, make_cuda_baseline_codec},
+       validate_quarot, quarot_bytes, describe_quarot, make_quarot_codec, make_cuda_method_codec},
       {Method::qvg, "qvg", "Quant VideoGen: k-means smoothing stages + group quantization",
        {"bits", "block", "scale", "levels", "stages", "centroids", "iters", "tol", "init", "seed", "centroid_format"},
-       true, nullptr, qvg_bytes, describe_qvg, make_qvg_codec, make_qvg_cuda},
+       true, nullptr, qvg_bytes, describe_qvg, make_qvg_codec, make_cuda_method_codec},
   };
   return table;
 }

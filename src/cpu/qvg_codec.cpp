@@ -213,7 +213,7 @@ class QvgCodec final : public Codec {
     check_qvg_part_values(e);
     const CodecConfig& c = e.config;
     const int s_count = smoothing_stages(c);
-    const int64_t n = e.tokens, d = e.dim, cn = c.kmeans.centroids;
+    const int64_t n = e.tokens, d = e.dim;
     const GroupQuantParams p = gq_params(c);
     const int64_t code_row = d * c.bits / 8;
     const int64_t scale_row = (d / c.block) * scale_bytes(c.scale_format);

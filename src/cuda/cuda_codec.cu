@@ -1,4 +1,9 @@
-// The Codec front of the CUDA backend: host tensors in and out.
+// The one front of the CUDA backend: the Codec of every method on the GPU
+// and the public functions of qvg/cuda.h. One set of checks (a usable
+// device, the tensor's method, its parts); the device-level work is
+// qvg_cuda.cu / kmeans_cuda.cu (qvg, rtn: encode and decode) and
+// baseline_cuda.cu (kivi, quarot, bf16: decode; their encode is the CPU
+// reference's, the same bytes by definition).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -17,17 +22,16 @@ namespace qvg {
 namespace {
 
 using cuda::DeviceBuffer;
-using cuda::DeviceDType;
 using cuda::DeviceParts;
-
-using cuda::download_parts;
-using cuda::upload_bytes;
-using cuda::upload_parts;
 
 void check_device() {
   std::string why;
   QVG_CHECK(cuda_available(&why), "CUDA backend: ", why);
 }
+
+/// Whether the method encodes on the device (QVG's kernels: qvg and rtn);
+/// the others encode with the CPU reference and decode on the device.
+bool encodes_on_device(Method m) { return m == Method::qvg || m == Method::rtn; }
 
 /// Near FLT_MAX the residual can overflow (the CPU reference checks each
 /// stage's points): its max, hence a head's span scale, is then inf or NaN
@@ -42,34 +46,39 @@ void check_span_scales(const EncodedTensor& e) {
   }
 }
 
-/// A qvg / rtn tensor decoded into out (device memory, dtype) with the
-/// chosen kernel; its parts are checked on upload. Synchronizes the default
-/// stream (the uploaded parts live until the decode is done).
-void decode_qvg_into(const EncodedTensor& e, void* out, DeviceDType dtype, DecodeKernel kernel) {
+/// e decoded into out (device memory, `type`), every method; the parts are
+/// checked on the host first, as the CPU decode checks them. Returns once the
+/// decode is done (the uploaded parts live until then).
+void decode_into(const EncodedTensor& e, void* out, DeviceElement type) {
+  if (!encodes_on_device(e.config.method)) return cuda::baseline_decode(e, out, type, nullptr);
   const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
   DeviceParts parts;
   upload_parts(e, sh, parts, nullptr);
-  cuda::decode(sh, parts.view(), out, dtype, nullptr, kernel);
+  cuda::decode(sh, parts.view(), out, type, nullptr);
   QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
-class CudaQvgCodec final : public Codec {
+/// The codec of every method on the current device.
+class CudaCodec final : public Codec {
  public:
-  explicit CudaQvgCodec(CodecConfig c) : config_(std::move(c)) {
-    QVG_CHECK(config_.method == Method::qvg || config_.method == Method::rtn, config_.name,
-              ": the CUDA backend implements qvg and rtn so far");
+  explicit CudaCodec(CodecConfig c) : config_(std::move(c)) {
     check_device();
+    if (encodes_on_device(config_.method))
+      cuda::check_device_config(config_);
+    else
+      reference_ = make_codec(config_);
   }
   const CodecConfig& config() const override { return config_; }
 
   EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
+    if (reference_) return reference_->encode(x, opt, report);
     check_finite(x, "input tensor");
-    return encode_on_device(nullptr, DeviceDType::f32, x, opt, report);
+    return encode_on_device(nullptr, DeviceElement::f32, x, opt, report);
   }
 
   /// The encode of x (on the device, of dtype; or null: upload `host`'s
   /// values), whose shape `host` carries. The input is finite (checked).
-  EncodedTensor encode_on_device(const void* x, DeviceDType dtype, const HeadTensor& host, const EncodeOptions& opt,
+  EncodedTensor encode_on_device(const void* x, DeviceElement dtype, const HeadTensor& host, const EncodeOptions& opt,
                                  EncodeReport* report) const {
     const cuda::QvgShape sh = cuda::make_shape(config_, host.heads, host.tokens, host.dim);
     cuda::GpuKMeansOptions km;
@@ -79,6 +88,7 @@ class CudaQvgCodec final : public Codec {
       const EncodedTensor& w = *opt.warm_start;
       QVG_CHECK(w.config.method == Method::qvg && w.config.stages == sh.stages &&
                     w.config.kmeans.centroids == sh.centroids && w.heads == host.heads && w.dim == host.dim &&
+                    w.config.centroid_format == CentroidFormat::bf16 &&
                     w.centroids.size() == static_cast<size_t>(sh.stages) * sh.heads * sh.centroids * sh.dim * 2,
                 config_.name, ": the warm-start tensor does not match");
       check_bf16_finite(w.centroids, "k-means: warm-start centroid");  // as the CPU's kmeans_ref
@@ -86,8 +96,8 @@ class CudaQvgCodec final : public Codec {
       upload_bytes(warm, w.centroids, nullptr);
       km.warm_bf16 = warm.get();
     }
-    // Scratch (input copy, parts, k-means buffers) kept across calls: device
-    // allocations are slow next to a small span's encode.
+    // Scratch (input copy, parts, k-means buffers) kept across calls: a
+    // cache encodes every span with the same codec.
     std::lock_guard<std::mutex> lock(mutex_);
     if (!x) {
       xd_.resize(host.data.size());
@@ -111,76 +121,21 @@ class CudaQvgCodec final : public Codec {
     QVG_CHECK(e.config.method == config_.method, "decoding a ", method_name(e.config.method), " tensor with a ",
               method_name(config_.method), " codec");
     DeviceBuffer<float> o(static_cast<size_t>(e.values()));
-    decode_qvg_into(e, o.get(), DeviceDType::f32, DecodeKernel::automatic);
-    out = HeadTensor(e.heads, e.tokens, e.dim);
-    o.download(out.data.data(), out.data.size());
+    decode_into(e, o.get(), DeviceElement::f32);
+    HeadTensor result(e.heads, e.tokens, e.dim);
+    o.download(result.data.data(), result.data.size());
     QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    out = std::move(result);
   }
 
  private:
   CodecConfig config_;
-  mutable std::mutex mutex_;  // guards the scratch below (encode is const and may be called from threads)
+  std::unique_ptr<Codec> reference_;  // the CPU reference's encode (methods not encoded on the device)
+  mutable std::mutex mutex_;          // guards the scratch below (encode is const and may be called from threads)
   mutable cuda::Encoder encoder_;
   mutable DeviceBuffer<float> xd_;
   mutable DeviceParts parts_;
 };
-
-}  // namespace
-
-bool cuda_available(std::string* why) {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess || n == 0) {
-    if (why)
-      *why = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
-                                : std::string("no CUDA device found");
-    cudaGetLastError();  // clear the sticky-free error state of the failed query
-    return false;
-  }
-  return true;
-}
-
-std::unique_ptr<Codec> make_cuda_qvg_codec(const CodecConfig& config) { return std::make_unique<CudaQvgCodec>(config); }
-
-std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config) {
-  const MethodTraits& t = method_traits(config.method);
-  QVG_CHECK(t.make_cuda != nullptr, config.name, ": method ", t.name, " has no CUDA codec");
-  return t.make_cuda(config);
-}
-
-EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecConfig& c,
-                                              const std::vector<uint8_t>& centroids, const std::vector<uint8_t>& ids,
-                                              TensorRole role) {
-  check_device();
-  check_finite(x, "input tensor");
-  const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
-  check_bf16_finite(centroids, c.name + ": given centroid");
-  DeviceParts parts;
-  parts.allocate(sh);
-  upload_bytes(parts.centroids, centroids, nullptr);
-  upload_bytes(parts.ids, ids, nullptr);
-  DeviceBuffer<float> xd;
-  xd.upload(x.data.data(), x.data.size());
-  cuda::Encoder enc;
-  enc.quantize_given(xd.get(), DeviceDType::f32, sh, parts, nullptr);
-  EncodedTensor e = encoded_header(c, x, role);
-  download_parts(parts, e, nullptr);
-  check_span_scales(e);  // finite centroids: an overflow leaves inf (never NaN) in the residual's max
-  return e;
-}
-
-std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e, DecodeKernel kernel) {
-  if (is_cuda_baseline_method(e.config.method)) return cuda_baseline_decode_16(e, Half16::bf16);
-  check_device();
-  DeviceBuffer<uint16_t> o(static_cast<size_t>(e.values()));
-  decode_qvg_into(e, o.get(), DeviceDType::bf16, kernel);
-  std::vector<uint16_t> out(static_cast<size_t>(e.values()));
-  o.download(out.data(), out.size());
-  QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  return out;
-}
-
-namespace {
 
 /// x's values as a host float tensor.
 HeadTensor download_as_float(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim) {
@@ -198,6 +153,64 @@ HeadTensor download_as_float(const void* x, DeviceElement type, int64_t heads, i
 }
 
 }  // namespace
+
+bool cuda_available(std::string* why) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    if (why)
+      *why = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
+                                : std::string("no CUDA device found");
+    cudaGetLastError();  // clear the sticky-free error state of the failed query
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Codec> make_cuda_method_codec(const CodecConfig& config) {
+  return std::make_unique<CudaCodec>(config);
+}
+
+std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config) {
+  const MethodTraits& t = method_traits(config.method);
+  QVG_CHECK(t.make_cuda != nullptr, config.name, ": method ", t.name, " has no CUDA codec");
+  return t.make_cuda(config);
+}
+
+std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {
+  return backend == Backend::cuda ? make_cuda_codec(config) : make_codec(config);
+}
+
+EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecConfig& c,
+                                              const std::vector<uint8_t>& centroids, const std::vector<uint8_t>& ids,
+                                              TensorRole role) {
+  check_device();
+  check_finite(x, "input tensor");
+  const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
+  check_bf16_finite(centroids, c.name + ": given centroid");
+  DeviceParts parts;
+  parts.allocate(sh);
+  upload_bytes(parts.centroids, centroids, nullptr);
+  upload_bytes(parts.ids, ids, nullptr);
+  DeviceBuffer<float> xd;
+  xd.upload(x.data.data(), x.data.size());
+  cuda::Encoder enc;
+  enc.quantize_given(xd.get(), DeviceElement::f32, sh, parts, nullptr);
+  EncodedTensor e = encoded_header(c, x, role);
+  download_parts(parts, e, nullptr);
+  check_span_scales(e);  // finite centroids: an overflow leaves inf (never NaN) in the residual's max
+  return e;
+}
+
+std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor& e) {
+  check_device();
+  DeviceBuffer<uint16_t> o(static_cast<size_t>(e.values()));
+  decode_into(e, o.get(), DeviceElement::bf16);
+  std::vector<uint16_t> out(static_cast<size_t>(e.values()));
+  o.download(out.data(), out.size());
+  QVG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  return out;
+}
 
 EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, DeviceElement type, int64_t heads,
                                  int64_t tokens, int64_t dim, const EncodeOptions& opt) {
@@ -221,9 +234,9 @@ EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, Devic
   const int64_t at = cuda::first_nonfinite(x, type, n, &bad, nullptr);
   QVG_CHECK(at < 0, "input tensor holds a non-finite value (", bad, ") at head ", at / (tokens * dim), ", token ",
             (at % (tokens * dim)) / dim, ", channel ", at % dim);
-  if (is_cuda_baseline_method(config.method))  // their encode is the CPU reference
-    return make_cuda_baseline_codec(config)->encode(download_as_float(x, type, heads, tokens, dim), opt);
-  CudaQvgCodec codec(config);
+  CudaCodec codec(config);
+  if (!encodes_on_device(config.method))  // the CPU reference's encode
+    return codec.encode(download_as_float(x, type, heads, tokens, dim), opt, nullptr);
   HeadTensor shape;  // the shape only: encode_on_device reads x
   shape.heads = heads;
   shape.tokens = tokens;
@@ -237,17 +250,7 @@ void cuda_decode_device(const EncodedTensor& e, void* out, DeviceElement type) {
   QVG_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0,
             "cuda_decode_device: out must be 16-byte aligned (the decode stores 16 bytes at a time; cudaMalloc's "
             "memory is)");
-  if (is_cuda_baseline_method(e.config.method)) {
-    cuda_baseline_decode_device(e, out, type);
-    return;
-  }
-  QVG_CHECK(e.config.method == Method::qvg || e.config.method == Method::rtn, "cuda_decode_device: method ",
-            method_name(e.config.method), " has no GPU decoder");
-  decode_qvg_into(e, out, type, DecodeKernel::automatic);
-}
-
-std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {
-  return backend == Backend::cuda ? make_cuda_codec(config) : make_codec(config);
+  decode_into(e, out, type);
 }
 
 }  // namespace qvg

@@ -1,14 +1,6 @@
 // Fused decode in whole lines with runs of rows: the default decode kernel
-// for D = 64 / 128 and up to 4 smoothing stages (DecodeKernel::lines).
-// decode_tile_kernel's split units (decode_tile.cuh) are its predecessor.
-//
-// Why: with split units the four-stage decode issued ~23 thread
-// instructions a value (ncu: issue slots 84 %), of which the decode proper
-// (dequantization, the stages' conversions and adds, the output packing) is
-// ~13. The rest was addressing and the block scales: every unit computed
-// 64-bit addresses for its codes, scales, ids and output from its own row,
-// decoded two FP8 scales in software (a branchy ~16 instructions each) and
-// carried the FP16-scale path beside the FP8 one. Here
+// for D = 64 / 128 and up to 4 smoothing stages (decode_kernel, one thread
+// per 16 values, covers every other shape).
 //   - the D/16 lanes of a row group own U consecutive rows, so every load and
 //     store of a thread's rows sits at an immediate offset from one base
 //     (rows kRowBytes, D values apart), and the ids of a run of U rows are
@@ -19,29 +11,43 @@
 //     reference's software conversion (tests: every FP8 and FP16 code);
 //   - centroid rows are addressed with a byte PRMT and one wide multiply-add
 //     from the lane's base.
-// Measured (bench_decode_probe, H200, docs/BENCHMARKS.md, eleventh slice):
-// 88.5 M -> 67-71 M warp instructions for QVG-Pro at LongCat; QVG-Pro
-// 63.6 -> 68.1 % of copy, QVG 82.1 -> 84.8 %, RTN 84.9 -> 86.3 % (LongCat).
-// What binds now is no longer issue (67-74 %) but the latency of the
-// centroid gathers: the L1 hits 35 % of their sectors (a head's four tables
-// are 256 KB), the L2 runs at 66-70 %, warps stall on long scoreboards.
-// A row's lanes still read and write whole 128-byte lines with each 16-byte
-// load or store instruction (the split units' pieces [8c, 8c + 8) and
-// [D/2 + 8c, D/2 + 8c + 8)), and the values and their order of operations are
-// decode_kernel's: the same bits.
+// A row's lanes read and write whole 128-byte lines with each 16-byte load or
+// store instruction: unit c (< D/16) of a row is the two pieces of 8 values
+// [8c, 8c + 8) and [D/2 + 8c, D/2 + 8c + 8). The values and their order of
+// operations are decode_kernel's: the same bits. The measurements behind
+// these choices (bench/probes/decode_probe.cu): docs/BENCHMARKS.md.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include "cuda/decode_tile.cuh"
+#include "cuda/qvg_kernels.cuh"
 
 namespace qvg::cuda {
 
+constexpr int kTileThreads = 256;  // threads a block of the lines decode
+
+/// The codes of a split unit's two pieces of 8 values, the first at p (the
+/// second half a row later): INT2, all 16 in w[0] (the first piece's in the
+/// low half); INT4, one piece a word.
+template <int BITS, int D>
+__device__ __forceinline__ void load_split_codes(const uint8_t* p, uint32_t (&w)[2]) {
+  uint32_t a[2], b[2];
+  load_code_words<BITS, 8>(p, a);
+  load_code_words<BITS, 8>(p + D * BITS / 16, b);
+  if constexpr (BITS == 2) {
+    w[0] = a[0] | (b[0] << 16);
+    w[1] = 0u;
+  } else {
+    w[0] = a[0];
+    w[1] = b[0];
+  }
+}
+
 /// Rows a thread group owns in the default decode of `stages` stages, and
 /// its launch bounds' minimum of blocks an SM (4: 64 registers a thread; 0:
-/// ptxas's choice), the fastest in bench_decode_probe on the H200
-/// (docs/BENCHMARKS.md, eleventh slice).
+/// ptxas's choice): the fastest in bench_decode_probe on the H200
+/// (docs/BENCHMARKS.md).
 constexpr int lines_rows(int stages) { return stages == 0 ? 1 : stages == 1 ? 2 : 4; }
 constexpr int lines_min_blocks(int stages) { return stages >= 2 ? 4 : 0; }
 

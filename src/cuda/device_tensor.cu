@@ -36,7 +36,7 @@ __global__ void first_nonfinite_kernel(const void* __restrict__ x, int64_t n, un
 
 }  // namespace
 
-int64_t first_nonfinite(const void* x, DeviceDType dtype, int64_t n, float* value, cudaStream_t stream) {
+int64_t first_nonfinite(const void* x, DeviceElement dtype, int64_t n, float* value, cudaStream_t stream) {
   DeviceBuffer<unsigned long long> first(1);
   const unsigned long long none = ~0ull;
   QVG_CUDA_CHECK(cudaMemcpyAsync(first.get(), &none, sizeof none, cudaMemcpyHostToDevice, stream));
@@ -45,9 +45,9 @@ int64_t first_nonfinite(const void* x, DeviceDType dtype, int64_t n, float* valu
   QVG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t{sms} * 8);
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(blocks, 1));
-  if (dtype == DeviceDType::f32)
+  if (dtype == DeviceElement::f32)
     first_nonfinite_kernel<float><<<grid, 256, 0, stream>>>(x, n, first.get());
-  else if (dtype == DeviceDType::bf16)
+  else if (dtype == DeviceElement::bf16)
     first_nonfinite_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(x, n, first.get());
   else
     first_nonfinite_kernel<__half><<<grid, 256, 0, stream>>>(x, n, first.get());
@@ -60,9 +60,9 @@ int64_t first_nonfinite(const void* x, DeviceDType dtype, int64_t n, float* valu
   uint32_t raw = 0;
   QVG_CUDA_CHECK(cudaMemcpy(&raw, static_cast<const char*>(x) + at * es, es, cudaMemcpyDeviceToHost));
   if (value) {
-    if (dtype == DeviceDType::f32)
+    if (dtype == DeviceElement::f32)
       std::memcpy(value, &raw, 4);
-    else if (dtype == DeviceDType::bf16)
+    else if (dtype == DeviceElement::bf16)
       *value = __bfloat162float(__nv_bfloat16_raw{static_cast<unsigned short>(raw)});
     else
       *value = __half2float(__half_raw{static_cast<unsigned short>(raw)});

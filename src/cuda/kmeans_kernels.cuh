@@ -1,7 +1,5 @@
-// k-means along tokens on the GPU, all heads of a tensor in each launch.
-// Assignment never writes the N x C distance matrix: each block keeps a
-// running (value, index) argmin in registers (here the fp32 CUDA-core
-// version; the tensor-core one is assign_tc.cuh). The update sums each
+// k-means along tokens on the GPU, all heads of a tensor in each launch
+// (the assignment: assign_tc.cuh). The update sums each
 // cluster's members in exact 64-bit fixed point (qvg/fixed_sum.h), in either
 // of two kernels: centroid_bucket_sum_kernel (the encoder's: a block sorts
 // its rows by cluster in shared memory, warps sum a cluster's rows in
@@ -27,112 +25,6 @@
 #include "util/rng.h"
 
 namespace qvg::cuda {
-
-constexpr int kAssignTokens = 64;     // tokens per block tile  (BLK_N)
-constexpr int kAssignCentroids = 64;  // centroids per smem tile (BLK_C)
-constexpr int kAssignThreads = 256;   // 16 x 16 threads, each 4 tokens x 4 centroids
-
-/// ||c||^2 of every centroid: cnorm[h*C + c]. One warp per centroid.
-static __global__ void centroid_norms_kernel(const float* __restrict__ cent, int heads, int c, int d,
-                                      float* __restrict__ cnorm) {
-  const int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (w >= heads * c) return;
-  const float* p = cent + static_cast<int64_t>(w) * d;
-  float s = 0.0f;
-  for (int k = lane; k < d; k += 32) s = fmaf(p[k], p[k], s);
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
-  if (lane == 0) cnorm[w] = s;
-}
-
-/// ids[h][n] = argmin_c ||c||^2 - 2 x.c (ties -> lowest c), and dist[h][n] =
-/// ||x - c||^2 of the chosen centroid (accumulated in double).
-/// Grid (ceil(N/64), H); block 256; dynamic smem 2 * D * 64 floats.
-/// Heads with active[h] == 0 are skipped (converged).
-///
-/// The loop it replaces:
-///   for n: best = inf; for c: v = cnorm[c] - 2 * dot(x[n], cent[c]); if v < best: best = v, id = c
-template <int D, typename T>
-__global__ void __launch_bounds__(kAssignThreads) assign_kernel(const T* __restrict__ x, int64_t n_tokens,
-                                                               const float* __restrict__ cent,
-                                                               const float* __restrict__ cnorm, int c_count,
-                                                               const int* __restrict__ active,
-                                                               uint8_t* __restrict__ ids, float* __restrict__ dist) {
-  const int h = blockIdx.y;
-  if (active && !active[h]) return;
-  extern __shared__ float smem[];
-  float* xs = smem;                          // (D, BLK_N): x tile, transposed
-  float* cs = smem + D * kAssignTokens;      // (D, BLK_C): centroid tile, transposed
-  const int tid = threadIdx.x;
-  const int ty = tid >> 4, tx = tid & 15;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kAssignTokens;
-  const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
-  const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
-  for (int i = tid; i < kAssignTokens * D; i += kAssignThreads) {
-    const int tok = i / D, k = i % D;
-    xs[k * kAssignTokens + tok] = (n0 + tok < n_tokens) ? load_as_float(xh + (n0 + tok) * D + k) : 0.0f;
-  }
-  float best[4];
-  int arg[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) best[i] = FLT_MAX, arg[i] = 0;
-  for (int c0 = 0; c0 < c_count; c0 += kAssignCentroids) {
-    __syncthreads();
-    for (int i = tid; i < kAssignCentroids * D; i += kAssignThreads) {
-      const int cc = i / D, k = i % D;
-      cs[k * kAssignCentroids + cc] = (c0 + cc < c_count) ? ch[static_cast<int64_t>(c0 + cc) * D + k] : 0.0f;
-    }
-    __syncthreads();
-    float acc[4][4] = {};
-#pragma unroll 8
-    for (int k = 0; k < D; ++k) {
-      const float4 a = *reinterpret_cast<const float4*>(xs + k * kAssignTokens + ty * 4);
-      const float4 b = *reinterpret_cast<const float4*>(cs + k * kAssignCentroids + tx * 4);
-      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = c0 + tx * 4 + j;
-      if (c >= c_count) continue;
-      const float cn = cnorm[h * c_count + c];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float v = cn - 2.0f * acc[i][j];
-        if (v < best[i]) best[i] = v, arg[i] = c;  // c increases: strict keeps the lowest
-      }
-    }
-  }
-  // Reduce over the 16 lanes of this ty (lanes tx = 0..15 share ty).
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    for (int off = 8; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xFFFFFFFFu, best[i], off);
-      const int oa = __shfl_xor_sync(0xFFFFFFFFu, arg[i], off);
-      if (ov < best[i] || (ov == best[i] && oa < arg[i])) best[i] = ov, arg[i] = oa;
-    }
-  }
-  // Exact squared distance to the chosen centroid, lanes split the dims.
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int tok = ty * 4 + i;
-    const int64_t n = n0 + tok;
-    double s = 0.0;
-    const float* cp = ch + static_cast<int64_t>(arg[i]) * D;
-    for (int k = tx; k < D; k += 16) {
-      const double e = static_cast<double>(xs[k * kAssignTokens + tok]) - cp[k];
-      s += e * e;
-    }
-    for (int off = 8; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
-    if (tx == 0 && n < n_tokens) {
-      ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(arg[i]);
-      dist[static_cast<int64_t>(h) * n_tokens + n] = static_cast<float>(s);
-    }
-  }
-}
 
 /// to_fixed(x, e) with scale = 2^-e computed once per head (ldexp costs four
 /// double multiplies a value). The same integer: e = E + L - 62 lies in
@@ -815,15 +707,6 @@ __global__ void gather_rows_kernel(const T* __restrict__ x, int64_t n_tokens, in
   const int k = static_cast<int>(g % d);
   const int h = static_cast<int>(hc / c_count);
   cent[g] = round_bf16(load_as_float(x + (static_cast<int64_t>(h) * n_tokens + rows[hc]) * d + k));  // BF16 values
-}
-
-/// float -> BF16 bits (round to nearest even), for storing centroids.
-static __global__ void to_bf16_kernel(const float* __restrict__ in, int64_t n, uint16_t* __restrict__ out) {
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g < n) {
-    const __nv_bfloat16 b = __float2bfloat16_rn(in[g]);
-    out[g] = *reinterpret_cast<const uint16_t*>(&b);
-  }
 }
 
 }  // namespace qvg::cuda

@@ -14,13 +14,12 @@ bool cuda_available(std::string* why) {
   return false;
 }
 std::unique_ptr<Codec> make_cuda_codec(const CodecConfig&) { no_cuda(); }
-std::unique_ptr<Codec> make_cuda_qvg_codec(const CodecConfig&) { no_cuda(); }
-std::unique_ptr<Codec> make_cuda_baseline_codec(const CodecConfig&) { no_cuda(); }
+std::unique_ptr<Codec> make_cuda_method_codec(const CodecConfig&) { no_cuda(); }
 EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor&, const CodecConfig&, const std::vector<uint8_t>&,
                                               const std::vector<uint8_t>&, TensorRole) {
   no_cuda();
 }
-std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor&, DecodeKernel) { no_cuda(); }
+std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor&) { no_cuda(); }
 int cuda_current_device() { no_cuda(); }
 std::shared_ptr<void> cuda_allocate(size_t) { no_cuda(); }
 void cuda_copy_to_host(void*, const void*, size_t) { no_cuda(); }

@@ -14,9 +14,11 @@
 
 namespace qvg::cuda {
 
-/// The element types of the kernels' inputs and outputs (the public enum).
-using DeviceDType = DeviceElement;
-
+/// The decode kernels (every one gives the same bits). `automatic` (what
+/// the codecs run): `lines` where it applies (decode_lines.cuh: dim 64 or
+/// 128, at most 4 stages, under 2^30 values per head and 2^31 ids), else
+/// `vals16` (one thread per 16 consecutive values, any shape).
+enum class DecodeKernel { automatic, lines, vals16 };
 
 /// Device buffers for the parts of one encoded tensor, sized by allocate().
 struct DeviceParts {
@@ -55,6 +57,10 @@ void upload_parts(const EncodedTensor& e, const QvgShape& sh, DeviceParts& d, cu
 /// on the host (synchronises s).
 void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s);
 
+/// Throws qvg::Error unless the GPU encoder takes c's method and formats
+/// (qvg and rtn with BF16 centroids).
+void check_device_config(const CodecConfig& c);
+
 /// The shape struct of a config and tensor dims; validates (qvg::Error).
 QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim);
 
@@ -67,12 +73,6 @@ struct GpuKMeansOptions {
   bool check_convergence = true;
   /// Warm start: BF16 centroids [S][H][C][D] on the device (or null).
   const uint16_t* warm_bf16 = nullptr;
-  /// Assignment products in fp32 on the CUDA cores (as the CPU reference
-  /// computes them) instead of bf16 on the tensor cores (default: 16x faster;
-  /// rows whose bf16 ranking could be wrong are re-ranked by exact distance,
-  /// so ids differ from an exact assignment only where three or more
-  /// centroids lie within ~2^-7 ||x|| ||c|| (bf16 input; 2^-6 for others)).
-  bool fp32_assign = false;
 
   /// Exactly params.max_iter iterations for every head, no host
   /// synchronisation (the benchmarks' setting).
@@ -89,8 +89,7 @@ struct GpuKMeansOptions {
 /// shared memory and warps sum a cluster's rows in registers. `atomics`: x
 /// read in order, every value added to shared-memory sums with three 32-bit
 /// atomics. `automatic` (the encoder's): buckets for 16-bit x, atomics for
-/// float x, the faster of the two for each on the H200 (LongCat, C = 256:
-/// bf16 0.099 vs 0.134 ms, float 0.154 vs 0.145 ms; docs/BENCHMARKS.md).
+/// float x (the faster of the two for each on the H200: docs/BENCHMARKS.md).
 enum class SumKernel { automatic, buckets, atomics };
 
 /// The k-means update's cluster sums, the kernel the encoder runs (exposed
@@ -104,7 +103,7 @@ enum class SumKernel { automatic, buckets, atomics };
 /// the device. chunk_rows: rows a block of the buckets kernel (1 to 8192;
 /// 0: the launcher's choice, chunks that fill the device), for tests of the
 /// chunk edges; the atomics kernel ignores it. Stream-ordered.
-void centroid_sums(const void* x, DeviceDType dtype, int heads, int64_t n, int d, int c, const uint8_t* ids,
+void centroid_sums(const void* x, DeviceElement dtype, int heads, int64_t n, int d, int c, const uint8_t* ids,
                    const unsigned* head_max, const int* active, unsigned long long* sums, int* counts,
                    cudaStream_t stream, SumKernel kernel = SumKernel::automatic, int64_t chunk_rows = 0);
 
@@ -127,7 +126,7 @@ uint64_t fp8_e4m3_rule_mismatches(uint32_t* first, cudaStream_t stream);
 /// The lowest index i < n whose value x[i] (dtype, device memory) is not
 /// finite, with that value in *value (optional); -1 when every value is
 /// finite. Synchronizes the stream (device_tensor.cu).
-int64_t first_nonfinite(const void* x, DeviceDType dtype, int64_t n, float* value, cudaStream_t stream);
+int64_t first_nonfinite(const void* x, DeviceElement dtype, int64_t n, float* value, cudaStream_t stream);
 
 /// Scratch memory reused across encodes.
 class Encoder {
@@ -138,27 +137,45 @@ class Encoder {
   /// statistics or a warm start (copied through the host) need the host; a
   /// k-means++ start draws its subsample on the host (kmeanspp_start) and
   /// uploads it first.
-  void encode(const void* x, DeviceDType dtype, const QvgShape& sh, const GpuKMeansOptions& km, DeviceParts& parts,
+  void encode(const void* x, DeviceElement dtype, const QvgShape& sh, const GpuKMeansOptions& km, DeviceParts& parts,
               cudaStream_t stream, std::vector<KMeansStats>* stats = nullptr);
 
   /// Quantize with every stage's centroids and ids already in parts
   /// (qvg_encode_given_centroids_ref on the GPU).
-  void quantize_given(const void* x, DeviceDType dtype, const QvgShape& sh, DeviceParts& parts, cudaStream_t stream);
+  void quantize_given(const void* x, DeviceElement dtype, const QvgShape& sh, DeviceParts& parts, cudaStream_t stream);
 
  private:
   /// k-means of one stage on `data` ([H][N][D]: the input for stage 0, BF16
   /// points after it), writing the stage's ids and BF16 centroids into
   /// parts. resid_max (optional, [H]): per head, max |data - bf16(centroid)|
-  /// over the final assignment, as float bits — the quantizer's span-scale
+  /// over the final assignment, as float bits: the quantizer's span-scale
   /// input when this is the last stage (R = data - bf16(centroid): docs/
-  /// FORMAT.md, Encode 1); returns whether it was filled (the
-  /// tensor-core assignment fills it). next (optional, [H][N][D] BF16): the
-  /// next stage's points bf16(data - bf16(centroid)), always written.
+  /// FORMAT.md, Encode 1). next (optional, [H][N][D] BF16): the next stage's
+  /// points bf16(data - bf16(centroid)). The steps: kmeans_start, then
+  /// assignments and updates (kmeans_assign, kmeans_update) until every head
+  /// converged or max_iter updates ran, then kmeans_stats.
   template <typename T>
-  bool kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
+  void kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
                     cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max, uint16_t* next);
+  /// The starting centroids of stage `stage` into cent_ (float [H][C][D]):
+  /// the warm start's BF16 centroids, random rows (the CPU's rows) or
+  /// k-means++ (the CPU reference's rule).
+  template <typename T>
+  void kmeans_start(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, cudaStream_t stream);
+  /// One update of the active heads: the clusters' exact sums and counts,
+  /// the distances an empty cluster's reseed needs (where the assignment did
+  /// not write them), the means, the reseed of empty clusters.
+  template <typename T>
+  void kmeans_update(const T* data, const QvgShape& sh, const uint8_t* ids, const int* active, bool dist_ready,
+                     cudaStream_t stream);
+  /// Per-head convergence after assignment `it` (host): appends each active
+  /// head's error to stats, deactivates heads whose relative drop is <= tol.
+  void kmeans_converged(const QvgShape& sh, int stage, int it, const GpuKMeansOptions& km, cudaStream_t stream,
+                        std::vector<KMeansStats>* stats);
+  std::vector<int> active_host_;   // heads still iterating (kmeans_converged)
+  std::vector<double> mse_host_, mse_prev_;
   DeviceBuffer<uint16_t> points_, next_points_;  // BF16 points of stages 1..S-1
-  DeviceBuffer<float> cent_, cnorm_, dist_;
+  DeviceBuffer<float> cent_, dist_;
   DeviceBuffer<uint32_t> head_max_, kmeans_max_;
   DeviceBuffer<unsigned long long> sums_;
   DeviceBuffer<uint8_t> taken_;
@@ -170,14 +187,18 @@ class Encoder {
 };
 
 /// Fused decode into out ([H][N][D] of dtype on the device) with the chosen
-/// kernel (qvg/cuda.h DecodeKernel; every kernel gives the same bits).
-void decode(const QvgShape& sh, QvgParts parts, void* out, DeviceDType dtype, cudaStream_t stream,
+/// kernel (every kernel gives the same bits).
+void decode(const QvgShape& sh, QvgParts parts, void* out, DeviceElement dtype, cudaStream_t stream,
             DecodeKernel kernel = DecodeKernel::automatic);
+
+/// Whether the lines decode kernel takes `count` tokens of a tensor of
+/// shape sh (DecodeKernel::automatic runs it where it does).
+bool lines_decode_fits(const QvgShape& sh, int64_t count);
 
 /// Decode of a token range of every head into a larger destination (see
 /// DecodeRange), e.g. one span straight into a layer's K/V buffer.
 /// qvg::Error when the range does not fit.
-void decode_range(const QvgShape& sh, QvgParts parts, const DecodeRange& range, void* out, DeviceDType dtype,
+void decode_range(const QvgShape& sh, QvgParts parts, const DecodeRange& range, void* out, DeviceElement dtype,
                   cudaStream_t stream, DecodeKernel kernel = DecodeKernel::automatic);
 
 /// BF16 bits [heads][tokens][dim] on the device -> float rows of a larger

@@ -220,7 +220,6 @@ __global__ void quantize_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts
 // by way of quantize16, which gives quantize_value's codes exactly).
 constexpr int kEncTileThreads = 256;
 constexpr int kEncTileUnits = 2;  // units of 16 values per thread
-constexpr int kResidPieces = 4;   // pieces of 4 values per thread (residual_tile_kernel)
 
 /// The residuals of a thread's U units (unit first + 256 u; dead units, past
 /// `units`, repeat the head's last unit): x minus the S stages in order, BF16
@@ -596,81 +595,6 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, D
   store_vals<OutT, VALS>(out + out_row * sh.dim + col, v);
 }
 
-/// Fused decode with whole rows per lane group: a row of D values is owned
-/// by D/8 consecutive lanes, 8 values (one 16-byte bf16 store) each, so one
-/// warp store instruction writes 32/(D/8) whole consecutive rows (512
-/// contiguous bytes for bf16). Each thread decodes R rows, 32/(D/8) rows
-/// apart, with all of its loads issued before the arithmetic; the head is
-/// blockIdx.y and D a template constant, so the index arithmetic is 32-bit
-/// shifts (the kernel is bound by instructions issued, not bytes: see
-/// docs/BENCHMARKS.md). Same values, same order of operations as
-/// decode_kernel: the same bits. D/8 must divide 32 (D = 64, 128).
-/// Grid: (ceil(N / (R * 32/(D/8) * warps per block)), H).
-template <int BITS, int R, int D, typename OutT>
-__global__ void decode_rows_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out) {
-  constexpr int kVals = 8;
-  constexpr int kLanesPerRow = D / kVals;
-  constexpr int kRowsPerPass = 32 / kLanesPerRow;
-  const int lane = threadIdx.x & 31;
-  const int sub = lane / kLanesPerRow;
-  const int col = (lane % kLanesPerRow) * kVals;
-  const int h = blockIdx.y;
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int n0 = warp * (R * kRowsPerPass) + sub;
-  const int64_t rows = static_cast<int64_t>(sh.heads) * sh.tokens;
-  const int64_t head_row = static_cast<int64_t>(h) * sh.tokens;
-  const int nblocks = D / sh.block;
-  const float span = __ldg(p.span_scales + h);
-  float v[R][kVals];
-  int n[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    n[r] = min(n0 + r * kRowsPerPass, static_cast<int>(sh.tokens) - 1);  // dead rows repeat the last
-    const int64_t row = head_row + n[r];
-    const int64_t bi = row * nblocks + col / sh.block;
-    const float s = decode_block_scale(load_block_scale(p.scales, bi, sh.scale_format), span, sh.scale_format);
-    load_codes<BITS, kVals>(p.codes + row * (D * BITS / 8) + col * BITS / 8, v[r]);
-    dequantize_codes<BITS, kVals>(v[r], s, sh.levels);
-  }
-  for (int st = sh.stages - 1; st >= 0; --st) {
-    const uint8_t* ids = p.ids + static_cast<int64_t>(st) * rows + head_row;
-    const uint16_t* cent = p.centroids + (static_cast<int64_t>(st) * sh.heads + h) * sh.centroids * D + col;
-    uint8_t id[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) id[r] = __ldg(ids + n[r]);
-    float c[R][kVals];
-#pragma unroll
-    for (int r = 0; r < R; ++r) load_bf16_vals<kVals>(cent + id[r] * D, c[r]);
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int i = 0; i < kVals; ++i) v[r][i] = __fadd_rn(v[r][i], c[r][i]);
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (n0 + r * kRowsPerPass >= sh.tokens) continue;
-    store_vals<OutT, kVals>(out + (head_row + n[r]) * D + col, v[r]);
-  }
-}
-
-/// out = bf16(x minus its stages) (sh.stages of them: load_residual16's
-/// residual, rounded); with one stage, the next stage's points
-/// (where the assignment does not write them).
-/// Grid: one thread per 16 values.
-template <typename InT>
-__global__ void residual_of_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts p, uint16_t* __restrict__ out) {
-  const int tpr = sh.dim / kValsPerThread;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= static_cast<int64_t>(sh.heads) * sh.tokens * tpr) return;
-  const int h = static_cast<int>(g / (sh.tokens * tpr));
-  const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
-  const int64_t n = rem / tpr;
-  const int col = static_cast<int>(rem % tpr) * kValsPerThread;
-  const int64_t off = (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col;
-  float v[kValsPerThread];
-  load_residual16(x + off, sh, p, h, n, col, v);
-  store_vals<__nv_bfloat16, kValsPerThread>(reinterpret_cast<__nv_bfloat16*>(out + off), v);
-}
 
 /// BF16 rows -> float: tokens [range.begin, +range.count) of every head of
 /// src ([H][tokens][D] BF16 bits) to rows range.out_offset.. of out
@@ -691,58 +615,5 @@ static __global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int h
   o[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
-/// out = bf16(x minus its one stage), as residual_of_kernel. Tiled like
-/// residual_absmax_tile_kernel, but in pieces of 4 values (one 8-byte
-/// store) with consecutive lanes on consecutive pieces, so every warp load
-/// and store is contiguous (with 16 values per lane, stores 64 bytes apart,
-/// a float version of this pass ran at ~60 % of copy bandwidth); nothing
-/// here needs a lane to own a quantization block. Each thread owns P
-/// pieces, 256 apart, and issues the loads of x and the ids, then those of
-/// the centroids, before any arithmetic. Grid: (ceil(N * D/4 / (256 P)), H);
-/// block 256.
-template <typename InT, int D, int P>
-__global__ void __launch_bounds__(kEncTileThreads) residual_tile_kernel(const InT* __restrict__ x, QvgShape sh,
-                                                                       QvgParts p, uint16_t* __restrict__ out) {
-  static_assert(D == 64 || D == 128, "a stage needs D = 64 or 128");
-  constexpr uint32_t kPiecesPerRow = D / 4;
-  using Raw = std::conditional_t<sizeof(InT) == 4, uint4, uint2>;  // 4 values of x
-  const int h = blockIdx.y;
-  const uint32_t pieces = static_cast<uint32_t>(sh.tokens) * kPiecesPerRow;
-  const uint32_t first = blockIdx.x * (kEncTileThreads * P) + threadIdx.x;
-  const int64_t head_vals = static_cast<int64_t>(h) * sh.tokens * D;
-  const InT* xh = x + head_vals;
-  const uint8_t* ids = p.ids + static_cast<int64_t>(h) * sh.tokens;
-  const uint16_t* cent = p.centroids + static_cast<int64_t>(h) * sh.centroids * D;
-  Raw raw[P];
-  uint32_t id[P];
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const uint32_t q = min(first + j * kEncTileThreads, pieces - 1);  // dead pieces repeat the last
-    raw[j] = *reinterpret_cast<const Raw*>(xh + q * 4);
-    id[j] = __ldg(ids + q / kPiecesPerRow);
-  }
-  uint2 c[P];  // 4 bf16 centroid values
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const uint32_t q = min(first + j * kEncTileThreads, pieces - 1);
-    c[j] = __ldg(reinterpret_cast<const uint2*>(cent + id[j] * D + (q % kPiecesPerRow) * 4));
-  }
-  uint16_t* o = out + head_vals;
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const uint32_t q = first + j * kEncTileThreads;
-    if (q >= pieces) break;
-    float v[8];  // the first 4 are this piece's (16-bit x fills half a word)
-    if constexpr (sizeof(InT) == 4)
-      word_as_float<InT>(raw[j], v);
-    else
-      word_as_float<InT>(make_uint4(raw[j].x, raw[j].y, 0u, 0u), v);
-    const float cv[4] = {__uint_as_float(c[j].x << 16), __uint_as_float(c[j].x & 0xFFFF0000u),
-                         __uint_as_float(c[j].y << 16), __uint_as_float(c[j].y & 0xFFFF0000u)};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = __fsub_rn(v[k], cv[k]);
-    *reinterpret_cast<uint2*>(o + q * 4) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
-  }
-}
 
 }  // namespace qvg::cuda

@@ -41,6 +41,14 @@ struct QvgParts {
   uint8_t* ids = nullptr;          ///< [S][H][N]
 };
 
+/// p with its centroids and ids moved to stage s's (the rest as it is): with
+/// a one-stage shape, a view of stage s alone.
+inline QvgParts stage_parts(QvgParts p, const QvgShape& sh, int s) {
+  p.centroids += static_cast<int64_t>(s) * sh.heads * sh.centroids * sh.dim;
+  p.ids += static_cast<int64_t>(s) * sh.heads * sh.tokens;
+  return p;
+}
+
 /// Which tokens a decode writes, and where: source tokens [begin, begin +
 /// count) of every head go to rows out_offset.. of a destination holding
 /// out_tokens tokens per head ([H][out_tokens][D]). The whole tensor:

@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
       DeviceBuffer<unsigned long long> sums_a(n_sums), sums_b(n_sums);
       DeviceBuffer<int> counts_a(n_counts), counts_b(n_counts);
       DeviceBuffer<unsigned> hmax;
-      auto sums_case = [&](const char* name, const void* xp, DeviceDType dtype, const std::vector<float>& xv,
+      auto sums_case = [&](const char* name, const void* xp, DeviceElement dtype, const std::vector<float>& xv,
                            double bytes) {
         std::vector<unsigned> hm(kH);
         for (int h = 0; h < kH; ++h) {
@@ -211,8 +211,8 @@ int main(int argc, char** argv) {
       };
       std::vector<float> xbv(xb.size());
       for (size_t i = 0; i < xb.size(); ++i) xbv[i] = bf16_to_float(xb[i]);
-      sums_case("bf16", xd.get(), DeviceDType::bf16, xbv, 2.0 * kH * kN * kD);
-      sums_case("float", xf.get(), DeviceDType::f32, x.data, 4.0 * kH * kN * kD);
+      sums_case("bf16", xd.get(), DeviceElement::bf16, xbv, 2.0 * kH * kN * kD);
+      sums_case("float", xf.get(), DeviceElement::f32, x.data, 4.0 * kH * kN * kD);
     }
     if (bad) {
       std::fprintf(stderr, "bench_assign_probe: %d variant(s) disagree with the default\n", bad);

@@ -4,8 +4,8 @@
 # checks (scripts/gpu_check.sh). Needs the carried folder .deps. Output under
 # $OUT (decode_probe.log); QVG_BENCH_REPS (default 20).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/qvg-gpu-out}
 mkdir -p "$OUT"
-scripts/gpu_build.sh /tmp/qvg_probe_build.log bench_decode_probe || exit 1
-build-gpu/bench/bench_decode_probe --reps "${QVG_BENCH_REPS:-20}" 2>&1 | tee "$OUT/decode_probe.log"
+QVG_BUILD_PROBES=ON scripts/gpu_build.sh /tmp/qvg_probe_build.log bench_decode_probe || exit 1
+build-gpu/bench/probes/bench_decode_probe --reps "${QVG_BENCH_REPS:-20}" 2>&1 | tee "$OUT/decode_probe.log"

@@ -2,14 +2,14 @@
 # A/B of variants of the k-means assignment kernel in one GPU call, without
 # building the library: each variant is a folder holding a changed copy of
 # cuda/assign_tc.cuh (e.g. ab/v1/cuda/assign_tc.cuh), put first on the
-# include path of bench/assign_variants.cu; '-' is the tree as it is. All
+# include path of bench/probes/assign_variants.cu; '-' is the tree as it is. All
 # compile at once (about 10 s each), then run twice in turn (the second round
 # shows the noise).
-#   scripts/assign_variants.sh [-] [DIR[,NVCC_FLAGS]] ...    e.g. - ab/v1 ab/v2,-DFOO=1
+#   scripts/probes/assign_variants.sh [-] [DIR[,NVCC_FLAGS]] ...    e.g. - ab/v1 ab/v2,-DFOO=1
 # On the GPU machine: run from the repository root; the folders must be
 # carried (keep them in a folder .git/info/exclude ignores, such as ab/).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] || { echo "usage: assign_variants.sh [-] [DIR[,NVCC_FLAGS]] ..." >&2; exit 2; }
 command -v nvcc >/dev/null || PATH=$PATH:/usr/local/cuda/bin
 bin=$(mktemp -d)
@@ -24,8 +24,8 @@ for v in "$@"; do
   fi
   i=$((i + 1)); names+=("$v")
   # shellcheck disable=SC2086
-  nvcc -O3 -std=c++20 -arch=sm_90a ${flags//;/ } "${inc[@]}" -I src -I include -I bench -o "$bin/v$i" \
-    bench/assign_variants.cu >"$bin/v$i.log" 2>&1 &
+  nvcc -O3 -std=c++20 -arch=sm_90a ${flags//;/ } "${inc[@]}" -I src -I include -I bench -I bench/probes -o "$bin/v$i" \
+    bench/probes/assign_variants.cu >"$bin/v$i.log" 2>&1 &
 done
 wait
 rc=0

@@ -3,11 +3,11 @@
 # l1tex__throughput (the data-pipe wavefronts among it), the global load
 # requests and sectors, the issue rate, the ALU/FMA/LSU pipes and the stall
 # reasons (warps per issued instruction), for each mangled-name regex given (one launch each, from
-# bench_decode_probe at LongCat). Run after scripts/probe_only.sh or
+# bench_decode_probe at LongCat). Run after scripts/probes/probe_only.sh or
 # gpu_check.sh has built build-gpu. Output under $OUT (ncu_l1.log).
-#   scripts/ncu_l1.sh REGEX...
+#   scripts/probes/ncu_l1.sh REGEX...
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/qvg-gpu-out}
 metrics="breakdown:l1tex__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum"
 metrics+=",l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
@@ -25,5 +25,5 @@ done
 for re in "$@"; do
   echo "== $re"
   ncu --clock-control none --kernel-name-base mangled -k "regex:$re" --launch-count 1 --metrics "$metrics" \
-    build-gpu/bench/bench_decode_probe --reps 1 2>&1 | grep -E "^ +[a-z0-9_]+__|decode_|_kernel|ERR|rror" | sed 's/  */ /g'
+    build-gpu/bench/probes/bench_decode_probe --reps 1 2>&1 | grep -E "^ +[a-z0-9_]+__|decode_|_kernel|ERR|rror" | sed 's/  */ /g'
 done 2>&1 | tee "$OUT/ncu_l1.log"

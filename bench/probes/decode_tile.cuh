@@ -1,7 +1,6 @@
-// Fused decode, tiled per head, for D = 64 / 128 and up to 4 smoothing
-// stages (DecodeKernel::tile): the default before decode_lines.cuh, which
-// took its split units over runs of rows (decode_kernel covers every other
-// shape).
+// Probe only (bench_decode_probe): the fused decode tiled per head, for D =
+// 64 / 128 and up to 4 smoothing stages: the default before
+// src/cuda/decode_lines.cuh, which took its split units over runs of rows.
 //
 // Why a second kernel: decode writes ~8x the bytes it reads, so it should run
 // at the device's write rate, but the one-thread-per-16-values kernel spent
@@ -19,11 +18,10 @@
 // same order of operations as decode_kernel: the same bits.
 #pragma once
 
-#include "cuda/qvg_kernels.cuh"
+#include "cuda/decode_lines.cuh"
 
 namespace qvg::cuda {
 
-constexpr int kTileThreads = 256;
 /// Units of 16 values per thread, by stage count: the fastest of 1, 2, 4 in
 /// bench_decode_probe on the H200 (LongCat shape; docs/BENCHMARKS.md). More
 /// units per thread put more centroid gathers in flight, which pays once
@@ -40,23 +38,6 @@ constexpr bool tile_split(int stages) { return stages >= 1; }
 /// against 62.8 % of copy; at one stage the cap costs (74.9 against 82.3 %
 /// at U = 2), so there it is left to ptxas (0).
 constexpr int tile_min_blocks(int stages) { return stages >= 2 ? 4 : 0; }
-
-/// The codes of a split unit's two pieces of 8 values, the first at p (the
-/// second half a row later): INT2, all 16 in w[0] (the first piece's in the
-/// low half); INT4, one piece a word.
-template <int BITS, int D>
-__device__ __forceinline__ void load_split_codes(const uint8_t* p, uint32_t (&w)[2]) {
-  uint32_t a[2], b[2];
-  load_code_words<BITS, 8>(p, a);
-  load_code_words<BITS, 8>(p + D * BITS / 16, b);
-  if constexpr (BITS == 2) {
-    w[0] = a[0] | (b[0] << 16);
-    w[1] = 0u;
-  } else {
-    w[0] = a[0];
-    w[1] = b[0];
-  }
-}
 
 /// decode_tile_kernel with SPLIT: unit c (< D/16) of a row is the two pieces
 /// of 8 values [8c, 8c + 8) and [D/2 + 8c, D/2 + 8c + 8), so the D/16 lanes

@@ -5,10 +5,10 @@
 # tree, rebuild incrementally, run the k-means and encode GPU tests, and time
 # the encode per kernel (ncu) and end to end (bench_cuda), then the assignment
 # probe. The baseline's figures are the ones gpu_check.sh wrote.
-#   scripts/gpu_ab.sh OVERLAY [LABEL]     logs: $OUT/ab_LABEL.log
-# scripts/make_overlay.sh REV OVERLAY writes a branch's changed files there.
+#   scripts/probes/gpu_ab.sh OVERLAY [LABEL]     logs: $OUT/ab_LABEL.log
+# scripts/probes/make_overlay.sh REV OVERLAY writes a branch's changed files there.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 overlay=${1:?usage: gpu_ab.sh OVERLAY [LABEL]}
 label=${2:-$(basename "$overlay")}
 OUT=${OUT:-/tmp/qvg-gpu-out}
@@ -24,7 +24,7 @@ rc=0
     cp "$overlay/$f" "$f"
   done
   step "build"
-  cmake --build build-gpu -j16 --target test_cuda test_kmeans bench_cuda bench_assign_probe >/tmp/qvg_ab_build.log 2>&1 ||
+  cmake -S . -B build-gpu -DQVG_BUILD_PROBES=ON >/dev/null && cmake --build build-gpu -j16 --target test_cuda test_kmeans bench_cuda bench_assign_probe >/tmp/qvg_ab_build.log 2>&1 ||
     { grep -E "error" /tmp/qvg_ab_build.log | head -30; exit 1; }
   step "tests"
   build-gpu/tests/test_kmeans --gtest_brief=1 || rc=1
@@ -32,9 +32,9 @@ rc=0
   step "per-kernel times (ncu)"
   ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
     build-gpu/bench/bench_cuda --profile >/tmp/qvg_ab_ncu.log 2>&1 || rc=1
-  python3 scripts/ncu_summary.py /tmp/qvg_ab_ncu.log || rc=1
+  python3 scripts/probes/ncu_summary.py /tmp/qvg_ab_ncu.log || rc=1
   step "assignment probe"
-  build-gpu/bench/bench_assign_probe --reps "${QVG_BENCH_REPS:-20}" || rc=1
+  build-gpu/bench/probes/bench_assign_probe --reps "${QVG_BENCH_REPS:-20}" || rc=1
   step "benchmark"
   build-gpu/bench/bench_cuda --reps "${QVG_BENCH_REPS:-20}" --quick || rc=1
   step "done rc=$rc"

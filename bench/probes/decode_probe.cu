@@ -23,8 +23,10 @@
 
 #include "bench_data.h"
 #include "cuda/decode_lines.cuh"
-#include "cuda/decode_tile.cuh"
+#include "cuda/dispatch.h"
 #include "cuda/qvg_cuda.h"
+#include "decode_rows.cuh"
+#include "decode_tile.cuh"
 #include "cuda_timer.h"
 #include "qvg/codec.h"
 
@@ -428,12 +430,12 @@ int main(int argc, char** argv) {
         const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
         Encoder enc;
         DeviceParts parts;
-        enc.encode(xd.get(), DeviceDType::bf16, sh, km, parts, nullptr);
+        enc.encode(xd.get(), DeviceElement::bf16, sh, km, parts, nullptr);
         const double bytes = out_bytes + double(parts.bytes());
         const QvgParts p = parts.view();
         const std::string m = spec.substr(0, spec.find(':'));
         auto* o = reinterpret_cast<__nv_bfloat16*>(out.get());
-        decode(sh, p, ref.get(), DeviceDType::bf16, nullptr, DecodeKernel::vals16);
+        decode(sh, p, ref.get(), DeviceElement::bf16, nullptr, DecodeKernel::vals16);
         std::vector<uint16_t> want(xb.size()), got(xb.size());
         ref.download(want.data(), want.size());
         auto check = [&](const char* name) {
@@ -445,15 +447,37 @@ int main(int argc, char** argv) {
           }
           QVG_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // poison for the next variant
         };
-        for (const auto& [name, k] :
-             {std::pair{"vals16", DecodeKernel::vals16}, std::pair{"vals8", DecodeKernel::vals8},
-              std::pair{"rows", DecodeKernel::rows}, std::pair{"tile", DecodeKernel::tile},
-              std::pair{"lines", DecodeKernel::lines}, std::pair{"automatic (default)", DecodeKernel::automatic}}) {
+        for (const auto& [name, k] : {std::pair{"vals16", DecodeKernel::vals16}, std::pair{"lines", DecodeKernel::lines},
+                                      std::pair{"automatic (default)", DecodeKernel::automatic}}) {
           const DecodeKernel kernel = k;  // a lambda may not capture a structured binding in C++17
-          row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, kernel); }),
+          row(m, name, timer.median_ms(reps, [&] { decode(sh, p, out.get(), DeviceElement::bf16, nullptr, kernel); }),
               bytes);
           check(name);
         }
+        // The kernels the library dropped (this folder): one thread per 8
+        // values, whole rows per warp store, the tiled predecessor of lines.
+        const DecodeRange whole{0, sh.tokens, sh.tokens, 0};
+        row(m, "vals8", timer.median_ms(reps, [&] {
+          decode_kernel<2, 8, __nv_bfloat16>
+              <<<blocks_for(int64_t{sh.heads} * sh.tokens * (kD / 8)), 256>>>(sh, p, o, whole);
+        }), bytes);
+        check("vals8");
+        {
+          constexpr int kRows = 4;  // rows per thread
+          const int64_t rows_per_block = int64_t{kRows} * (32 / (kD / 8)) * (256 / 32);
+          const dim3 grid(static_cast<unsigned>((sh.tokens + rows_per_block - 1) / rows_per_block),
+                          static_cast<unsigned>(sh.heads));
+          row(m, "rows", timer.median_ms(reps, [&] { decode_rows_kernel<2, kRows, kD, __nv_bfloat16><<<grid, 256>>>(sh, p, o); }),
+              bytes);
+          check("rows");
+        }
+        row(m, "tile", timer.median_ms(reps, [&] {
+          with_probe_stages(sh, [&](auto st) {
+            constexpr int S = decltype(st)::value;
+            launch_tile<S, tile_units(S), 16, tile_split(S), tile_min_blocks(S)>(sh, p, o);
+          });
+        }), bytes);
+        check("tile");
         auto tile = [&](const char* name, auto launch) {
           row(m, name, timer.median_ms(reps, launch), bytes);
           check(name);
@@ -475,7 +499,7 @@ int main(int argc, char** argv) {
         tile("lines U=4 64 regs", [&] { launch_lines_any<4, 4>(sh, p, o); });
         row(m, "default, back-to-back x10",
             timer.batch_median_ms(
-                reps, kBatch, [&] { decode(sh, p, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::automatic); }),
+                reps, kBatch, [&] { decode(sh, p, out.get(), DeviceElement::bf16, nullptr, DecodeKernel::automatic); }),
             bytes);
         check("default, back-to-back x10");
         // Timing-only rows (other bits by design): one launch and back-to-back x10.
@@ -542,7 +566,7 @@ int main(int argc, char** argv) {
             pf.ids = few.get();
             row(m, "lines, ids < " + std::to_string(keep) + " (bound)",
                 timer.median_ms(reps,
-                                [&] { decode(sh, pf, out.get(), DeviceDType::bf16, nullptr, DecodeKernel::lines); }),
+                                [&] { decode(sh, pf, out.get(), DeviceElement::bf16, nullptr, DecodeKernel::lines); }),
                 bytes);
             if (sh.stages == 4 && sh.scale_format == ScaleFormat::fp8) {  // the two limits together
               const std::string k = std::to_string(keep);

@@ -1,0 +1,334 @@
+// k-means of the QVG encode on the GPU: the launchers of the update and
+// assignment kernels and the Encoder's k-means steps (start, assign,
+// update, convergence). Kernels: assign_tc.cuh, kmeans_kernels.cuh,
+// kmeanspp.cuh. The CPU reference (src/cpu/kmeans.cpp) is the specification.
+#include <algorithm>
+#include <chrono>
+
+#include "cuda/assign_tc.cuh"
+#include "cuda/dispatch.h"
+#include "cuda/kmeans_kernels.cuh"
+#include "cuda/kmeanspp.cuh"
+#include "cuda/qvg_cuda.h"
+#include "qvg/half.h"
+#include "qvg/kmeans.h"
+#include "qvg/qvg.h"
+#include "util/parallel.h"
+
+namespace qvg::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+/// Blocks of `kernel` (threads and smem bytes of shared memory each) the
+/// current device holds at once; qvg::Error naming `what` when none fits.
+template <typename Kernel>
+int64_t resident_blocks(Kernel* kernel, int threads, size_t smem, const char* what) {
+  int dev = 0, sms = 0, per_sm = 0;
+  QVG_CUDA_CHECK(cudaGetDevice(&dev));
+  QVG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  QVG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  QVG_CHECK(per_sm >= 1, what, ": no block of ", threads, " threads and ", smem, " bytes of shared memory fits an SM");
+  return static_cast<int64_t>(sms) * per_sm;
+}
+
+/// Sums and counts of every cluster of the active heads of x ([H][N][D] of T)
+/// by ids ([H][N]), added to sums ([H][C][D]) and counts ([H][C]), zeroed by
+/// the caller, with either kernel (the same bits; automatic: SumKernel).
+///
+/// buckets (centroid_bucket_sum_kernel): chunks of at most kBucketRows rows
+/// (its 16-bit offsets and shared bucket list), and more where the heads
+/// alone do not fill the device once (sms x blocks an SM / H chunks a head),
+/// but not below kBucketMinRows rows (each chunk adds up to C x D sums with
+/// global atomics); the rows shared out evenly (the last chunk at most
+/// chunks - 1 rows short), so that the blocks of a wave take about the same
+/// time. At LongCat (H = 32, N = 29640, 132 SMs x 2 blocks): 8 chunks of
+/// 3705 rows, 256 blocks in one wave. chunk_rows > 0 (tests) fixes the
+/// chunk instead.
+///
+/// atomics (centroid_sum_kernel): chunks per head as many as fill the device
+/// once (every block then flushes its sums once), at least one.
+template <int D, typename T>
+cudaError_t launch_centroid_sum(const T* x, int64_t n, int c, int heads, const uint8_t* ids, const unsigned* head_max,
+                                const int* active, unsigned long long* sums, int* counts, cudaStream_t s,
+                                SumKernel which = SumKernel::automatic, int64_t fixed_chunk = 0) {
+  if (which == SumKernel::automatic) which = sizeof(T) == 2 ? SumKernel::buckets : SumKernel::atomics;
+  QVG_CHECK(c >= 1 && c <= 256 && heads >= 1 && heads <= 65535 && n >= 1, "k-means update on the GPU: ", heads,
+            " heads (1 to 65535), ", n, " rows, ", c, " centroids (1 to 256)");
+  QVG_CHECK(fixed_chunk >= 0 && fixed_chunk <= kBucketRows, "k-means update: chunks of 1 to ", kBucketRows,
+            " rows, got ", fixed_chunk);
+  if (which == SumKernel::buckets) {
+    auto* kernel = centroid_bucket_sum_kernel<T, D>;
+    const int64_t least = (n + kBucketRows - 1) / kBucketRows;
+    const int64_t fill =
+        std::max<int64_t>(1, resident_blocks(kernel, kBucketThreads, 0, "k-means update (buckets)") / heads);
+    const int64_t chunks = std::max(least, std::min(fill, (n + kBucketMinRows - 1) / kBucketMinRows));
+    const int64_t chunk_rows = fixed_chunk > 0 ? fixed_chunk : (n + chunks - 1) / chunks;
+    const int64_t blocks = (n + chunk_rows - 1) / chunk_rows;
+    QVG_CHECK(blocks <= 0x7FFFFFFF, "k-means update: ", n, " rows are too many");
+    kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads)), kBucketThreads, 0, s>>>(
+        x, n, c, ids, static_cast<int>(chunk_rows), head_max, active, sums, counts);
+    return cudaGetLastError();
+  }
+  const size_t smem = centroid_sum_smem(c);
+  auto* kernel = centroid_sum_kernel<T, D>;
+  // Every launch: the attributes belong to the current device's context. All
+  // of L1 as shared memory (x is streamed once, L1 holds nothing worth
+  // keeping): two blocks an SM at C = 256.
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)))
+    return e;
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared))
+    return e;
+  constexpr int kSlices = D / kSumDims;
+  constexpr int64_t kPass = kSumPassRows<T>;
+  const int64_t passes = (n + kPass - 1) / kPass;
+  const int64_t fill =
+      resident_blocks(kernel, kSumThreads, smem, "k-means update (atomics)") / (static_cast<int64_t>(heads) * kSlices);
+  constexpr int64_t kMaxPasses = kSumMaxChunk / kPass;  // a block's lo and mid sums stay exact
+  const int64_t want = std::clamp<int64_t>(std::max(fill, (passes + kMaxPasses - 1) / kMaxPasses), 1, passes);
+  const int64_t chunk_rows = (passes + want - 1) / want * kPass;  // whole passes, at most kSumMaxChunk
+  const int64_t chunks = (n + chunk_rows - 1) / chunk_rows;
+  kernel<<<dim3(static_cast<unsigned>(chunks * kSlices), static_cast<unsigned>(heads)), kSumThreads, smem, s>>>(
+      x, n, c, ids, chunk_rows, head_max, active, sums, counts);
+  return cudaGetLastError();
+}
+
+/// The tensor-core assignment of every active head (assign_tc.cuh), its
+/// per-head maxima zeroed first.
+template <int D, typename T>
+cudaError_t launch_assign(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
+                          const AssignOutputs& o, cudaStream_t s) {
+  QVG_CHECK(heads <= 65535, "k-means on the GPU: at most 65535 heads per tensor, got ", heads);
+  QVG_CHECK(c >= 1 && c <= kAssignMaxCentroids, "k-means on the GPU: 1 to ", kAssignMaxCentroids, " centroids, got ", c);
+  for (unsigned* m : {o.x_max, o.resid_max}) {
+    if (!m) continue;
+    zero_active_kernel<<<blocks_for(heads), kThreads, 0, s>>>(m, active, heads);
+    if (cudaError_t e = cudaGetLastError()) return e;
+  }
+  return launch_assign_tc<D, T>(x, n, cent, c, heads, active, o, s);
+}
+
+}  // namespace
+
+void centroid_sums(const void* x, DeviceElement dtype, int heads, int64_t n, int d, int c, const uint8_t* ids,
+                   const unsigned* head_max, const int* active, unsigned long long* sums, int* counts,
+                   cudaStream_t s, SumKernel kernel, int64_t chunk_rows) {
+  QVG_CHECK(d == 64 || d == 128, "k-means update on the GPU: D = 64 or 128, got ", d);
+  with_element(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_head_dim(d, [&](auto dim) {
+      QVG_CUDA_CHECK((launch_centroid_sum<decltype(dim)::value>(static_cast<const T*>(x), n, c, heads, ids, head_max,
+                                                                active, sums, counts, s, kernel, chunk_rows)));
+    });
+  });
+}
+
+void random_rows(int64_t n, int c, int heads, uint64_t seed_base, int64_t* rows, cudaStream_t s) {
+  QVG_CHECK(c >= 1 && c <= 256 && c <= n, "k-means: cannot draw ", c, " distinct rows from ", n, " (at most 256)");
+  QVG_CHECK(heads >= 1, "k-means random start: ", heads, " heads");
+  random_rows_kernel<<<static_cast<unsigned>(heads), 256, 0, s>>>(n, c, seed_base, rows);
+  QVG_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km,
+                           cudaStream_t stream) {
+  const int H = sh.heads, C = sh.centroids, D = sh.dim;
+  const int64_t N = sh.tokens;
+  CodecConfig seeds;
+  seeds.kmeans.seed = km.params.seed;
+  if (km.warm_bf16) {
+    const uint16_t* w = km.warm_bf16 + static_cast<int64_t>(stage) * H * C * D;
+    // BF16 -> float: a BF16 value is the top half of its float.
+    std::vector<uint16_t> hb(static_cast<size_t>(H) * C * D);
+    QVG_CUDA_CHECK(cudaMemcpyAsync(hb.data(), w, hb.size() * 2, cudaMemcpyDeviceToHost, stream));
+    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> hf(hb.size());
+    for (size_t i = 0; i < hb.size(); ++i) hf[i] = bf16_to_float(hb[i]);
+    cent_.upload(hf.data(), hf.size(), stream);
+  } else if (km.params.init == KMeansInit::random) {
+    // kmeans_random_rows of every head, drawn on the device (seeds
+    // qvg_kmeans_seed(stage, h) = base + h).
+    const uint64_t seed_base = qvg_kmeans_seed(seeds, stage, 0);
+    QVG_CHECK(qvg_kmeans_seed(seeds, stage, H - 1) == seed_base + static_cast<uint64_t>(H - 1),
+              "k-means seeds are not consecutive across heads");
+    rows_.resize(static_cast<size_t>(H) * C);
+    random_rows(N, C, H, seed_base, rows_.get(), stream);
+    gather_rows_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(data, N, D, C, rows_.get(),
+                                                                                            H, cent_.get());
+    QVG_CUDA_CHECK(cudaGetLastError());
+  } else {
+    // k-means++: its start (the subsample, the first centre, their draws:
+    // kmeanspp_start, as the CPU reference) on the host, its C - 1
+    // sequential steps on the device (kmeanspp_kernel).
+    QVG_CHECK(N <= INT32_MAX && H <= 65535, "k-means++ on the GPU: ", N, " tokens (at most 2^31 - 1), ", H,
+              " heads (at most 65535)");
+    std::vector<uint64_t> pp_seeds(static_cast<size_t>(H));
+    for (int h = 0; h < H; ++h) pp_seeds[h] = qvg_kmeans_seed(seeds, stage, h);
+    // The heads' starts are independent (each one O(N)): on all cores where
+    // they add up to at least 2^18 rows, on one below. The same bytes either way.
+    std::vector<KMeansPPStart> starts(static_cast<size_t>(H));
+    const int threads = static_cast<int64_t>(H) * N >= (int64_t{1} << 18) ? 0 : 1;
+    parallel_for(H, threads, [&](int64_t h) { starts[static_cast<size_t>(h)] = kmeanspp_start(N, C, pp_seeds[h]); });
+    // m and the draws are the same for every head: they depend on N and C only.
+    const int m = static_cast<int>(starts[0].rows.size());
+    const uint64_t draws = starts[0].draws;
+    std::vector<int> pp_rows(static_cast<size_t>(H) * m);
+    std::vector<int64_t> pp_first(static_cast<size_t>(H));
+    for (int h = 0; h < H; ++h) {
+      std::copy(starts[h].rows.begin(), starts[h].rows.end(), pp_rows.begin() + static_cast<int64_t>(h) * m);
+      pp_first[h] = starts[h].first;
+    }
+    pp_rows_.upload(pp_rows.data(), pp_rows.size(), stream);
+    pp_first_.upload(pp_first.data(), pp_first.size(), stream);
+    pp_seeds_.upload(pp_seeds.data(), pp_seeds.size(), stream);
+    const dim3 grid(kPPBlocks, static_cast<unsigned>(H));
+    with_head_dim(D, [&](auto dim) {
+      kmeanspp_kernel<T, decltype(dim)::value><<<grid, kPPThreads, kmeanspp_smem(m), stream>>>(
+          data, N, pp_rows_.get(), m, C, pp_first_.get(), pp_seeds_.get(), draws, cent_.get());
+    });
+    QVG_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+template <typename T>
+void Encoder::kmeans_update(const T* data, const QvgShape& sh, const uint8_t* ids, const int* active,
+                            bool dist_ready, cudaStream_t stream) {
+  const int H = sh.heads, C = sh.centroids, D = sh.dim;
+  const int64_t N = sh.tokens;
+  const int64_t n_sums = static_cast<int64_t>(H) * C * D;
+  unsigned long long* sums = sums_.get();
+  int* counts = reinterpret_cast<int*>(sums + n_sums);
+  with_head_dim(D, [&](auto dim) {
+    constexpr int kD = decltype(dim)::value;
+    QVG_CUDA_CHECK((launch_centroid_sum<kD>(data, N, C, H, ids, kmeans_max_.get(), active, sums, counts, stream)));
+    if (!dist_ready) {  // distances to the old centroids, before the means replace them
+      // Blocks of heads without an empty cluster return at once; those with
+      // one get up to 128 blocks a head to read their rows.
+      const dim3 grid(static_cast<unsigned>(std::min<int64_t>((N + 63) / 64, 128)), static_cast<unsigned>(H));
+      dist_for_empty_kernel<kD><<<grid, 256, 0, stream>>>(data, N, cent_.get(), C, ids, counts, active, dist_.get());
+      QVG_CUDA_CHECK(cudaGetLastError());
+    }
+  });
+  centroid_mean_kernel<<<blocks_for(static_cast<int64_t>(H) * C * 32), kThreads, 0, stream>>>(
+      sums, counts, H, N, D, C, kmeans_max_.get(), active, cent_.get());
+  QVG_CUDA_CHECK(cudaGetLastError());
+  reseed_empty_kernel<T><<<H, 1024, 0, stream>>>(data, N, D, C, counts, dist_.get(), active, taken_.get(), cent_.get(),
+                                                 reseeded_.get());
+  QVG_CUDA_CHECK(cudaGetLastError());
+}
+
+void Encoder::kmeans_converged(const QvgShape& sh, int stage, int it, const GpuKMeansOptions& km, cudaStream_t stream,
+                               std::vector<KMeansStats>* stats) {
+  const int H = sh.heads;
+  mse_.download(mse_host_.data(), mse_host_.size(), stream);
+  QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  bool changed = false;
+  for (int h = 0; h < H; ++h) {
+    if (!active_host_[h]) continue;
+    if (stats) {
+      auto& st = (*stats)[static_cast<size_t>(stage) * H + h];
+      st.mse.push_back(mse_host_[h]);
+      st.iterations = it;
+      st.warm_started = km.warm_bf16 != nullptr;
+    }
+    if (it > 0 && mse_prev_[h] - mse_host_[h] <= km.params.tol * mse_prev_[h]) {
+      active_host_[h] = 0;
+      changed = true;
+    }
+    mse_prev_[h] = mse_host_[h];
+  }
+  if (changed) active_.upload(active_host_.data(), active_host_.size(), stream);
+}
+
+template <typename T>
+void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
+                           cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max, uint16_t* next) {
+  const int H = sh.heads, C = sh.centroids, D = sh.dim;
+  const int64_t N = sh.tokens;
+  const auto t0 = std::chrono::steady_clock::now();
+  cent_.resize(static_cast<size_t>(H) * C * D);
+  dist_.resize(static_cast<size_t>(H * N));
+  // The update's sums [H][C][D] and counts [H][C] in one buffer: one memset.
+  const int64_t n_sums = static_cast<int64_t>(H) * C * D;
+  sums_.resize(static_cast<size_t>(n_sums + (static_cast<int64_t>(H) * C + 1) / 2));
+  kmeans_max_.resize(static_cast<size_t>(H));
+  active_.resize(static_cast<size_t>(H));
+  reseeded_.resize(static_cast<size_t>(H));
+  taken_.resize(static_cast<size_t>(H * N));
+  mse_.resize(static_cast<size_t>(H));
+  const QvgParts here = stage_parts(parts, sh, stage);
+
+  kmeans_start(data, sh, stage, km, stream);
+  // Heads still iterating: all of them without the convergence check (null).
+  active_host_.assign(static_cast<size_t>(H), 1);
+  mse_host_.assign(static_cast<size_t>(H), 0.0);
+  mse_prev_.assign(static_cast<size_t>(H), 0.0);
+  if (km.check_convergence) active_.upload(active_host_.data(), active_host_.size(), stream);
+  const int* active = km.check_convergence ? active_.get() : nullptr;
+  QVG_CUDA_CHECK(cudaMemsetAsync(reseeded_.get(), 0, sizeof(int) * H, stream));
+  // Exact distances of every row: the convergence check's mean. Otherwise
+  // only the empty-cluster rule needs them, for the heads with an empty
+  // cluster (dist_for_empty_kernel in kmeans_update).
+  const bool dist_in_assign = km.check_convergence;
+  int assignments = 0;
+  auto assign = [&] {
+    AssignOutputs o;
+    o.ids = here.ids;
+    o.dist = dist_in_assign ? dist_.get() : nullptr;
+    // Largest |x| of each head's points (the fixed-point quantum of the
+    // update sums): found by the first assignment.
+    o.x_max = assignments == 0 ? kmeans_max_.get() : nullptr;
+    ++assignments;
+    // The quantizer's max |residual| is that of the final assignment: with
+    // a fixed iteration count only the last one needs it.
+    const bool may_be_last = km.check_convergence || assignments == km.params.max_iter + 1;
+    o.resid_max = may_be_last ? resid_max : nullptr;
+    o.next = may_be_last ? next : nullptr;            // a head's last write is its final assignment's
+    o.cent_bf16 = may_be_last ? here.centroids : nullptr;  // the centroids it used: the stored ones
+    with_head_dim(D, [&](auto dim) {
+      QVG_CUDA_CHECK((launch_assign<decltype(dim)::value>(data, N, cent_.get(), C, H, active, o, stream)));
+    });
+    if (km.check_convergence) {
+      head_mse_kernel<<<H, 1024, 0, stream>>>(dist_.get(), N, D, mse_.get());
+      QVG_CUDA_CHECK(cudaGetLastError());
+    }
+  };
+  assign();
+  if (km.check_convergence) kmeans_converged(sh, stage, 0, km, stream, stats);
+  // Sums and counts start at 0 once a stage: each update's mean kernel
+  // clears the sums it reads, the reseed kernel the counts.
+  if (km.params.max_iter > 0) QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
+  for (int it = 1; it <= km.params.max_iter; ++it) {
+    if (km.check_convergence && std::none_of(active_host_.begin(), active_host_.end(), [](int a) { return a != 0; }))
+      break;
+    kmeans_update(data, sh, here.ids, active, dist_in_assign, stream);
+    assign();
+    if (km.check_convergence) kmeans_converged(sh, stage, it, km, stream, stats);
+  }
+  if (stats) {
+    std::vector<int> re(static_cast<size_t>(H));
+    reseeded_.download(re.data(), re.size(), stream);
+    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (int h = 0; h < H; ++h) {
+      auto& st = (*stats)[static_cast<size_t>(stage) * H + h];
+      st.empty_reassigned = re[h];
+      st.seconds = sec / H;
+    }
+  }
+}
+
+// Encoder::encode (qvg_cuda.cu) runs stage 0 on the input's element type and
+// later stages on BF16 points.
+#define QVG_KMEANS_STAGE(T)                                                                                        \
+  template void Encoder::kmeans_stage<T>(const T*, const QvgShape&, int, const GpuKMeansOptions&, QvgParts,       \
+                                         cudaStream_t, std::vector<KMeansStats>*, unsigned*, uint16_t*);
+QVG_KMEANS_STAGE(float)
+QVG_KMEANS_STAGE(__nv_bfloat16)
+QVG_KMEANS_STAGE(__half)
+#undef QVG_KMEANS_STAGE
+
+}  // namespace qvg::cuda
