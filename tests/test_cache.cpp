@@ -533,6 +533,27 @@ TEST(CacheFile, ReadsVersion1Files) {
   EXPECT_EQ(snapshot(loaded, "v1_resumed"), snapshot(rebuilt, "v1_rebuilt_resumed"));
 }
 
+// FP8 centroids (centroid_format=fp8) with the warm start: the held state is
+// FP8 codes and scales; a saved cache loads and resumes exactly as one that
+// never stopped.
+TEST(CacheFile, Fp8CentroidsWarmStartRoundTrip) {
+  const Stream s(10);
+  CacheConfig cfg = small_config("qvg:centroid_format=fp8,centroids=8,iters=3");
+  cfg.value = parse_codec_spec("qvg-pro:centroid_format=fp8,centroids=4,iters=2");
+  ASSERT_TRUE(cfg.warm_start);
+  StreamingKVCache full(cfg, CacheOptions{1}), part(cfg, CacheOptions{1});
+  for (int64_t c = 0; c < 10; ++c) append_chunk(full, 0, s, c);
+  for (int64_t c = 0; c < 6; ++c) append_chunk(part, 0, s, c);
+  const std::string path = temp_path("fp8.qvgc");
+  part.save(path);
+  StreamingKVCache loaded = StreamingKVCache::load(path, cfg, CacheOptions{1});
+  EXPECT_EQ(loaded.read(0).k.data, part.read(0).k.data);
+  EXPECT_EQ(loaded.read(0).v.data, part.read(0).v.data);
+  for (int64_t c = 6; c < 10; ++c) append_chunk(loaded, 0, s, c);
+  EXPECT_EQ(snapshot(loaded, "fp8_resumed"), snapshot(full, "fp8_full"));
+  std::filesystem::remove(path);
+}
+
 TEST(CacheFile, EmptyAndThreadIndependent) {
   const Stream s(4);
   StreamingKVCache one(small_config(), CacheOptions{1}), two(small_config(), CacheOptions{2});

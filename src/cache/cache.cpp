@@ -664,7 +664,8 @@ void check_layer_state(const StreamingKVCache::Impl& I, int layer) {
     if (base.centroid_format == CentroidFormat::bf16)
       check_bf16_finite(w->centroids, where + ": " + role + " warm-start centroid");
     else
-      check_qvg_part_values(*w);
+      check_fp8_centroids(w->centroids, static_cast<size_t>(smoothing_stages(base)) * c.heads * cn * c.dim,
+                          where + ": " + role + " warm-start state");
   }
 }
 

@@ -40,6 +40,11 @@ void check_decode_parts(const EncodedTensor& e, const PartBytes& expected);
 /// Both, for decoders whose expected sizes need no check of their own first.
 void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected);
 
+/// FP8 centroids (centroid_format=fp8): no NaN among the first `codes`
+/// bytes, every FP32 scale after them finite and positive; qvg::Error
+/// prefixed with `what` otherwise.
+void check_fp8_centroids(const std::vector<uint8_t>& centroids, size_t codes, const std::string& what);
+
 /// Checks of a qvg / rtn tensor's values that every decoder needs (after
 /// check_decode_input: the part sizes match): each head's span scale is
 /// finite and positive, each centroid id is below C. The CPU decode and the

@@ -243,6 +243,17 @@ class QvgCodec final : public Codec {
 
 }  // namespace
 
+void check_fp8_centroids(const std::vector<uint8_t>& centroids, size_t codes, const std::string& what) {
+  QVG_CHECK(centroids.size() >= codes, what, ": ", centroids.size(), " bytes of FP8 centroids, need ", codes);
+  for (size_t i = 0; i < codes; ++i)
+    QVG_CHECK((centroids[i] & 0x7F) != 0x7F, what, ": FP8 centroid ", i, " is NaN");
+  for (size_t i = codes; i + 4 <= centroids.size(); i += 4) {
+    float scale;
+    std::memcpy(&scale, centroids.data() + i, 4);
+    QVG_CHECK(std::isfinite(scale) && scale > 0, what, ": centroid scale ", (i - codes) / 4, " is ", scale);
+  }
+}
+
 void check_qvg_part_values(const EncodedTensor& e) {
   QVG_CHECK(e.span_scales.size() >= static_cast<size_t>(e.heads) * 4, "encoded tensor: ", e.span_scales.size(),
             " bytes of span scales for ", e.heads, " heads");
@@ -251,16 +262,9 @@ void check_qvg_part_values(const EncodedTensor& e) {
     QVG_CHECK(std::isfinite(span) && span > 0, "encoded tensor: span scale of head ", h, " is ", span);
   }
   const int64_t cn = smoothing_stages(e.config) > 0 ? e.config.kmeans.centroids : 0;
-  if (fp8_centroids(e.config) && cn > 0) {
-    const size_t codes = static_cast<size_t>(smoothing_stages(e.config) * e.heads * cn * e.dim);
-    for (size_t i = 0; i < codes; ++i)
-      QVG_CHECK((e.centroids[i] & 0x7F) != 0x7F, "encoded tensor: FP8 centroid ", i, " is NaN");
-    for (size_t i = codes; i < e.centroids.size(); i += 4) {
-      float scale;
-      std::memcpy(&scale, e.centroids.data() + i, 4);
-      QVG_CHECK(std::isfinite(scale) && scale > 0, "encoded tensor: centroid scale ", (i - codes) / 4, " is ", scale);
-    }
-  }
+  if (fp8_centroids(e.config) && cn > 0)
+    check_fp8_centroids(e.centroids, static_cast<size_t>(smoothing_stages(e.config) * e.heads * cn * e.dim),
+                        "encoded tensor");
   for (size_t i = 0; i < e.ids.size(); ++i)
     QVG_CHECK(e.ids[i] < cn, "encoded tensor: centroid id ", int(e.ids[i]), " out of range (C = ", cn, ")",
               " at id ", i);
