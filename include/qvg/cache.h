@@ -31,9 +31,8 @@
 //    every stage and head, when that span used the same C; otherwise (the
 //    first span, or a clamped C) it starts from k-means++. The warm-start
 //    state survives the eviction of that span and is saved with the cache.
-//    Measured (docs/BENCHMARKS.md, "Streaming cache"): it saves the k-means++
-//    seeding, 1.1-1.3x less k-means time at matched error; it does not cut
-//    the Lloyd iterations on our data.
+//    It saves the k-means++ seeding; on our data it does not cut the Lloyd
+//    iterations (docs/BENCHMARKS.md, "Streaming cache").
 //
 // Every method validates its arguments before it changes anything: on a
 // qvg::Error the cache is as it was (strong exception guarantee).

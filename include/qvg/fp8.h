@@ -49,8 +49,7 @@ QVG_HD uint8_t fp8_e4m3_from_float_rule(float x) {
 
 /// float -> E4M3 byte: fp8_e4m3_from_float_rule's byte for every float. On
 /// the GPU the hardware conversion (one instruction instead of frexpf, rintf
-/// and branches: most of the tiled quantizer's per-unit work before,
-/// docs/BENCHMARKS.md, seventh slice); the GPU test
+/// and branches); the GPU test
 /// Cuda.Fp8HardwareEncodeEqualsRuleOnEveryFloat compares the two on all 2^32
 /// bit patterns.
 QVG_HD uint8_t fp8_e4m3_from_float(float x) {

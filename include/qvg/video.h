@@ -32,8 +32,8 @@ bool video_support();
 /// `-vf crop=W:H,scale=w:h:flags=area -pix_fmt rgb24` (train/prepare_data.py):
 /// the crop moves the plane pointers by x = (in_w - W) / 2, y = (in_h - H) / 2,
 /// rounded down to the chroma subsampling (vf_crop's default, exact = 0), and
-/// scaling sees the cropped W x H frame. Measured: every frame of the five
-/// shipped clips byte-identical to the ffmpeg 5.1 CLI's output (docs/RUNTIME.md).
+/// scaling sees the cropped W x H frame: every frame of the five shipped clips
+/// is byte-identical to the ffmpeg 5.1 CLI's output (docs/RUNTIME.md).
 struct VideoReadOptions {
   int max_frames = 0;   ///< frames to decode at most; 0 = all
   int width = 0;        ///< output width; 0 = the (cropped) stream's

@@ -319,8 +319,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
        unit += static_cast<int64_t>(gridDim.x) * kUnitsPerBlock) {
     const int64_t n0 = unit * kUnitRows<kWg> + (warp % kUnitWarps<kWg>) * 16 * kMT;  // this warp's rows
     // The rows of this warp's next unit into L2 now, a line a lane, so the
-    // loads at the top of that unit wait for L2 rather than DRAM: 0.208 ->
-    // 0.198 ms a launch at LongCat (two units ahead: 0.205). All 16 rows of
+    // loads at the top of that unit wait for L2 rather than DRAM (one unit
+    // ahead: the faster distance, docs/BENCHMARKS.md). All 16 rows of
     // 16-bit input (2 lines a row at D = 128, 1 at D = 64); float rows at D =
     // 128 only their first 8. wgmma only: the mma.sync kernel (benchmarks)
     // spills with it.
@@ -453,10 +453,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       };
       // One accumulator set: the warpgroup waits for a group's products and
       // ranks them; the other warpgroups keep the tensor cores busy
-      // meanwhile (measured faster than two sets, whose ranking of one set
-      // ptxas scheduled after the wait for the next anyway, with more
-      // registers). Not unrolled: ptxas then hoists the groups' loads and
-      // spills.
+      // meanwhile (two sets: ptxas schedules the ranking of one set after
+      // the wait for the next anyway, with more registers). Not unrolled:
+      // ptxas then hoists the groups' loads and spills.
       float acc[32];
 #pragma unroll 1
       for (int k = 0; k < c_pad / kWgN; ++k) {

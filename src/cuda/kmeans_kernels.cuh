@@ -98,7 +98,7 @@ __host__ __device__ constexpr bool fixed_float_ok(int e) { return -e >= -126 && 
 /// Cost a value (bf16, sm_90 SASS): 16-bit unpack, permute share, FMUL, one
 /// F2I (to_fixed_float), address, three shared atomics without return;
 /// x is read once, and the shared-memory atomic pipe is the limit (ncu: MIO
-/// throttle; 124 us at LongCat bf16, 134 us float, docs/BENCHMARKS.md).
+/// throttle; docs/BENCHMARKS.md).
 /// Kept for comparison (SumKernel::atomics); the encoder runs
 /// centroid_bucket_sum_kernel, which has no shared-memory atomic a value.
 ///
@@ -304,13 +304,11 @@ __global__ void __launch_bounds__(kSumThreads) centroid_sum_kernel(
 ///     then covers 256 contiguous bytes (8 sectors, not 32). Zero sums are
 ///     skipped.
 ///
-/// What limits it (estimates, not measured yet): reading x once (243 MB at
-/// LongCat bf16, about 60 us at copy speed; the rows of a chunk are read in
-/// cluster order, 256-byte pieces of a 1 MB chunk, not one stream); the F2I
-/// conversions (16 a clock per SM: about 33 us at LongCat); the REDs, at
-/// most C D a chunk plus D a warp boundary (8.4 M at LongCat, 1/14 of the
-/// values); the sort phase, during which the block has no loads of x in
-/// flight (another block of the SM does).
+/// What can limit it: reading x once (the rows of a chunk are read in
+/// cluster order, 256-byte pieces of a chunk, not one stream); the F2I
+/// conversions (16 a clock per SM); the REDs, at most C D a chunk plus D a
+/// warp boundary; the sort phase, during which the block has no loads of x
+/// in flight (another block of the SM does).
 ///
 /// Grid (chunks, H), chunk_rows <= kBucketRows rows each (launch_centroid_sum
 /// picks them); block kBucketThreads; static shared memory 37 KB at D = 128
@@ -538,11 +536,10 @@ __global__ void __launch_bounds__(kBucketThreads) centroid_bucket_sum_kernel(
 /// update's start: the encoder zeroes sums and counts once a stage, and the
 /// reseed kernel the counts after it). One warp per (head, cluster): the head's
 /// exponent and the cluster's count are read once, and lanes take
-/// consecutive dims (one thread per value with 64-bit index divisions took
-/// 12.7 us at 32 x 256 x 128 values). The sums (up to 4 a lane) are loaded
-/// with the count, before its test and the head's maximum: a loop of
-/// dependent load-divide-store steps waited for memory D / 32 times (9.2 ->
-/// 7.2 us). Grid: ceil(H C / (block / 32)) blocks.
+/// consecutive dims (no 64-bit index divisions). The sums (up to 4 a lane)
+/// are loaded with the count, before its test and the head's maximum, so the
+/// warp waits for memory once, not D / 32 times. Grid: ceil(H C / (block /
+/// 32)) blocks.
 static __global__ void centroid_mean_kernel(unsigned long long* __restrict__ sums, const int* __restrict__ counts,
                                      int heads, int64_t n_tokens, int d, int c_count,
                                      const unsigned int* __restrict__ head_max, const int* __restrict__ active,

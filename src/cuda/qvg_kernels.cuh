@@ -207,12 +207,12 @@ __global__ void quantize_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts
 }
 
 // ---------------------------------------------------------------------------
-// Tiled encode passes, the geometry of decode_tile_kernel: the head is
-// blockIdx.y, in-head offsets are 32-bit (the host checks tokens * D < 2^30;
-// the kernels above cover larger heads and more than four stages), and each
-// thread owns U units of 16 values, 256 units apart, with all of its loads
-// issued before any arithmetic. The kernels above ran at ~1 TB/s on 64-bit
-// index arithmetic and one dependent chain of loads per thread. Unit i of a
+// Tiled encode passes: the head is blockIdx.y, in-head offsets are 32-bit
+// (the host checks tokens * D < 2^30; the kernels above cover larger heads
+// and more than four stages), and each thread owns U units of 16 values, 256
+// units apart, with all of its loads issued before any arithmetic (the
+// kernels above spend their time on 64-bit index arithmetic and one
+// dependent chain of loads per thread). Unit i of a
 // head is values [16 i, 16 i + 16) of its [N][D] values, so codes, scales
 // and x are addressed by i alone; only the stages need the token i / (D/16),
 // hence D as a template constant where S > 0 (D = 0: unused). Same values,
@@ -496,9 +496,8 @@ __device__ __forceinline__ void dequantize_codes(float* v, float s, LevelRule le
 /// Codes -> dequantized values in four SASS instructions a value (two LOP3,
 /// since an instruction takes one immediate and the mask and exponent word
 /// are two; FADD; FMUL) instead of five: the same bits as unpack_codes +
-/// dequantize_codes (the split units of decode_tile.cuh and decode_lines.cuh
-/// use it; the level rule a template constant). Holding the exponent words in
-/// registers (one LOP3) measured no faster (docs/BENCHMARKS.md, eleventh slice).
+/// dequantize_codes (the split units of decode_lines.cuh use it; the level
+/// rule a template constant).
 /// The code u of bit position pos (>= 1) of a word, OR-ed into the float
 /// M = 2^(23 - pos), whose mantissa bit pos is worth 1, reads M + u; minus
 /// the immediate M + off (exact: off is a multiple of 1/2, M's ulp 2^-pos)
