@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "data_options.h"
 #include "qvg/cache.h"
 #include "qvg/data.h"
 #include "qvg/io.h"
@@ -22,11 +23,14 @@ namespace {
 using nlohmann::json;
 
 struct StreamArgs {
-  // data
-  std::string k, v, k_name, v_name, layout = "htd", raw16, grid = "30x52";
-  std::string data = "video-like", clip = "cockatoo";
-  int heads = 4, frames = 48, frame_step = 4, threads = 0;
-  uint64_t seed = 1234;
+  DataOptions data = [] {
+    DataOptions d;
+    d.heads = 4;
+    d.frames = 48;
+    d.queries = 0;  // (no attention error here)
+    return d;
+  }();
+  int threads = 0;
   // cache
   std::string key = "qvg", value = "qvg", rope = "none";
   int layers = 1, chunk_frames = 3, quant_factor = 8, keep_recent = 0, sink = 0;
@@ -41,84 +45,19 @@ struct StreamArgs {
 
 StreamArgs g;
 
-struct Data {
-  std::string name;
-  qvg::HeadTensor k, v;
-  int64_t grid_h = 30, grid_w = 52;
-  int64_t tpf() const { return grid_h * grid_w; }
-};
-
 void progress(const std::string& s) {
   if (g.quiet) return;
   std::fprintf(stderr, "qvg: %s\n", s.c_str());
   std::fflush(stderr);
 }
 
-Data load_data() {
-  Data d;
-  if (!g.k.empty() || !g.v.empty()) {
-    if (g.k.empty() || g.v.empty()) throw qvg::Error("give both --k and --v (or neither, for built-in data)");
-    const size_t x = g.grid.find('x');
-    if (x == std::string::npos) throw qvg::Error("--grid must be HxW, got '" + g.grid + "'");
-    // Each side 1 .. 2^20 (positions are int32; tokens per frame H W stays far
-    // from overflowing in the chunk arithmetic).
-    auto side = [&](const std::string& t) {
-      size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(t, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (t.empty() || used != t.size() || v < 1 || v > (1 << 20))
-        throw qvg::Error("--grid must be HxW with H and W in 1.." + std::to_string(1 << 20) + ", got '" + g.grid + "'");
-      return static_cast<int64_t>(v);
-    };
-    d.grid_h = side(g.grid.substr(0, x));
-    d.grid_w = side(g.grid.substr(x + 1));
-    std::optional<qvg::DType> raw16;
-    if (!g.raw16.empty()) raw16 = qvg::parse_dtype(g.raw16);
-    progress("reading " + g.k + " and " + g.v);
-    d.name = g.k;
-    d.k = qvg::load_kv(g.k, qvg::parse_layout(g.layout), g.k_name, raw16);
-    d.v = qvg::load_kv(g.v, qvg::parse_layout(g.layout), g.v_name, raw16);
-    if (!d.k.same_shape(d.v)) throw qvg::Error("--k and --v have different shapes");
-    return d;
-  }
-  if (g.data == "video-like") {
-    qvg::VideoLikeParams p;
-    p.heads = g.heads;
-    p.frames = g.frames;
-    p.seed = g.seed;
-    p.threads = g.threads;
-    progress("generating video-like K/V [" + std::to_string(p.heads) + ", " + std::to_string(p.tokens()) + ", " +
-             std::to_string(p.dim) + "] seed " + std::to_string(p.seed));
-    d.name = "video-like";
-    d.k = qvg::make_video_like(p, qvg::TensorRole::key);
-    d.v = qvg::make_video_like(p, qvg::TensorRole::value);
-    d.grid_h = p.height;
-    d.grid_w = p.width;
-  } else {
-    qvg::ClipKVParams p;
-    p.clip = g.clip;
-    p.heads = g.heads;
-    p.frames = g.frames;
-    p.frame_step = g.frame_step;
-    p.seed = g.seed;
-    p.threads = g.threads;
-    progress("decoding clip '" + g.clip + "' into K/V [" + std::to_string(p.heads) + ", " +
-             std::to_string(p.tokens()) + ", " + std::to_string(p.dim) + "] (every " +
-             std::to_string(p.frame_step) + "th frame)");
-    d.name = "clip:" + g.clip;
-    d.k = qvg::make_clip_kv(p, qvg::TensorRole::key);
-    d.v = qvg::make_clip_kv(p, qvg::TensorRole::value);
-    d.grid_h = p.grid_height();
-    d.grid_w = p.grid_width();
-  }
+KvData load_stream_data() {
+  KvData d = load_data(g.data, g.threads, progress);
+  if (d.from_files && !d.k.same_shape(d.v)) throw qvg::Error("--k and --v have different shapes");
   return d;
 }
 
-qvg::CacheConfig make_config(const Data& d) {
+qvg::CacheConfig make_config(const KvData& d) {
   qvg::CacheConfig c;
   c.layers = g.layers;
   c.heads = static_cast<int>(d.k.heads);
@@ -144,14 +83,14 @@ qvg::HeadTensor slice(const qvg::HeadTensor& x, int64_t first, int64_t n) {
 }
 
 /// Positions of tokens [first, first + n) of the sequence (frame-major grid).
-std::vector<int32_t> positions(const Data& d, qvg::RopeMode mode, int64_t first, int64_t n) {
+std::vector<int32_t> positions(const KvData& d, qvg::RopeMode mode, int64_t first, int64_t n) {
   std::vector<int32_t> p;
   if (mode == qvg::RopeMode::rope_1d) return qvg::positions_1d(first, n);
   if (mode != qvg::RopeMode::wan_3d) return p;
   p.reserve(static_cast<size_t>(3 * n));
   for (int64_t t = first; t < first + n; ++t) {
-    const int64_t i = t % d.tpf();
-    p.push_back(static_cast<int32_t>(t / d.tpf()));
+    const int64_t i = t % d.tokens_per_frame();
+    p.push_back(static_cast<int32_t>(t / d.tokens_per_frame()));
     p.push_back(static_cast<int32_t>(i / d.grid_w));
     p.push_back(static_cast<int32_t>(i % d.grid_w));
   }
@@ -244,12 +183,12 @@ struct RunResult {
 
 /// One streamed run. post_rope: keys are rotated before caching (cache RoPE off).
 /// main_run: honours --load / --save / --stop-after and prints the timeline.
-RunResult run(const Data& d, qvg::CacheConfig cfg, bool post_rope, bool main_run, const std::string& label) {
+RunResult run(const KvData& d, qvg::CacheConfig cfg, bool post_rope, bool main_run, const std::string& label) {
   const int64_t n = d.k.tokens;
-  if (g.chunk_frames < 1 || d.tpf() > (int64_t{1} << 40) / g.chunk_frames)
-    throw qvg::Error("--chunk-frames " + std::to_string(g.chunk_frames) + " with " + std::to_string(d.tpf()) +
+  if (g.chunk_frames < 1 || d.tokens_per_frame() > (int64_t{1} << 40) / g.chunk_frames)
+    throw qvg::Error("--chunk-frames " + std::to_string(g.chunk_frames) + " with " + std::to_string(d.tokens_per_frame()) +
                      " tokens a frame: a chunk must hold 1 to 2^40 tokens");
-  const int64_t ct = g.chunk_frames * d.tpf();
+  const int64_t ct = g.chunk_frames * d.tokens_per_frame();
   const int64_t n_chunks = (n + ct - 1) / ct;
   const qvg::RopeMode ref_rope = cfg.rope.mode;  // the positions the reference keys are rotated with
   if (post_rope) cfg.rope.mode = qvg::RopeMode::none;
@@ -446,20 +385,7 @@ void print_warm(const json& w) {
 CLI::App* add_stream_command(CLI::App& app) {
   auto* s = app.add_subcommand(
       "stream", "simulate autoregressive generation through the streaming KV cache (spans, memory, warm start)");
-  s->add_option("--k", g.k, "keys file (.npy or .safetensors), [heads, tokens, dim] in token order");
-  s->add_option("--v", g.v, "values file");
-  s->add_option("--k-name", g.k_name, "tensor name inside a .safetensors keys file");
-  s->add_option("--v-name", g.v_name, "tensor name inside a .safetensors values file");
-  s->add_option("--layout", g.layout, "file layout: htd or thd")->check(CLI::IsMember({"htd", "thd"}));
-  s->add_option("--raw16", g.raw16, "dtype of .npy files with a 2-byte void dtype")->check(CLI::IsMember({"f16", "bf16"}));
-  s->add_option("--grid", g.grid, "files: latent frame grid HxW, default 30x52 (tokens per frame = H*W; 3-D RoPE positions)");
-  s->add_option("--data", g.data, "built-in data when no file is given: video-like or clip")
-      ->check(CLI::IsMember({"video-like", "clip"}));
-  s->add_option("--clip", g.clip, "clip for --data clip: a shipped clip name or a video path");
-  s->add_option("--heads", g.heads, "built-in data: heads (default 4)")->check(CLI::Range(1, 256));
-  s->add_option("--frames", g.frames, "built-in data: latent frames of 30 x 52 = 1,560 tokens (default 48)")->check(CLI::Range(1, 100000));
-  s->add_option("--frame-step", g.frame_step, "--data clip: use every n-th video frame (default 4)")->check(CLI::Range(1, 100));
-  s->add_option("--seed", g.seed, "built-in data: seed");
+  add_data_options(s, g.data, {.files = true, .queries = false, .grid = true});
   s->add_option("--key", g.key, "codec of key spans (default qvg; see `qvg methods`)");
   s->add_option("--value", g.value, "codec of value spans (default qvg)");
   s->add_option("--layers", g.layers, "layers; every layer gets the same K/V")->check(CLI::Range(1, 1000));
@@ -485,13 +411,13 @@ CLI::App* add_stream_command(CLI::App& app) {
 }
 
 int run_stream_command() {
-  const Data d = load_data();
+  const KvData d = load_stream_data();
   const qvg::CacheConfig cfg = make_config(d);
   if (g.compare_rope && cfg.rope.mode == qvg::RopeMode::none)
     throw qvg::Error("--compare-rope needs --rope 1d or 3d (the data are taken as pre-RoPE keys)");
   if (!g.load.empty() && (g.compare_warm || g.compare_rope))
     throw qvg::Error("--load resumes one run; drop --compare-warm / --compare-rope");
-  const int64_t ct = g.chunk_frames * d.tpf();
+  const int64_t ct = g.chunk_frames * d.tokens_per_frame();
   if (!g.as_json) {
     std::printf("qvg stream: %s K/V [%" PRId64 " heads, %" PRId64 " tokens, dim %" PRId64
                 "] into %d layer(s) (the same K/V in every layer)\n",

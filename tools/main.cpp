@@ -14,6 +14,7 @@
 #include "qvg/io.h"
 #include "qvg/methods.h"
 #include "commands.h"
+#include "data_options.h"
 
 namespace {
 
@@ -21,80 +22,18 @@ using nlohmann::json;
 
 const std::vector<std::string> kDefaultMethods = {"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"};
 
-struct DataArgs {
-  std::string k, v, q;  // files
-  std::string k_name, v_name, q_name;
-  std::string layout = "htd";
-  std::string raw16;  // dtype of 2-byte void .npy data: f16 or bf16
-  std::string data = "video-like";
-  std::string clip = "cockatoo";
-  std::string write_rec;  // directory for reconstructions
-  int heads = 12, frames = 24, queries = 256, threads = 0;
-  uint64_t seed = 1234;
-};
-
-void add_data_options(CLI::App* app, DataArgs& a, bool files) {
-  if (files) {
-    app->add_option("--k", a.k, "keys file (.npy or .safetensors)");
-    app->add_option("--v", a.v, "values file (.npy or .safetensors)");
-    app->add_option("--q", a.q, "queries file (optional): adds the attention-output error");
-    app->add_option("--k-name", a.k_name, "tensor name inside a .safetensors keys file");
-    app->add_option("--v-name", a.v_name, "tensor name inside a .safetensors values file");
-    app->add_option("--q-name", a.q_name, "tensor name inside a .safetensors queries file");
-    app->add_option("--layout", a.layout, "file layout: htd = [heads, tokens, dim], thd = [tokens, heads, dim]")
-        ->check(CLI::IsMember({"htd", "thd"}));
-    app->add_option("--raw16", a.raw16, "dtype of .npy files with a 2-byte void dtype (ml_dtypes bfloat16)")
-        ->check(CLI::IsMember({"f16", "bf16"}));
-    app->add_option("--write-rec", a.write_rec,
-                    "write each method's K/V reconstructions into this directory, in the input's format, "
-                    "dtype and layout (built-in data: .npy f32, htd)");
-    app->add_option("--data", a.data, "built-in data when no file is given: video-like or clip")
-        ->check(CLI::IsMember({"video-like", "clip"}));
-  }
-  app->add_option("--clip", a.clip, "clip for --data clip: a shipped clip name or a video path");
-  app->add_option("--heads", a.heads, "built-in data: heads")->check(CLI::Range(1, 256));
-  app->add_option("--frames", a.frames, "built-in data: latent frames (1,560 tokens each)")->check(CLI::Range(1, 1000));
-  app->add_option("--queries", a.queries, "built-in data: queries for the attention error (0 = none)")
-      ->check(CLI::Range(0, 100000));
-  app->add_option("--seed", a.seed, "built-in data: seed");
-  app->add_option("--threads", a.threads, "worker threads (0 = all cores); results do not depend on it");
-}
-
 void progress(bool quiet, const std::string& s) {
   if (quiet) return;
   std::fprintf(stderr, "qvg: %s\n", s.c_str());
   std::fflush(stderr);
 }
 
-qvg::EvalInput builtin_input(const std::string& kind, const DataArgs& a, bool quiet) {
+qvg::EvalInput eval_input(qvg_cli::KvData&& d) {
   qvg::EvalInput in;
-  if (kind == "video-like") {
-    qvg::VideoLikeParams p;
-    p.heads = a.heads;
-    p.frames = a.frames;
-    p.seed = a.seed;
-    p.threads = a.threads;
-    progress(quiet, "generating video-like K/V [" + std::to_string(p.heads) + ", " + std::to_string(p.tokens()) +
-                        ", " + std::to_string(p.dim) + "] seed " + std::to_string(p.seed));
-    in.name = "video-like";
-    in.k = qvg::make_video_like(p, qvg::TensorRole::key);
-    in.v = qvg::make_video_like(p, qvg::TensorRole::value);
-  } else {
-    qvg::ClipKVParams p;
-    p.clip = a.clip;
-    p.heads = a.heads;
-    p.frames = a.frames;
-    p.seed = a.seed;
-    p.threads = a.threads;
-    progress(quiet, "decoding clip '" + a.clip + "' into K/V [" + std::to_string(p.heads) + ", " +
-                        std::to_string(p.tokens()) + ", " + std::to_string(p.dim) + "] seed " + std::to_string(p.seed));
-    in.name = "clip:" + a.clip;
-    in.k = qvg::make_clip_kv(p, qvg::TensorRole::key);
-    in.v = qvg::make_clip_kv(p, qvg::TensorRole::value);
-  }
-  // Queries: the keys of `queries` tokens spread over the span (self-attention
-  // of cached tokens), since the generators have no query projection.
-  if (a.queries > 0) in.q = qvg::select_tokens(in.k, a.queries);
+  in.name = std::move(d.name);
+  in.k = std::move(d.k);
+  in.v = std::move(d.v);
+  in.q = std::move(d.q);
   return in;
 }
 
@@ -140,29 +79,15 @@ void print_rows(const std::vector<qvg::EvalRow>& rows, const qvg::EvalInput& in)
   std::fflush(stdout);
 }
 
-int run_eval(const DataArgs& a, const std::vector<std::string>& methods, bool as_json, bool quiet) {
-  qvg::EvalInput in;
-  qvg::KvFileInfo info;
-  info.dtype = qvg::DType::f32;
-  std::string ext = ".npy";
-  qvg::KvLayout layout = qvg::KvLayout::htd;
-  if (!a.k.empty() || !a.v.empty()) {
-    if (a.k.empty() || a.v.empty()) throw qvg::Error("give both --k and --v (or neither, for built-in data)");
-    layout = qvg::parse_layout(a.layout);
-    std::optional<qvg::DType> raw16;
-    if (!a.raw16.empty()) raw16 = qvg::parse_dtype(a.raw16);
-    progress(quiet, "reading " + a.k + " and " + a.v);
-    in.name = a.k;
-    in.k = qvg::load_kv(a.k, layout, a.k_name, raw16, &info);
-    ext = std::filesystem::path(a.k).extension().string();
-    in.v = qvg::load_kv(a.v, layout, a.v_name, raw16);
-    if (!a.q.empty()) in.q = qvg::load_kv(a.q, layout, a.q_name, raw16);
-  } else {
-    if (!a.q.empty()) throw qvg::Error("--q needs --k and --v");
-    in = builtin_input(a.data, a, quiet);
-  }
+int run_eval(const qvg_cli::DataOptions& a, int threads, const std::string& write_rec,
+             const std::vector<std::string>& methods, bool as_json, bool quiet) {
+  qvg_cli::KvData data = qvg_cli::load_data(a, threads, [&](const std::string& s) { progress(quiet, s); });
+  const qvg::KvFileInfo info = data.info;
+  const std::string ext = data.ext;
+  const qvg::KvLayout layout = data.layout;
+  const qvg::EvalInput in = eval_input(std::move(data));
   qvg::EvalOptions opt;
-  opt.threads = a.threads;
+  opt.threads = threads;
   const auto t0 = std::chrono::steady_clock::now();
   opt.progress = [&](const std::string& s) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -170,13 +95,13 @@ int run_eval(const DataArgs& a, const std::vector<std::string>& methods, bool as
     std::snprintf(buf, sizeof buf, "%7.1fs ", sec);
     progress(quiet, buf + s);
   };
-  if (!a.write_rec.empty()) {
-    std::filesystem::create_directories(a.write_rec);
+  if (!write_rec.empty()) {
+    std::filesystem::create_directories(write_rec);
     opt.on_reconstruction = [&](const std::string& method, const std::string& tensor, const qvg::HeadTensor& x) {
       std::string safe = method;  // "qvg-pro:block=32" -> "qvg-pro_block-32"
       for (char& ch : safe)
         if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = ch == '=' ? '-' : '_';
-      const std::string path = (std::filesystem::path(a.write_rec) / (safe + "." + tensor + ext)).string();
+      const std::string path = (std::filesystem::path(write_rec) / (safe + "." + tensor + ext)).string();
       qvg::save_kv(path, x, layout, info.dtype, ext == ".npy" ? "" : tensor, info.leading_batch);
       progress(quiet, "wrote " + path);
     };
@@ -213,7 +138,8 @@ void print_summary(const std::vector<qvg::EvalRow>& rows) {
   }
 }
 
-int run_demo(DataArgs a, const std::vector<std::string>& methods, bool as_json, bool quiet) {
+int run_demo(const qvg_cli::DataOptions& a, int threads, const std::vector<std::string>& methods, bool as_json,
+             bool quiet) {
   if (!as_json) {
     std::printf("qvg codec-demo: KV-cache compression methods side by side on built-in data\n"
                 "(one Self-Forcing span: %d latent frames x 1,560 tokens, %d heads, dim 128).\n"
@@ -223,9 +149,10 @@ int run_demo(DataArgs a, const std::vector<std::string>& methods, bool as_json, 
   }
   json all = json::array();
   for (const std::string kind : {"video-like", "clip"}) {
-    const qvg::EvalInput in = builtin_input(kind, a, quiet);
+    const qvg::EvalInput in =
+        eval_input(qvg_cli::make_builtin_data(kind, a, threads, [&](const std::string& s) { progress(quiet, s); }));
     qvg::EvalOptions opt;
-    opt.threads = a.threads;
+    opt.threads = threads;
     opt.progress = [&](const std::string& s) { progress(quiet, s); };
     const auto rows = qvg::evaluate(in, methods, opt);
     if (as_json) {
@@ -261,19 +188,26 @@ int main(int argc, char** argv) {
   CLI::App app{"qvg: 2-4 bit KV-cache compression for autoregressive video diffusion (Quant VideoGen)"};
   app.require_subcommand(1);
   bool as_json = false, quiet = false;
-  DataArgs eval_args, demo_args;
+  qvg_cli::DataOptions eval_args, demo_args;
   demo_args.heads = 4;
+  int eval_threads = 0, demo_threads = 0;
+  std::string write_rec;
   std::vector<std::string> eval_methods = kDefaultMethods, demo_methods = kDefaultMethods;
 
   auto* eval = app.add_subcommand("eval", "compare methods on K/V files or built-in data");
-  add_data_options(eval, eval_args, true);
+  qvg_cli::add_data_options(eval, eval_args, {.files = true, .queries = true});
+  eval->add_option("--threads", eval_threads, "worker threads (0 = all cores); results do not depend on it");
+  eval->add_option("--write-rec", write_rec,
+                   "write each method's K/V reconstructions into this directory, in the input's format, "
+                   "dtype and layout (built-in data: .npy f32, htd)");
   eval->add_option("--methods", eval_methods, "methods/presets with optional overrides (see `qvg methods`)");
   eval->add_flag("--json", as_json, "print one JSON row per method and tensor");
   eval->add_flag("--quiet", quiet, "no progress output");
 
   auto* demo = app.add_subcommand("codec-demo",
                                   "the codecs side by side on both built-in K/V data sets (no model; was `qvg demo`)");
-  add_data_options(demo, demo_args, false);
+  qvg_cli::add_data_options(demo, demo_args, {.files = false, .queries = true});
+  demo->add_option("--threads", demo_threads, "worker threads (0 = all cores); results do not depend on it");
   demo->add_option("--methods", demo_methods, "methods/presets (see `qvg methods`)");
   demo->add_flag("--json", as_json, "print one JSON row per data set, method and tensor");
   demo->add_flag("--quiet", quiet, "no progress output");
@@ -292,8 +226,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    if (*eval) return run_eval(eval_args, eval_methods, as_json, quiet);
-    if (*demo) return run_demo(demo_args, demo_methods, as_json, quiet);
+    if (*eval) return run_eval(eval_args, eval_threads, write_rec, eval_methods, as_json, quiet);
+    if (*demo) return run_demo(demo_args, demo_threads, demo_methods, as_json, quiet);
     if (*stream) return qvg_cli::run_stream_command();
     if (*generate) return qvg_cli::run_generate_command();
     if (*dump_kv) return qvg_cli::run_dump_kv_command();
