@@ -145,7 +145,7 @@ void print_parts(const char* role, const qvg::RoleBytes& b) {
 
 }  // namespace
 
-CLI::App* add_generate_command(CLI::App& app) {
+void add_generate_command(CLI::App& app) {
   auto* s = app.add_subcommand("generate",
                                "continue a clip with the reference video model; KV cache in the streaming cache");
   s->add_option("--context", g.context, "video clip whose frames are the context (e.g. data/clips/vtest.mp4)")
@@ -180,10 +180,10 @@ CLI::App* add_generate_command(CLI::App& app) {
       ->check(CLI::Range(1, 16));
   s->add_option("--encoder", g.encoder, "FFmpeg encoder (default libx264, else mpeg4)");
   s->add_flag("--no-context-in-output", g.no_context_in_output, "write only the generated frames");
-  return s;
+  s->callback([] { run_generate_command(); });
 }
 
-int run_generate_command() {
+void run_generate_command() {
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   const qvg::Model model = qvg::Model::load(g.model);
@@ -272,7 +272,6 @@ int run_generate_command() {
   std::printf("wrote %s: %d frames (%s%d generated), %dx%d, %s, %.3g fps\n", g.out.c_str(), out.frames,
               g.no_context_in_output ? "" : (std::to_string(g.context_frames) + " context + ").c_str(), g.frames,
               mc.frame * g.upscale, mc.frame * g.upscale, enc.c_str(), wo.fps);
-  return 0;
 }
 
 // ---- compare ----------------------------------------------------------------------
@@ -323,7 +322,7 @@ RunResult run_method(const qvg::Model& model, const std::string& spec, std::span
 
 }  // namespace
 
-CLI::App* add_compare_command(CLI::App& app) {
+void add_compare_command(CLI::App& app) {
   auto* s = app.add_subcommand("compare",
                                "continue a clip with a BF16 cache and with each chosen cache; PSNR/SSIM vs BF16, "
                                "KV bytes, time per chunk");
@@ -348,14 +347,14 @@ CLI::App* add_compare_command(CLI::App& app) {
   s->add_option("--plot", gc.plot, "write a PNG of PSNR against BF16 per generated frame, one line per method (gnuplot)");
   s->add_option("--csv", gc.csv, "write PSNR against BF16 per generated frame as CSV (one column per method; inf = identical)");
   s->add_flag("--json", gc.as_json, "print one JSON row per method");
-  return s;
+  s->callback([] { run_compare_command(); });
 }
 
 namespace {
 
 /// compare; `before_runs` (if set) is called once every argument, the model
 /// and the clip have been checked, right before the runs (the demo's header).
-int compare(const std::function<void()>& before_runs) {
+void compare(const std::function<void()>& before_runs) {
   const qvg::Model model = qvg::Model::load(g.model);
   const qvg::ModelConfig& mc = model.config();
   QVG_CHECK(g.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
@@ -498,12 +497,11 @@ int compare(const std::function<void()>& before_runs) {
     qvg::write_video(gc.side_by_side, sbs, wo);
     if (!gc.as_json) std::printf("wrote %s (left to right: the methods in table order)\n", gc.side_by_side.c_str());
   }
-  return 0;
 }
 
 }  // namespace
 
-int run_compare_command() { return compare({}); }
+void run_compare_command() { compare({}); }
 
 // ---- demo ---------------------------------------------------------------------------
 
@@ -521,7 +519,7 @@ struct DemoArgs {
 DemoArgs gdemo;
 }  // namespace
 
-CLI::App* add_demo_command(CLI::App& app) {
+void add_demo_command(CLI::App& app) {
   auto* s = app.add_subcommand(
       "demo", "the main job: the reference video model continues a held-out clip with its KV cache in BF16 and in "
               "each INT2 method; table of bits, ratio, PSNR/SSIM vs BF16, time (a few minutes on 2 cores)");
@@ -541,10 +539,10 @@ CLI::App* add_demo_command(CLI::App& app) {
   s->add_option("--side-by-side", gdemo.side_by_side, "also write the methods' frames side by side (MP4)");
   s->add_flag("--json", gdemo.as_json, "print one JSON row per method");
   add_device_options(s);  // writes g.device / g.gpu_math directly
-  return s;
+  s->callback([] { run_demo_command(); });
 }
 
-int run_demo_command() {
+void run_demo_command() {
   g.context = gdemo.context;
   g.model = gdemo.model;
   g.start = gdemo.start;
@@ -571,10 +569,10 @@ int run_demo_command() {
         g.frames, g.quant_factor, g.quant_factor * 768, g.quant_factor * 768, 16.0 * 256 / (g.quant_factor * 768));
     std::fflush(stdout);
   };
-  return compare(header);  // the header only once the arguments have passed
+  compare(header);  // the header only once the arguments have passed
 }
 
-CLI::App* add_dump_kv_command(CLI::App& app) {
+void add_dump_kv_command(CLI::App& app) {
   auto* s = app.add_subcommand("dump-kv", "write the reference model's per-layer Q, K (pre/post-RoPE) and V for a clip");
   s->add_option("--context", g.context, "video clip (e.g. data/clips/cockatoo.mp4)")->required();
   s->add_option("-o,--out", g.out, "output .safetensors")->required();
@@ -585,10 +583,10 @@ CLI::App* add_dump_kv_command(CLI::App& app) {
   s->add_option("--model", g.model, "weights (.safetensors), default models/qvg_ref_video_dit.safetensors");
   s->add_option("--dtype", gd.dtype, "stored dtype: f32 (default), f16 or bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  return s;
+  s->callback([] { run_dump_kv_command(); });
 }
 
-int run_dump_kv_command() {
+void run_dump_kv_command() {
   const qvg::Model model = qvg::Model::load(g.model);
   const qvg::ModelConfig& mc = model.config();
   QVG_CHECK(g.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
@@ -642,7 +640,6 @@ int run_dump_kv_command() {
   std::printf("e.g.: qvg eval --k %s --k-name layer3.k_pre --v %s --v-name layer3.v --q %s --q-name layer3.q "
               "--layout thd\n",
               g.out.c_str(), g.out.c_str(), g.out.c_str());
-  return 0;
 }
 
 }  // namespace qvg_cli

@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -43,35 +44,33 @@ struct StreamArgs {
   int every = 1;
 };
 
-StreamArgs g;
-
-void progress(const std::string& s) {
-  if (g.quiet) return;
+void progress(const StreamArgs& args, const std::string& s) {
+  if (args.quiet) return;
   std::fprintf(stderr, "qvg: %s\n", s.c_str());
   std::fflush(stderr);
 }
 
-KvData load_stream_data() {
-  KvData d = load_data(g.data, g.threads, progress);
+KvData load_stream_data(const StreamArgs& args) {
+  KvData d = load_data(args.data, args.threads, [&](const std::string& s) { progress(args, s); });
   if (d.from_files && !d.k.same_shape(d.v)) throw qvg::Error("--k and --v have different shapes");
   return d;
 }
 
-qvg::CacheConfig make_config(const KvData& d) {
+qvg::CacheConfig make_config(const StreamArgs& args, const KvData& d) {
   qvg::CacheConfig c;
-  c.layers = g.layers;
+  c.layers = args.layers;
   c.heads = static_cast<int>(d.k.heads);
   c.dim = static_cast<int>(d.k.dim);
-  c.key = qvg::parse_codec_spec(g.key);
-  c.value = qvg::parse_codec_spec(g.value);
+  c.key = qvg::parse_codec_spec(args.key);
+  c.value = qvg::parse_codec_spec(args.value);
   c.chunk_tokens = 0;  // the last chunk of a file may be shorter
-  c.policy.quant_factor = g.quant_factor;
-  c.policy.keep_recent = g.keep_recent;
-  c.policy.sink = g.sink;
-  c.policy.window_chunks = g.window_chunks;
-  c.policy.window_tokens = g.window_tokens;
-  c.rope.mode = qvg::parse_rope_mode(g.rope);
-  c.warm_start = !g.no_warm;
+  c.policy.quant_factor = args.quant_factor;
+  c.policy.keep_recent = args.keep_recent;
+  c.policy.sink = args.sink;
+  c.policy.window_chunks = args.window_chunks;
+  c.policy.window_tokens = args.window_tokens;
+  c.rope.mode = qvg::parse_rope_mode(args.rope);
+  c.warm_start = !args.no_warm;
   qvg::validate(c);
   return c;
 }
@@ -183,46 +182,46 @@ struct RunResult {
 
 /// One streamed run. post_rope: keys are rotated before caching (cache RoPE off).
 /// main_run: honours --load / --save / --stop-after and prints the timeline.
-RunResult run(const KvData& d, qvg::CacheConfig cfg, bool post_rope, bool main_run, const std::string& label) {
+RunResult run(const StreamArgs& args, const KvData& d, qvg::CacheConfig cfg, bool post_rope, bool main_run, const std::string& label) {
   const int64_t n = d.k.tokens;
-  if (g.chunk_frames < 1 || d.tokens_per_frame() > (int64_t{1} << 40) / g.chunk_frames)
-    throw qvg::Error("--chunk-frames " + std::to_string(g.chunk_frames) + " with " + std::to_string(d.tokens_per_frame()) +
+  if (args.chunk_frames < 1 || d.tokens_per_frame() > (int64_t{1} << 40) / args.chunk_frames)
+    throw qvg::Error("--chunk-frames " + std::to_string(args.chunk_frames) + " with " + std::to_string(d.tokens_per_frame()) +
                      " tokens a frame: a chunk must hold 1 to 2^40 tokens");
-  const int64_t ct = g.chunk_frames * d.tokens_per_frame();
+  const int64_t ct = args.chunk_frames * d.tokens_per_frame();
   const int64_t n_chunks = (n + ct - 1) / ct;
   const qvg::RopeMode ref_rope = cfg.rope.mode;  // the positions the reference keys are rotated with
   if (post_rope) cfg.rope.mode = qvg::RopeMode::none;
   qvg::CacheOptions opt;
-  opt.threads = g.threads;
+  opt.threads = args.threads;
   opt.measure_span_error = true;
 
   RunResult res;
   std::optional<qvg::StreamingKVCache> cache;
-  if (main_run && !g.load.empty()) {
-    progress("loading " + g.load);
-    cache.emplace(qvg::StreamingKVCache::load(g.load, cfg, opt));
+  if (main_run && !args.load.empty()) {
+    progress(args, "loading " + args.load);
+    cache.emplace(qvg::StreamingKVCache::load(args.load, cfg, opt));
     res.first_chunk = cache->chunks_appended(0);
     for (int l = 1; l < cfg.layers; ++l)
       if (cache->chunks_appended(l) != res.first_chunk)
-        throw qvg::Error(g.load + ": layers hold different numbers of chunks; cannot resume");
+        throw qvg::Error(args.load + ": layers hold different numbers of chunks; cannot resume");
     if (res.first_chunk > n_chunks)
-      throw qvg::Error(g.load + ": the cache holds " + std::to_string(res.first_chunk) + " chunks, the data has " +
+      throw qvg::Error(args.load + ": the cache holds " + std::to_string(res.first_chunk) + " chunks, the data has " +
                        std::to_string(n_chunks));
     // The chunks must be this run's chunks of this data (the reference
     // below copies data rows by chunk index and size).
     const int64_t want = std::min(res.first_chunk * ct, n);
     for (int l = 0; l < cfg.layers; ++l)
       if (cache->tokens_appended(l) != want)
-        throw qvg::Error(g.load + ": layer " + std::to_string(l) + " holds " + std::to_string(cache->tokens_appended(l)) +
+        throw qvg::Error(args.load + ": layer " + std::to_string(l) + " holds " + std::to_string(cache->tokens_appended(l)) +
                          " tokens in " + std::to_string(res.first_chunk) + " chunks; with --chunk-frames " +
-                         std::to_string(g.chunk_frames) + " (" + std::to_string(ct) +
+                         std::to_string(args.chunk_frames) + " (" + std::to_string(ct) +
                          " tokens a chunk) this data's first chunks hold " + std::to_string(want) + "; cannot resume");
-    if (!g.as_json) std::printf("resumed from %s at chunk %" PRId64 "\n", g.load.c_str(), res.first_chunk);
+    if (!args.as_json) std::printf("resumed from %s at chunk %" PRId64 "\n", args.load.c_str(), res.first_chunk);
   } else {
     cache.emplace(cfg, opt);
   }
-  res.last_chunk = (main_run && g.stop_after > 0) ? std::min(n_chunks, g.stop_after) : n_chunks;
-  const bool print = main_run && !g.as_json;
+  res.last_chunk = (main_run && args.stop_after > 0) ? std::min(n_chunks, args.stop_after) : n_chunks;
+  const bool print = main_run && !args.as_json;
   if (print)
     std::printf("\n%6s %9s %6s %14s %14s %7s %6s\n", "chunk", "tokens", "spans", "kv_bytes", "bf16_bytes", "ratio",
                 "bits");
@@ -246,7 +245,7 @@ RunResult run(const KvData& d, qvg::CacheConfig cfg, bool post_rope, bool main_r
                          {"kv_bytes", m.kv_bytes()},
                          {"bf16_bytes", m.bf16_bytes},
                          {"ratio", m.ratio()}});
-    if (print && (new_spans.size() > 0 || c % g.every == 0 || c + 1 == res.last_chunk))
+    if (print && (new_spans.size() > 0 || c % args.every == 0 || c + 1 == res.last_chunk))
       std::printf("%6" PRId64 " %9" PRId64 " %6" PRId64 " %14zu %14zu %6.2fx %6.2f\n", c, m.tokens_live, m.spans,
                   m.kv_bytes(), m.bf16_bytes, m.ratio(), m.bits_per_value(cfg.heads, cfg.dim));
     for (const auto& s : new_spans) {
@@ -264,7 +263,7 @@ RunResult run(const KvData& d, qvg::CacheConfig cfg, bool post_rope, bool main_r
     char buf[160];
     std::snprintf(buf, sizeof buf, "%s: chunk %" PRId64 "/%" PRId64 " into %d layer(s), %.1fs", label.c_str(), c + 1,
                   n_chunks, cfg.layers, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    progress(buf);
+    progress(args, buf);
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.memory = cache->memory();
@@ -295,9 +294,9 @@ RunResult run(const KvData& d, qvg::CacheConfig cfg, bool post_rope, bool main_r
     res.v_error = qvg::compare(ref_v, r.v);
     res.digest = read_digest(*cache);
   }
-  if (main_run && !g.save.empty()) {
-    cache->save(g.save);
-    if (!g.as_json) std::printf("saved the cache after chunk %" PRId64 " to %s\n", res.last_chunk - 1, g.save.c_str());
+  if (main_run && !args.save.empty()) {
+    cache->save(args.save);
+    if (!args.as_json) std::printf("saved the cache after chunk %" PRId64 " to %s\n", res.last_chunk - 1, args.save.c_str());
   }
   return res;
 }
@@ -380,57 +379,27 @@ void print_warm(const json& w) {
               w["final_v_rel_l2_cold"].get<double>(), w["final_v_rel_l2_warm"].get<double>());
 }
 
-}  // namespace
-
-CLI::App* add_stream_command(CLI::App& app) {
-  auto* s = app.add_subcommand(
-      "stream", "simulate autoregressive generation through the streaming KV cache (spans, memory, warm start)");
-  add_data_options(s, g.data, {.files = true, .queries = false, .grid = true});
-  s->add_option("--key", g.key, "codec of key spans (default qvg; see `qvg methods`)");
-  s->add_option("--value", g.value, "codec of value spans (default qvg)");
-  s->add_option("--layers", g.layers, "layers; every layer gets the same K/V")->check(CLI::Range(1, 1000));
-  s->add_option("--chunk-frames", g.chunk_frames, "latent frames per chunk (default 3, as Self-Forcing)")->check(CLI::Range(1, 100000));
-  s->add_option("--quant-factor", g.quant_factor, "chunks per span (default 8)")->check(CLI::Range(1, 100000));
-  s->add_option("--keep-recent", g.keep_recent, "newest chunks kept in BF16")->check(CLI::Range(0, 100000));
-  s->add_option("--sink", g.sink, "first chunks never quantized nor evicted")->check(CLI::Range(0, 100000));
-  s->add_option("--window-chunks", g.window_chunks, "local attention window in chunks (0 = none)")->check(CLI::NonNegativeNumber);
-  s->add_option("--window-tokens", g.window_tokens, "local attention window in tokens (0 = none)")->check(CLI::NonNegativeNumber);
-  s->add_option("--rope", g.rope, "none, or 1d / 3d: the data are pre-RoPE keys, rotated on read")
-      ->check(CLI::IsMember({"none", "1d", "3d"}));
-  s->add_flag("--no-warm-start", g.no_warm, "k-means of every span starts from k-means++");
-  s->add_flag("--compare-warm", g.compare_warm, "also run with warm start flipped and compare k-means work and error");
-  s->add_flag("--compare-rope", g.compare_rope, "also cache keys after RoPE and compare key error (needs --rope 1d|3d)");
-  s->add_option("--save", g.save, "save the cache to this file at the end (see --stop-after)");
-  s->add_option("--load", g.load, "resume from a cache saved by --save (same data and cache options)");
-  s->add_option("--stop-after", g.stop_after, "stop after this many chunks (0 = all)")->check(CLI::NonNegativeNumber);
-  s->add_option("--every", g.every, "print memory every n chunks (and at every span)")->check(CLI::Range(1, 1000000));
-  s->add_option("--threads", g.threads, "worker threads (0 = all cores); results do not depend on it");
-  s->add_flag("--json", g.as_json, "print one JSON object");
-  s->add_flag("--quiet", g.quiet, "no progress output");
-  return s;
-}
-
-int run_stream_command() {
-  const KvData d = load_stream_data();
-  const qvg::CacheConfig cfg = make_config(d);
-  if (g.compare_rope && cfg.rope.mode == qvg::RopeMode::none)
+void run_stream(const StreamArgs& args) {
+  const KvData d = load_stream_data(args);
+  const qvg::CacheConfig cfg = make_config(args, d);
+  if (args.compare_rope && cfg.rope.mode == qvg::RopeMode::none)
     throw qvg::Error("--compare-rope needs --rope 1d or 3d (the data are taken as pre-RoPE keys)");
-  if (!g.load.empty() && (g.compare_warm || g.compare_rope))
+  if (!args.load.empty() && (args.compare_warm || args.compare_rope))
     throw qvg::Error("--load resumes one run; drop --compare-warm / --compare-rope");
-  const int64_t ct = g.chunk_frames * d.tokens_per_frame();
-  if (!g.as_json) {
+  const int64_t ct = args.chunk_frames * d.tokens_per_frame();
+  if (!args.as_json) {
     std::printf("qvg stream: %s K/V [%" PRId64 " heads, %" PRId64 " tokens, dim %" PRId64
                 "] into %d layer(s) (the same K/V in every layer)\n",
                 d.name.c_str(), d.k.heads, d.k.tokens, d.k.dim, cfg.layers);
     std::printf("chunks of %d frames = %" PRId64 " tokens; span = %d chunks; keep_recent %d, sink %d, window %" PRId64
                 " chunks / %" PRId64 " tokens (0 = none); RoPE %s; warm start %s\n",
-                g.chunk_frames, ct, cfg.policy.quant_factor, cfg.policy.keep_recent, cfg.policy.sink,
+                args.chunk_frames, ct, cfg.policy.quant_factor, cfg.policy.keep_recent, cfg.policy.sink,
                 cfg.policy.window_chunks, cfg.policy.window_tokens, qvg::rope_mode_name(cfg.rope.mode),
                 cfg.warm_start ? "on" : "off");
     std::printf("key codec %s (%s), value codec %s (%s)\n", cfg.key.name.c_str(), qvg::describe(cfg.key).c_str(),
                 cfg.value.name.c_str(), qvg::describe(cfg.value).c_str());
   }
-  const RunResult main = run(d, cfg, false, true, "stream");
+  const RunResult main = run(args, d, cfg, false, true, "stream");
   json out = {{"data", d.name},
               {"heads", d.k.heads},
               {"tokens", d.k.tokens},
@@ -459,33 +428,64 @@ int run_stream_command() {
               {"read_v_snr_db", nullable(main.v_error.snr_db)},
               {"read_digest", main.digest}};
   for (const auto& s : main.spans) out["spans"].push_back(span_json(s));
-  if (!g.as_json) {
+  if (!args.as_json) {
     print_memory(main.memory.total, cfg);
     std::printf("\nread(layer 0): K rel. L2 %.4f (%.2f dB), V rel. L2 %.4f (%.2f dB) against the input%s; "
                 "digest of all layers' read() 0x%016" PRIx64 "\n",
                 main.k_error.rel_l2, main.k_error.snr_db, main.v_error.rel_l2, main.v_error.snr_db,
                 cfg.rope.mode != qvg::RopeMode::none ? " (keys rotated)" : "", main.digest);
   }
-  if (g.compare_warm) {
+  if (args.compare_warm) {
     qvg::CacheConfig other = cfg;
     other.warm_start = !cfg.warm_start;
-    const RunResult b = run(d, other, false, false, other.warm_start ? "warm-start run" : "cold-start run");
+    const RunResult b = run(args, d, other, false, false, other.warm_start ? "warm-start run" : "cold-start run");
     out["warm_compare"] = warm_compare(main, b, cfg.warm_start);
-    if (!g.as_json) print_warm(out["warm_compare"]);
+    if (!args.as_json) print_warm(out["warm_compare"]);
   }
-  if (g.compare_rope) {
-    const RunResult b = run(d, cfg, true, false, "post-RoPE run");
+  if (args.compare_rope) {
+    const RunResult b = run(args, d, cfg, true, false, "post-RoPE run");
     out["rope_compare"] = {{"pre_rope_k_rel_l2", main.k_error.rel_l2},
                            {"post_rope_k_rel_l2", b.k_error.rel_l2},
                            {"pre_rope_k_snr_db", nullable(main.k_error.snr_db)},
                            {"post_rope_k_snr_db", nullable(b.k_error.snr_db)}};
-    if (!g.as_json)
+    if (!args.as_json)
       std::printf("\nkeys cached before RoPE (rotated on read): rel. L2 %.4f (%.2f dB); cached after RoPE: rel. L2 "
                   "%.4f (%.2f dB)\n",
                   main.k_error.rel_l2, main.k_error.snr_db, b.k_error.rel_l2, b.k_error.snr_db);
   }
-  if (g.as_json) std::cout << out.dump(2) << std::endl;
-  return 0;
+  if (args.as_json) std::cout << out.dump(2) << std::endl;
+}
+
+}  // namespace
+
+void add_stream_command(CLI::App& app) {
+  auto a = std::make_shared<StreamArgs>();
+  StreamArgs& args = *a;
+  auto* s = app.add_subcommand(
+      "stream", "simulate autoregressive generation through the streaming KV cache (spans, memory, warm start)");
+  add_data_options(s, args.data, {.files = true, .queries = false, .grid = true});
+  s->add_option("--key", args.key, "codec of key spans (default qvg; see `qvg methods`)");
+  s->add_option("--value", args.value, "codec of value spans (default qvg)");
+  s->add_option("--layers", args.layers, "layers; every layer gets the same K/V")->check(CLI::Range(1, 1000));
+  s->add_option("--chunk-frames", args.chunk_frames, "latent frames per chunk (default 3, as Self-Forcing)")->check(CLI::Range(1, 100000));
+  s->add_option("--quant-factor", args.quant_factor, "chunks per span (default 8)")->check(CLI::Range(1, 100000));
+  s->add_option("--keep-recent", args.keep_recent, "newest chunks kept in BF16")->check(CLI::Range(0, 100000));
+  s->add_option("--sink", args.sink, "first chunks never quantized nor evicted")->check(CLI::Range(0, 100000));
+  s->add_option("--window-chunks", args.window_chunks, "local attention window in chunks (0 = none)")->check(CLI::NonNegativeNumber);
+  s->add_option("--window-tokens", args.window_tokens, "local attention window in tokens (0 = none)")->check(CLI::NonNegativeNumber);
+  s->add_option("--rope", args.rope, "none, or 1d / 3d: the data are pre-RoPE keys, rotated on read")
+      ->check(CLI::IsMember({"none", "1d", "3d"}));
+  s->add_flag("--no-warm-start", args.no_warm, "k-means of every span starts from k-means++");
+  s->add_flag("--compare-warm", args.compare_warm, "also run with warm start flipped and compare k-means work and error");
+  s->add_flag("--compare-rope", args.compare_rope, "also cache keys after RoPE and compare key error (needs --rope 1d|3d)");
+  s->add_option("--save", args.save, "save the cache to this file at the end (see --stop-after)");
+  s->add_option("--load", args.load, "resume from a cache saved by --save (same data and cache options)");
+  s->add_option("--stop-after", args.stop_after, "stop after this many chunks (0 = all)")->check(CLI::NonNegativeNumber);
+  s->add_option("--every", args.every, "print memory every n chunks (and at every span)")->check(CLI::Range(1, 1000000));
+  s->add_option("--threads", args.threads, "worker threads (0 = all cores); results do not depend on it");
+  s->add_flag("--json", args.as_json, "print one JSON object");
+  s->add_flag("--quiet", args.quiet, "no progress output");
+  s->callback([a] { run_stream(*a); });
 }
 
 }  // namespace qvg_cli
