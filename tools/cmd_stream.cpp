@@ -182,11 +182,12 @@ struct RunResult {
 
 /// One streamed run. post_rope: keys are rotated before caching (cache RoPE off).
 /// main_run: honours --load / --save / --stop-after and prints the timeline.
-RunResult run(const StreamArgs& args, const KvData& d, qvg::CacheConfig cfg, bool post_rope, bool main_run, const std::string& label) {
+RunResult run(const StreamArgs& args, const KvData& d, qvg::CacheConfig cfg, bool post_rope, bool main_run,
+              const std::string& label) {
   const int64_t n = d.k.tokens;
   if (args.chunk_frames < 1 || d.tokens_per_frame() > (int64_t{1} << 40) / args.chunk_frames)
-    throw qvg::Error("--chunk-frames " + std::to_string(args.chunk_frames) + " with " + std::to_string(d.tokens_per_frame()) +
-                     " tokens a frame: a chunk must hold 1 to 2^40 tokens");
+    throw qvg::Error("--chunk-frames " + std::to_string(args.chunk_frames) + " with " +
+                     std::to_string(d.tokens_per_frame()) + " tokens a frame: a chunk must hold 1 to 2^40 tokens");
   const int64_t ct = args.chunk_frames * d.tokens_per_frame();
   const int64_t n_chunks = (n + ct - 1) / ct;
   const qvg::RopeMode ref_rope = cfg.rope.mode;  // the positions the reference keys are rotated with
@@ -212,10 +213,11 @@ RunResult run(const StreamArgs& args, const KvData& d, qvg::CacheConfig cfg, boo
     const int64_t want = std::min(res.first_chunk * ct, n);
     for (int l = 0; l < cfg.layers; ++l)
       if (cache->tokens_appended(l) != want)
-        throw qvg::Error(args.load + ": layer " + std::to_string(l) + " holds " + std::to_string(cache->tokens_appended(l)) +
-                         " tokens in " + std::to_string(res.first_chunk) + " chunks; with --chunk-frames " +
-                         std::to_string(args.chunk_frames) + " (" + std::to_string(ct) +
-                         " tokens a chunk) this data's first chunks hold " + std::to_string(want) + "; cannot resume");
+        throw qvg::Error(args.load + ": layer " + std::to_string(l) + " holds " +
+                         std::to_string(cache->tokens_appended(l)) + " tokens in " + std::to_string(res.first_chunk) +
+                         " chunks; with --chunk-frames " + std::to_string(args.chunk_frames) + " (" +
+                         std::to_string(ct) + " tokens a chunk) this data's first chunks hold " + std::to_string(want) +
+                         "; cannot resume");
     if (!args.as_json) std::printf("resumed from %s at chunk %" PRId64 "\n", args.load.c_str(), res.first_chunk);
   } else {
     cache.emplace(cfg, opt);
@@ -296,7 +298,8 @@ RunResult run(const StreamArgs& args, const KvData& d, qvg::CacheConfig cfg, boo
   }
   if (main_run && !args.save.empty()) {
     cache->save(args.save);
-    if (!args.as_json) std::printf("saved the cache after chunk %" PRId64 " to %s\n", res.last_chunk - 1, args.save.c_str());
+    if (!args.as_json)
+      std::printf("saved the cache after chunk %" PRId64 " to %s\n", res.last_chunk - 1, args.save.c_str());
   }
   return res;
 }

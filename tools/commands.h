@@ -28,14 +28,10 @@ void add_generate_command(CLI::App& app);
 /// `qvg dump-kv`: the model's per-layer Q, K (pre/post-RoPE) and V for a clip
 /// (tools/cmd_generate.cpp).
 void add_dump_kv_command(CLI::App& app);
-/// `qvg compare`: BF16 vs each cache on the same continuation (tools/cmd_generate.cpp).
+/// `qvg compare`: BF16 vs each cache on the same continuation (tools/cmd_compare.cpp).
 void add_compare_command(CLI::App& app);
-/// `qvg demo`: compare on a held-out clip with the demo's defaults (tools/cmd_generate.cpp).
+/// `qvg demo`: compare on a held-out clip with the demo's defaults (tools/cmd_compare.cpp).
 void add_demo_command(CLI::App& app);
-void run_generate_command();
-void run_dump_kv_command();
-void run_compare_command();
-void run_demo_command();
 
 /// `qvg inspect FILE`: a saved cache's config and memory, or a K/V file's
 /// tensors (tools/cmd_inspect.cpp).
