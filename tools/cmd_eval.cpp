@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "data_options.h"
+#include "device.h"
 #include "qvg/eval.h"
 #include "qvg/io.h"
 #include "qvg/methods.h"
@@ -26,8 +27,9 @@ const std::vector<std::string> kDefaultMethods = {"bf16", "rtn", "kivi", "quarot
 /// `qvg eval`'s options.
 struct EvalArgs {
   DataOptions data;
-  int threads = 0;        ///< worker threads (0 = all cores)
-  std::string write_rec;  ///< directory for the reconstructions ("" = none)
+  int threads = 0;             ///< worker threads (0 = all cores)
+  std::string device = "cpu";  ///< where the codecs encode and decode: cpu or cuda
+  std::string write_rec;       ///< directory for the reconstructions ("" = none)
   std::vector<std::string> methods = kDefaultMethods;
   bool as_json = false, quiet = false;
 };
@@ -102,12 +104,13 @@ void print_rows(const std::vector<qvg::EvalRow>& rows, const qvg::EvalInput& in)
 }
 
 void run_eval(const EvalArgs& a) {
+  qvg::EvalOptions opt;
+  opt.backend = require_backend(a.device);  // before any data are made
   KvData data = load_data(a.data, a.threads, [&](const std::string& s) { progress(a.quiet, s); });
   const qvg::KvFileInfo info = data.info;
   const std::string ext = data.ext;
   const qvg::KvLayout layout = data.layout;
   const qvg::EvalInput in = eval_input(std::move(data));
-  qvg::EvalOptions opt;
   opt.threads = a.threads;
   const auto t0 = std::chrono::steady_clock::now();
   opt.progress = [&](const std::string& s) {
@@ -208,6 +211,7 @@ void add_eval_command(CLI::App& app) {
   auto* s = app.add_subcommand("eval", "compare methods on K/V files or built-in data");
   add_data_options(s, a->data, {.files = true, .queries = true});
   s->add_option("--threads", a->threads, "worker threads (0 = all cores); results do not depend on it");
+  add_codec_device_option(s, a->device);
   s->add_option("--write-rec", a->write_rec,
                 "write each method's K/V reconstructions into this directory, in the input's format, "
                 "dtype and layout (built-in data: .npy f32, htd)");

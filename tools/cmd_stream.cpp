@@ -14,9 +14,11 @@
 
 #include "commands.h"
 #include "data_options.h"
+#include "device.h"
 #include "qvg/cache.h"
 #include "qvg/data.h"
 #include "qvg/io.h"
+#include "qvg/model.h"
 
 namespace qvg_cli {
 namespace {
@@ -32,6 +34,7 @@ struct StreamArgs {
     return d;
   }();
   int threads = 0;
+  std::string device = "cpu";  ///< where the codecs encode and decode: cpu or cuda
   // cache
   std::string key = "qvg", value = "qvg", rope = "none";
   int layers = 1, chunk_frames = 3, quant_factor = 8, keep_recent = 0, sink = 0;
@@ -194,6 +197,7 @@ RunResult run(const StreamArgs& args, const KvData& d, qvg::CacheConfig cfg, boo
   if (post_rope) cfg.rope.mode = qvg::RopeMode::none;
   qvg::CacheOptions opt;
   opt.threads = args.threads;
+  opt.backend = qvg::parse_backend(args.device);
   opt.measure_span_error = true;
 
   RunResult res;
@@ -383,6 +387,7 @@ void print_warm(const json& w) {
 }
 
 void run_stream(const StreamArgs& args) {
+  require_backend(args.device);  // before any data are made
   const KvData d = load_stream_data(args);
   const qvg::CacheConfig cfg = make_config(args, d);
   if (args.compare_rope && cfg.rope.mode == qvg::RopeMode::none)
@@ -486,6 +491,7 @@ void add_stream_command(CLI::App& app) {
   s->add_option("--stop-after", args.stop_after, "stop after this many chunks (0 = all)")->check(CLI::NonNegativeNumber);
   s->add_option("--every", args.every, "print memory every n chunks (and at every span)")->check(CLI::Range(1, 1000000));
   s->add_option("--threads", args.threads, "worker threads (0 = all cores); results do not depend on it");
+  add_codec_device_option(s, args.device);
   s->add_flag("--json", args.as_json, "print one JSON object");
   s->add_flag("--quiet", args.quiet, "no progress output");
   s->callback([a] { run_stream(*a); });
