@@ -102,6 +102,38 @@ printf 'junk' >>"$tmp/c.qvgc"
 expect_fail "unexpected bytes" stream $S --load "$tmp/c.qvgc"
 expect_fail "unexpected bytes" inspect "$tmp/c.qvgc"
 
+# --device on eval and stream: cpu gives the default's output (timings aside);
+# cuda without a usable GPU (CI: no GPU, a build without CUDA) fails before any
+# data are made, naming the problem, with status 1. With a GPU it must run:
+# RTN encodes and decodes bit-identically there, so its errors match the CPU's.
+notime() { grep -v '_ms"\|"seconds"' "$1"; }
+E="eval --heads 1 --frames 1 --queries 8 --methods rtn qvg:centroids=16 --json --quiet"
+if "$qvg" $E >"$tmp/d0.json" 2>"$tmp/err" && "$qvg" $E --device cpu >"$tmp/d1.json" 2>>"$tmp/err"; then
+  [ -s "$tmp/d0.json" ] && diff <(notime "$tmp/d0.json") <(notime "$tmp/d1.json") >/dev/null && ok ||
+    bad "eval --device cpu differs from the default"
+else
+  bad "eval --device cpu: $(cat "$tmp/err")"
+fi
+"$qvg" stream $S --json >"$tmp/s0.json" 2>"$tmp/err" && "$qvg" stream $S --json --device cpu >"$tmp/s1.json" 2>>"$tmp/err" &&
+  [ -s "$tmp/s0.json" ] && diff <(notime "$tmp/s0.json") <(notime "$tmp/s1.json") >/dev/null && ok ||
+  bad "stream --device cpu differs from the default: $(cat "$tmp/err")"
+# expect_device_cuda <args...>: status 1, the message, no data made, or (a usable GPU) status 0.
+expect_device_cuda() {
+  "$qvg" "$@" --device cuda >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -eq 0 ]; then echo "(qvg $*: a usable GPU: --device cuda ran)"; ok; return; fi
+  if [ $rc -ne 1 ]; then bad "qvg $* --device cuda exited $rc, expected 1: $(cat "$tmp/err")"; return; fi
+  grep -q -- "--device cuda: .*\(without CUDA\|CUDA device\)" "$tmp/err" && ! grep -q "generating\|decoding\|reading" "$tmp/err" &&
+    ok || bad "qvg $* --device cuda: not an early, named failure: $(cat "$tmp/err")"
+}
+expect_device_cuda eval --heads 1 --frames 1 --queries 0 --methods rtn --json
+expect_device_cuda stream ${S/--quiet/}  # (progress on: it would show data being made)
+if "$qvg" eval --heads 1 --frames 1 --queries 0 --methods rtn --json --quiet --device cuda >"$tmp/dc.json" 2>/dev/null; then
+  "$qvg" eval --heads 1 --frames 1 --queries 0 --methods rtn --json --quiet >"$tmp/dcpu.json" 2>&1
+  diff <(grep '"mse"\|"max_abs"' "$tmp/dc.json") <(grep '"mse"\|"max_abs"' "$tmp/dcpu.json") >/dev/null && ok ||
+    bad "eval --device cuda: RTN errors differ from the CPU's"
+fi
+
 # The methods listing names every preset.
 "$qvg" methods >"$tmp/m" 2>&1 && grep -q "qvg-pro-int4" "$tmp/m" && ok || bad "qvg methods"
 

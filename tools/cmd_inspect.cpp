@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -33,8 +34,6 @@ struct InspectArgs {
   bool as_json = false;
   bool quiet = false;
 };
-InspectArgs g;
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -91,14 +90,14 @@ json tensor_row(const std::string& name, const qvg::RawTensor& t) {
   return r;
 }
 
-int inspect_tensors(const std::string& kind, const qvg::NamedTensors& tensors) {
+void inspect_tensors(const InspectArgs& args, const std::string& kind, const qvg::NamedTensors& tensors) {
   json rows = json::array();
   for (const auto& [name, t] : tensors) rows.push_back(tensor_row(name, t));
-  if (g.as_json) {
-    std::printf("%s\n", json{{"file", g.path}, {"kind", kind}, {"tensors", rows}}.dump().c_str());
-    return 0;
+  if (args.as_json) {
+    std::printf("%s\n", json{{"file", args.path}, {"kind", kind}, {"tensors", rows}}.dump().c_str());
+    return;
   }
-  std::printf("%s: %s, %zu tensor%s\n\n", g.path.c_str(), kind.c_str(), rows.size(), rows.size() == 1 ? "" : "s");
+  std::printf("%s: %s, %zu tensor%s\n\n", args.path.c_str(), kind.c_str(), rows.size(), rows.size() == 1 ? "" : "s");
   std::printf("%-24s %-5s %-20s %12s %12s %12s %12s %10s\n", "name", "dtype", "shape", "min", "max", "mean", "rms",
               "non-finite");
   for (const json& r : rows) {
@@ -109,7 +108,6 @@ int inspect_tensors(const std::string& kind, const qvg::NamedTensors& tensors) {
                 qvg::shape_string(r["shape"].get<std::vector<int64_t>>()).c_str(), num("min"), num("max"), num("mean"),
                 num("rms"), r["non_finite"].get<int64_t>());
   }
-  return 0;
 }
 
 json codec_json(const qvg::CodecConfig& c) {
@@ -132,20 +130,20 @@ json memory_json(const qvg::LayerMemory& m, int heads, int dim) {
           {"bits_per_value", m.bits_per_value(heads, dim)}};
 }
 
-int inspect_cache() {
+void inspect_cache(const InspectArgs& args) {
   {  // Not a cache at all: say what inspect reads (load would report a bad magic or a short file).
-    std::FILE* f = std::fopen(g.path.c_str(), "rb");
+    std::FILE* f = std::fopen(args.path.c_str(), "rb");
     char magic[8] = {};
     const size_t got = f ? std::fread(magic, 1, sizeof magic, f) : 0;
     if (f) std::fclose(f);
     if (f && (got < sizeof magic || std::string(magic, sizeof magic) != "QVGCACHE"))
-      throw qvg::Error(g.path +
+      throw qvg::Error(args.path +
                        ": not a qvg streaming cache (no \"QVGCACHE\" magic); qvg inspect reads caches saved by "
                        "`qvg stream --save` and K/V files named *.npy or *.safetensors");
   }
-  if (!g.quiet)
-    std::fprintf(stderr, "inspect: loading %s (checks every checksum and decodes every span)\n", g.path.c_str());
-  const qvg::StreamingKVCache cache = qvg::StreamingKVCache::load(g.path);
+  if (!args.quiet)
+    std::fprintf(stderr, "inspect: loading %s (checks every checksum and decodes every span)\n", args.path.c_str());
+  const qvg::StreamingKVCache cache = qvg::StreamingKVCache::load(args.path);
   const qvg::CacheConfig& c = cache.config();
   const qvg::MemoryStats mem = cache.memory();
   json layers = json::array();
@@ -171,17 +169,17 @@ int inspect_cache() {
                     {"rope_theta", c.rope.theta},
                     {"tail", qvg::tail_format_name(c.tail)},
                     {"warm_start", c.warm_start}};
-  if (g.as_json) {
-    std::printf("%s\n", json{{"file", g.path},
+  if (args.as_json) {
+    std::printf("%s\n", json{{"file", args.path},
                              {"kind", "qvg streaming cache"},
                              {"config", cfg},
                              {"layers", layers},
                              {"total", memory_json(mem.total, c.heads, c.dim)}}
                             .dump()
                             .c_str());
-    return 0;
+    return;
   }
-  std::printf("%s: qvg streaming cache (valid: checksums, sizes, config, every span decoded)\n\n", g.path.c_str());
+  std::printf("%s: qvg streaming cache (valid: checksums, sizes, config, every span decoded)\n\n", args.path.c_str());
   std::printf("  layers %d, heads %d, dim %d, chunk tokens %" PRId64 "%s\n", c.layers, c.heads, c.dim, c.chunk_tokens,
               c.chunk_tokens == 0 ? " (any)" : "");
   std::printf("  keys    %s (%s)\n", qvg::codec_spec(c.key).c_str(), qvg::describe(c.key).c_str());
@@ -208,32 +206,35 @@ int inspect_cache() {
       "\n  total = K + V + %zu bytes of token positions + %zu of warm-start centroids; bits/value counts K and V"
       " over the held tokens, ratio is a BF16 cache of the live tokens over K + V\n",
       mem.total.positions, mem.total.warm_start);
-  return 0;
+}
+
+void run_inspect(const InspectArgs& args) {
+  if (ends_with(args.path, ".npy")) {
+    std::optional<qvg::DType> raw16;
+    if (!args.raw16.empty()) raw16 = qvg::parse_dtype(args.raw16);
+    inspect_tensors(args, "npy", {{"(array)", qvg::read_npy(args.path, raw16)}});
+  } else if (ends_with(args.path, ".safetensors")) {
+    inspect_tensors(args, "safetensors", qvg::read_safetensors(args.path));
+  } else {
+    inspect_cache(args);
+  }
 }
 
 }  // namespace
 
-CLI::App* add_inspect_command(CLI::App& app) {
+void add_inspect_command(CLI::App& app) {
+  auto a = std::make_shared<InspectArgs>();
+  InspectArgs& args = *a;
   auto* s =
       app.add_subcommand("inspect",
                          "what a file holds: a cache saved by `qvg stream --save` (validated, its config and "
                          "memory per layer) or a K/V .npy / .safetensors file (dtypes, shapes, value statistics)");
-  s->add_option("file", g.path, "the file")->required();
-  s->add_option("--raw16", g.raw16, "dtype of .npy files with a 2-byte void dtype (ml_dtypes bfloat16)")
+  s->add_option("file", args.path, "the file")->required();
+  s->add_option("--raw16", args.raw16, "dtype of .npy files with a 2-byte void dtype (ml_dtypes bfloat16)")
       ->check(CLI::IsMember({"f16", "bf16"}));
-  s->add_flag("--json", g.as_json, "print one JSON object");
-  s->add_flag("--quiet", g.quiet, "no progress output");
-  return s;
-}
-
-int run_inspect_command() {
-  if (ends_with(g.path, ".npy")) {
-    std::optional<qvg::DType> raw16;
-    if (!g.raw16.empty()) raw16 = qvg::parse_dtype(g.raw16);
-    return inspect_tensors("npy", {{"(array)", qvg::read_npy(g.path, raw16)}});
-  }
-  if (ends_with(g.path, ".safetensors")) return inspect_tensors("safetensors", qvg::read_safetensors(g.path));
-  return inspect_cache();
+  s->add_flag("--json", args.as_json, "print one JSON object");
+  s->add_flag("--quiet", args.quiet, "no progress output");
+  s->callback([a] { run_inspect(*a); });
 }
 
 }  // namespace qvg_cli

@@ -8,13 +8,17 @@
 #include <cinttypes>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "commands.h"
+#include "data_options.h"
+#include "device.h"
 #include "qvg/cache.h"
 #include "qvg/data.h"
 #include "qvg/io.h"
+#include "qvg/model.h"
 
 namespace qvg_cli {
 namespace {
@@ -22,11 +26,15 @@ namespace {
 using nlohmann::json;
 
 struct StreamArgs {
-  // data
-  std::string k, v, k_name, v_name, layout = "htd", raw16, grid = "30x52";
-  std::string data = "video-like", clip = "cockatoo";
-  int heads = 4, frames = 48, frame_step = 4, threads = 0;
-  uint64_t seed = 1234;
+  DataOptions data = [] {
+    DataOptions d;
+    d.heads = 4;
+    d.frames = 48;
+    d.queries = 0;  // (no attention error here)
+    return d;
+  }();
+  int threads = 0;
+  std::string device = "cpu";  ///< where the codecs encode and decode: cpu or cuda
   // cache
   std::string key = "qvg", value = "qvg", rope = "none";
   int layers = 1, chunk_frames = 3, quant_factor = 8, keep_recent = 0, sink = 0;
@@ -39,100 +47,33 @@ struct StreamArgs {
   int every = 1;
 };
 
-StreamArgs g;
-
-struct Data {
-  std::string name;
-  qvg::HeadTensor k, v;
-  int64_t grid_h = 30, grid_w = 52;
-  int64_t tpf() const { return grid_h * grid_w; }
-};
-
-void progress(const std::string& s) {
-  if (g.quiet) return;
+void progress(const StreamArgs& args, const std::string& s) {
+  if (args.quiet) return;
   std::fprintf(stderr, "qvg: %s\n", s.c_str());
   std::fflush(stderr);
 }
 
-Data load_data() {
-  Data d;
-  if (!g.k.empty() || !g.v.empty()) {
-    if (g.k.empty() || g.v.empty()) throw qvg::Error("give both --k and --v (or neither, for built-in data)");
-    const size_t x = g.grid.find('x');
-    if (x == std::string::npos) throw qvg::Error("--grid must be HxW, got '" + g.grid + "'");
-    // Each side 1 .. 2^20 (positions are int32; tokens per frame H W stays far
-    // from overflowing in the chunk arithmetic).
-    auto side = [&](const std::string& t) {
-      size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(t, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (t.empty() || used != t.size() || v < 1 || v > (1 << 20))
-        throw qvg::Error("--grid must be HxW with H and W in 1.." + std::to_string(1 << 20) + ", got '" + g.grid + "'");
-      return static_cast<int64_t>(v);
-    };
-    d.grid_h = side(g.grid.substr(0, x));
-    d.grid_w = side(g.grid.substr(x + 1));
-    std::optional<qvg::DType> raw16;
-    if (!g.raw16.empty()) raw16 = qvg::parse_dtype(g.raw16);
-    progress("reading " + g.k + " and " + g.v);
-    d.name = g.k;
-    d.k = qvg::load_kv(g.k, qvg::parse_layout(g.layout), g.k_name, raw16);
-    d.v = qvg::load_kv(g.v, qvg::parse_layout(g.layout), g.v_name, raw16);
-    if (!d.k.same_shape(d.v)) throw qvg::Error("--k and --v have different shapes");
-    return d;
-  }
-  if (g.data == "video-like") {
-    qvg::VideoLikeParams p;
-    p.heads = g.heads;
-    p.frames = g.frames;
-    p.seed = g.seed;
-    p.threads = g.threads;
-    progress("generating video-like K/V [" + std::to_string(p.heads) + ", " + std::to_string(p.tokens()) + ", " +
-             std::to_string(p.dim) + "] seed " + std::to_string(p.seed));
-    d.name = "video-like";
-    d.k = qvg::make_video_like(p, qvg::TensorRole::key);
-    d.v = qvg::make_video_like(p, qvg::TensorRole::value);
-    d.grid_h = p.height;
-    d.grid_w = p.width;
-  } else {
-    qvg::ClipKVParams p;
-    p.clip = g.clip;
-    p.heads = g.heads;
-    p.frames = g.frames;
-    p.frame_step = g.frame_step;
-    p.seed = g.seed;
-    p.threads = g.threads;
-    progress("decoding clip '" + g.clip + "' into K/V [" + std::to_string(p.heads) + ", " +
-             std::to_string(p.tokens()) + ", " + std::to_string(p.dim) + "] (every " +
-             std::to_string(p.frame_step) + "th frame)");
-    d.name = "clip:" + g.clip;
-    d.k = qvg::make_clip_kv(p, qvg::TensorRole::key);
-    d.v = qvg::make_clip_kv(p, qvg::TensorRole::value);
-    d.grid_h = p.grid_height();
-    d.grid_w = p.grid_width();
-  }
+KvData load_stream_data(const StreamArgs& args) {
+  KvData d = load_data(args.data, args.threads, [&](const std::string& s) { progress(args, s); });
+  if (d.from_files && !d.k.same_shape(d.v)) throw qvg::Error("--k and --v have different shapes");
   return d;
 }
 
-qvg::CacheConfig make_config(const Data& d) {
+qvg::CacheConfig make_config(const StreamArgs& args, const KvData& d) {
   qvg::CacheConfig c;
-  c.layers = g.layers;
+  c.layers = args.layers;
   c.heads = static_cast<int>(d.k.heads);
   c.dim = static_cast<int>(d.k.dim);
-  c.key = qvg::parse_codec_spec(g.key);
-  c.value = qvg::parse_codec_spec(g.value);
+  c.key = qvg::parse_codec_spec(args.key);
+  c.value = qvg::parse_codec_spec(args.value);
   c.chunk_tokens = 0;  // the last chunk of a file may be shorter
-  c.policy.quant_factor = g.quant_factor;
-  c.policy.keep_recent = g.keep_recent;
-  c.policy.sink = g.sink;
-  c.policy.window_chunks = g.window_chunks;
-  c.policy.window_tokens = g.window_tokens;
-  c.rope.mode = qvg::parse_rope_mode(g.rope);
-  c.warm_start = !g.no_warm;
+  c.policy.quant_factor = args.quant_factor;
+  c.policy.keep_recent = args.keep_recent;
+  c.policy.sink = args.sink;
+  c.policy.window_chunks = args.window_chunks;
+  c.policy.window_tokens = args.window_tokens;
+  c.rope.mode = qvg::parse_rope_mode(args.rope);
+  c.warm_start = !args.no_warm;
   qvg::validate(c);
   return c;
 }
@@ -144,14 +85,14 @@ qvg::HeadTensor slice(const qvg::HeadTensor& x, int64_t first, int64_t n) {
 }
 
 /// Positions of tokens [first, first + n) of the sequence (frame-major grid).
-std::vector<int32_t> positions(const Data& d, qvg::RopeMode mode, int64_t first, int64_t n) {
+std::vector<int32_t> positions(const KvData& d, qvg::RopeMode mode, int64_t first, int64_t n) {
   std::vector<int32_t> p;
   if (mode == qvg::RopeMode::rope_1d) return qvg::positions_1d(first, n);
   if (mode != qvg::RopeMode::wan_3d) return p;
   p.reserve(static_cast<size_t>(3 * n));
   for (int64_t t = first; t < first + n; ++t) {
-    const int64_t i = t % d.tpf();
-    p.push_back(static_cast<int32_t>(t / d.tpf()));
+    const int64_t i = t % d.tokens_per_frame();
+    p.push_back(static_cast<int32_t>(t / d.tokens_per_frame()));
     p.push_back(static_cast<int32_t>(i / d.grid_w));
     p.push_back(static_cast<int32_t>(i % d.grid_w));
   }
@@ -244,46 +185,49 @@ struct RunResult {
 
 /// One streamed run. post_rope: keys are rotated before caching (cache RoPE off).
 /// main_run: honours --load / --save / --stop-after and prints the timeline.
-RunResult run(const Data& d, qvg::CacheConfig cfg, bool post_rope, bool main_run, const std::string& label) {
+RunResult run(const StreamArgs& args, const KvData& d, qvg::CacheConfig cfg, bool post_rope, bool main_run,
+              const std::string& label) {
   const int64_t n = d.k.tokens;
-  if (g.chunk_frames < 1 || d.tpf() > (int64_t{1} << 40) / g.chunk_frames)
-    throw qvg::Error("--chunk-frames " + std::to_string(g.chunk_frames) + " with " + std::to_string(d.tpf()) +
-                     " tokens a frame: a chunk must hold 1 to 2^40 tokens");
-  const int64_t ct = g.chunk_frames * d.tpf();
+  if (args.chunk_frames < 1 || d.tokens_per_frame() > (int64_t{1} << 40) / args.chunk_frames)
+    throw qvg::Error("--chunk-frames " + std::to_string(args.chunk_frames) + " with " +
+                     std::to_string(d.tokens_per_frame()) + " tokens a frame: a chunk must hold 1 to 2^40 tokens");
+  const int64_t ct = args.chunk_frames * d.tokens_per_frame();
   const int64_t n_chunks = (n + ct - 1) / ct;
   const qvg::RopeMode ref_rope = cfg.rope.mode;  // the positions the reference keys are rotated with
   if (post_rope) cfg.rope.mode = qvg::RopeMode::none;
   qvg::CacheOptions opt;
-  opt.threads = g.threads;
+  opt.threads = args.threads;
+  opt.backend = qvg::parse_backend(args.device);
   opt.measure_span_error = true;
 
   RunResult res;
   std::optional<qvg::StreamingKVCache> cache;
-  if (main_run && !g.load.empty()) {
-    progress("loading " + g.load);
-    cache.emplace(qvg::StreamingKVCache::load(g.load, cfg, opt));
+  if (main_run && !args.load.empty()) {
+    progress(args, "loading " + args.load);
+    cache.emplace(qvg::StreamingKVCache::load(args.load, cfg, opt));
     res.first_chunk = cache->chunks_appended(0);
     for (int l = 1; l < cfg.layers; ++l)
       if (cache->chunks_appended(l) != res.first_chunk)
-        throw qvg::Error(g.load + ": layers hold different numbers of chunks; cannot resume");
+        throw qvg::Error(args.load + ": layers hold different numbers of chunks; cannot resume");
     if (res.first_chunk > n_chunks)
-      throw qvg::Error(g.load + ": the cache holds " + std::to_string(res.first_chunk) + " chunks, the data has " +
+      throw qvg::Error(args.load + ": the cache holds " + std::to_string(res.first_chunk) + " chunks, the data has " +
                        std::to_string(n_chunks));
     // The chunks must be this run's chunks of this data (the reference
     // below copies data rows by chunk index and size).
     const int64_t want = std::min(res.first_chunk * ct, n);
     for (int l = 0; l < cfg.layers; ++l)
       if (cache->tokens_appended(l) != want)
-        throw qvg::Error(g.load + ": layer " + std::to_string(l) + " holds " + std::to_string(cache->tokens_appended(l)) +
-                         " tokens in " + std::to_string(res.first_chunk) + " chunks; with --chunk-frames " +
-                         std::to_string(g.chunk_frames) + " (" + std::to_string(ct) +
-                         " tokens a chunk) this data's first chunks hold " + std::to_string(want) + "; cannot resume");
-    if (!g.as_json) std::printf("resumed from %s at chunk %" PRId64 "\n", g.load.c_str(), res.first_chunk);
+        throw qvg::Error(args.load + ": layer " + std::to_string(l) + " holds " +
+                         std::to_string(cache->tokens_appended(l)) + " tokens in " + std::to_string(res.first_chunk) +
+                         " chunks; with --chunk-frames " + std::to_string(args.chunk_frames) + " (" +
+                         std::to_string(ct) + " tokens a chunk) this data's first chunks hold " + std::to_string(want) +
+                         "; cannot resume");
+    if (!args.as_json) std::printf("resumed from %s at chunk %" PRId64 "\n", args.load.c_str(), res.first_chunk);
   } else {
     cache.emplace(cfg, opt);
   }
-  res.last_chunk = (main_run && g.stop_after > 0) ? std::min(n_chunks, g.stop_after) : n_chunks;
-  const bool print = main_run && !g.as_json;
+  res.last_chunk = (main_run && args.stop_after > 0) ? std::min(n_chunks, args.stop_after) : n_chunks;
+  const bool print = main_run && !args.as_json;
   if (print)
     std::printf("\n%6s %9s %6s %14s %14s %7s %6s\n", "chunk", "tokens", "spans", "kv_bytes", "bf16_bytes", "ratio",
                 "bits");
@@ -307,7 +251,7 @@ RunResult run(const Data& d, qvg::CacheConfig cfg, bool post_rope, bool main_run
                          {"kv_bytes", m.kv_bytes()},
                          {"bf16_bytes", m.bf16_bytes},
                          {"ratio", m.ratio()}});
-    if (print && (new_spans.size() > 0 || c % g.every == 0 || c + 1 == res.last_chunk))
+    if (print && (new_spans.size() > 0 || c % args.every == 0 || c + 1 == res.last_chunk))
       std::printf("%6" PRId64 " %9" PRId64 " %6" PRId64 " %14zu %14zu %6.2fx %6.2f\n", c, m.tokens_live, m.spans,
                   m.kv_bytes(), m.bf16_bytes, m.ratio(), m.bits_per_value(cfg.heads, cfg.dim));
     for (const auto& s : new_spans) {
@@ -325,7 +269,7 @@ RunResult run(const Data& d, qvg::CacheConfig cfg, bool post_rope, bool main_run
     char buf[160];
     std::snprintf(buf, sizeof buf, "%s: chunk %" PRId64 "/%" PRId64 " into %d layer(s), %.1fs", label.c_str(), c + 1,
                   n_chunks, cfg.layers, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    progress(buf);
+    progress(args, buf);
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.memory = cache->memory();
@@ -356,9 +300,10 @@ RunResult run(const Data& d, qvg::CacheConfig cfg, bool post_rope, bool main_run
     res.v_error = qvg::compare(ref_v, r.v);
     res.digest = read_digest(*cache);
   }
-  if (main_run && !g.save.empty()) {
-    cache->save(g.save);
-    if (!g.as_json) std::printf("saved the cache after chunk %" PRId64 " to %s\n", res.last_chunk - 1, g.save.c_str());
+  if (main_run && !args.save.empty()) {
+    cache->save(args.save);
+    if (!args.as_json)
+      std::printf("saved the cache after chunk %" PRId64 " to %s\n", res.last_chunk - 1, args.save.c_str());
   }
   return res;
 }
@@ -441,70 +386,28 @@ void print_warm(const json& w) {
               w["final_v_rel_l2_cold"].get<double>(), w["final_v_rel_l2_warm"].get<double>());
 }
 
-}  // namespace
-
-CLI::App* add_stream_command(CLI::App& app) {
-  auto* s = app.add_subcommand(
-      "stream", "simulate autoregressive generation through the streaming KV cache (spans, memory, warm start)");
-  s->add_option("--k", g.k, "keys file (.npy or .safetensors), [heads, tokens, dim] in token order");
-  s->add_option("--v", g.v, "values file");
-  s->add_option("--k-name", g.k_name, "tensor name inside a .safetensors keys file");
-  s->add_option("--v-name", g.v_name, "tensor name inside a .safetensors values file");
-  s->add_option("--layout", g.layout, "file layout: htd or thd")->check(CLI::IsMember({"htd", "thd"}));
-  s->add_option("--raw16", g.raw16, "dtype of .npy files with a 2-byte void dtype")->check(CLI::IsMember({"f16", "bf16"}));
-  s->add_option("--grid", g.grid, "files: latent frame grid HxW, default 30x52 (tokens per frame = H*W; 3-D RoPE positions)");
-  s->add_option("--data", g.data, "built-in data when no file is given: video-like or clip")
-      ->check(CLI::IsMember({"video-like", "clip"}));
-  s->add_option("--clip", g.clip, "clip for --data clip: a shipped clip name or a video path");
-  s->add_option("--heads", g.heads, "built-in data: heads (default 4)")->check(CLI::Range(1, 256));
-  s->add_option("--frames", g.frames, "built-in data: latent frames of 30 x 52 = 1,560 tokens (default 48)")->check(CLI::Range(1, 100000));
-  s->add_option("--frame-step", g.frame_step, "--data clip: use every n-th video frame (default 4)")->check(CLI::Range(1, 100));
-  s->add_option("--seed", g.seed, "built-in data: seed");
-  s->add_option("--key", g.key, "codec of key spans (default qvg; see `qvg methods`)");
-  s->add_option("--value", g.value, "codec of value spans (default qvg)");
-  s->add_option("--layers", g.layers, "layers; every layer gets the same K/V")->check(CLI::Range(1, 1000));
-  s->add_option("--chunk-frames", g.chunk_frames, "latent frames per chunk (default 3, as Self-Forcing)")->check(CLI::Range(1, 100000));
-  s->add_option("--quant-factor", g.quant_factor, "chunks per span (default 8)")->check(CLI::Range(1, 100000));
-  s->add_option("--keep-recent", g.keep_recent, "newest chunks kept in BF16")->check(CLI::Range(0, 100000));
-  s->add_option("--sink", g.sink, "first chunks never quantized nor evicted")->check(CLI::Range(0, 100000));
-  s->add_option("--window-chunks", g.window_chunks, "local attention window in chunks (0 = none)")->check(CLI::NonNegativeNumber);
-  s->add_option("--window-tokens", g.window_tokens, "local attention window in tokens (0 = none)")->check(CLI::NonNegativeNumber);
-  s->add_option("--rope", g.rope, "none, or 1d / 3d: the data are pre-RoPE keys, rotated on read")
-      ->check(CLI::IsMember({"none", "1d", "3d"}));
-  s->add_flag("--no-warm-start", g.no_warm, "k-means of every span starts from k-means++");
-  s->add_flag("--compare-warm", g.compare_warm, "also run with warm start flipped and compare k-means work and error");
-  s->add_flag("--compare-rope", g.compare_rope, "also cache keys after RoPE and compare key error (needs --rope 1d|3d)");
-  s->add_option("--save", g.save, "save the cache to this file at the end (see --stop-after)");
-  s->add_option("--load", g.load, "resume from a cache saved by --save (same data and cache options)");
-  s->add_option("--stop-after", g.stop_after, "stop after this many chunks (0 = all)")->check(CLI::NonNegativeNumber);
-  s->add_option("--every", g.every, "print memory every n chunks (and at every span)")->check(CLI::Range(1, 1000000));
-  s->add_option("--threads", g.threads, "worker threads (0 = all cores); results do not depend on it");
-  s->add_flag("--json", g.as_json, "print one JSON object");
-  s->add_flag("--quiet", g.quiet, "no progress output");
-  return s;
-}
-
-int run_stream_command() {
-  const Data d = load_data();
-  const qvg::CacheConfig cfg = make_config(d);
-  if (g.compare_rope && cfg.rope.mode == qvg::RopeMode::none)
+void run_stream(const StreamArgs& args) {
+  require_backend(args.device);  // before any data are made
+  const KvData d = load_stream_data(args);
+  const qvg::CacheConfig cfg = make_config(args, d);
+  if (args.compare_rope && cfg.rope.mode == qvg::RopeMode::none)
     throw qvg::Error("--compare-rope needs --rope 1d or 3d (the data are taken as pre-RoPE keys)");
-  if (!g.load.empty() && (g.compare_warm || g.compare_rope))
+  if (!args.load.empty() && (args.compare_warm || args.compare_rope))
     throw qvg::Error("--load resumes one run; drop --compare-warm / --compare-rope");
-  const int64_t ct = g.chunk_frames * d.tpf();
-  if (!g.as_json) {
+  const int64_t ct = args.chunk_frames * d.tokens_per_frame();
+  if (!args.as_json) {
     std::printf("qvg stream: %s K/V [%" PRId64 " heads, %" PRId64 " tokens, dim %" PRId64
                 "] into %d layer(s) (the same K/V in every layer)\n",
                 d.name.c_str(), d.k.heads, d.k.tokens, d.k.dim, cfg.layers);
     std::printf("chunks of %d frames = %" PRId64 " tokens; span = %d chunks; keep_recent %d, sink %d, window %" PRId64
                 " chunks / %" PRId64 " tokens (0 = none); RoPE %s; warm start %s\n",
-                g.chunk_frames, ct, cfg.policy.quant_factor, cfg.policy.keep_recent, cfg.policy.sink,
+                args.chunk_frames, ct, cfg.policy.quant_factor, cfg.policy.keep_recent, cfg.policy.sink,
                 cfg.policy.window_chunks, cfg.policy.window_tokens, qvg::rope_mode_name(cfg.rope.mode),
                 cfg.warm_start ? "on" : "off");
     std::printf("key codec %s (%s), value codec %s (%s)\n", cfg.key.name.c_str(), qvg::describe(cfg.key).c_str(),
                 cfg.value.name.c_str(), qvg::describe(cfg.value).c_str());
   }
-  const RunResult main = run(d, cfg, false, true, "stream");
+  const RunResult main = run(args, d, cfg, false, true, "stream");
   json out = {{"data", d.name},
               {"heads", d.k.heads},
               {"tokens", d.k.tokens},
@@ -533,33 +436,65 @@ int run_stream_command() {
               {"read_v_snr_db", nullable(main.v_error.snr_db)},
               {"read_digest", main.digest}};
   for (const auto& s : main.spans) out["spans"].push_back(span_json(s));
-  if (!g.as_json) {
+  if (!args.as_json) {
     print_memory(main.memory.total, cfg);
     std::printf("\nread(layer 0): K rel. L2 %.4f (%.2f dB), V rel. L2 %.4f (%.2f dB) against the input%s; "
                 "digest of all layers' read() 0x%016" PRIx64 "\n",
                 main.k_error.rel_l2, main.k_error.snr_db, main.v_error.rel_l2, main.v_error.snr_db,
                 cfg.rope.mode != qvg::RopeMode::none ? " (keys rotated)" : "", main.digest);
   }
-  if (g.compare_warm) {
+  if (args.compare_warm) {
     qvg::CacheConfig other = cfg;
     other.warm_start = !cfg.warm_start;
-    const RunResult b = run(d, other, false, false, other.warm_start ? "warm-start run" : "cold-start run");
+    const RunResult b = run(args, d, other, false, false, other.warm_start ? "warm-start run" : "cold-start run");
     out["warm_compare"] = warm_compare(main, b, cfg.warm_start);
-    if (!g.as_json) print_warm(out["warm_compare"]);
+    if (!args.as_json) print_warm(out["warm_compare"]);
   }
-  if (g.compare_rope) {
-    const RunResult b = run(d, cfg, true, false, "post-RoPE run");
+  if (args.compare_rope) {
+    const RunResult b = run(args, d, cfg, true, false, "post-RoPE run");
     out["rope_compare"] = {{"pre_rope_k_rel_l2", main.k_error.rel_l2},
                            {"post_rope_k_rel_l2", b.k_error.rel_l2},
                            {"pre_rope_k_snr_db", nullable(main.k_error.snr_db)},
                            {"post_rope_k_snr_db", nullable(b.k_error.snr_db)}};
-    if (!g.as_json)
+    if (!args.as_json)
       std::printf("\nkeys cached before RoPE (rotated on read): rel. L2 %.4f (%.2f dB); cached after RoPE: rel. L2 "
                   "%.4f (%.2f dB)\n",
                   main.k_error.rel_l2, main.k_error.snr_db, b.k_error.rel_l2, b.k_error.snr_db);
   }
-  if (g.as_json) std::cout << out.dump(2) << std::endl;
-  return 0;
+  if (args.as_json) std::cout << out.dump(2) << std::endl;
+}
+
+}  // namespace
+
+void add_stream_command(CLI::App& app) {
+  auto a = std::make_shared<StreamArgs>();
+  StreamArgs& args = *a;
+  auto* s = app.add_subcommand(
+      "stream", "simulate autoregressive generation through the streaming KV cache (spans, memory, warm start)");
+  add_data_options(s, args.data, {.files = true, .queries = false, .grid = true});
+  s->add_option("--key", args.key, "codec of key spans (default qvg; see `qvg methods`)");
+  s->add_option("--value", args.value, "codec of value spans (default qvg)");
+  s->add_option("--layers", args.layers, "layers; every layer gets the same K/V")->check(CLI::Range(1, 1000));
+  s->add_option("--chunk-frames", args.chunk_frames, "latent frames per chunk (default 3, as Self-Forcing)")->check(CLI::Range(1, 100000));
+  s->add_option("--quant-factor", args.quant_factor, "chunks per span (default 8)")->check(CLI::Range(1, 100000));
+  s->add_option("--keep-recent", args.keep_recent, "newest chunks kept in BF16")->check(CLI::Range(0, 100000));
+  s->add_option("--sink", args.sink, "first chunks never quantized nor evicted")->check(CLI::Range(0, 100000));
+  s->add_option("--window-chunks", args.window_chunks, "local attention window in chunks (0 = none)")->check(CLI::NonNegativeNumber);
+  s->add_option("--window-tokens", args.window_tokens, "local attention window in tokens (0 = none)")->check(CLI::NonNegativeNumber);
+  s->add_option("--rope", args.rope, "none, or 1d / 3d: the data are pre-RoPE keys, rotated on read")
+      ->check(CLI::IsMember({"none", "1d", "3d"}));
+  s->add_flag("--no-warm-start", args.no_warm, "k-means of every span starts from k-means++");
+  s->add_flag("--compare-warm", args.compare_warm, "also run with warm start flipped and compare k-means work and error");
+  s->add_flag("--compare-rope", args.compare_rope, "also cache keys after RoPE and compare key error (needs --rope 1d|3d)");
+  s->add_option("--save", args.save, "save the cache to this file at the end (see --stop-after)");
+  s->add_option("--load", args.load, "resume from a cache saved by --save (same data and cache options)");
+  s->add_option("--stop-after", args.stop_after, "stop after this many chunks (0 = all)")->check(CLI::NonNegativeNumber);
+  s->add_option("--every", args.every, "print memory every n chunks (and at every span)")->check(CLI::Range(1, 1000000));
+  s->add_option("--threads", args.threads, "worker threads (0 = all cores); results do not depend on it");
+  add_codec_device_option(s, args.device);
+  s->add_flag("--json", args.as_json, "print one JSON object");
+  s->add_flag("--quiet", args.quiet, "no progress output");
+  s->callback([a] { run_stream(*a); });
 }
 
 }  // namespace qvg_cli

@@ -1,36 +1,40 @@
-// Subcommands defined in their own files. main.cpp registers each with
-// add_*_command before parsing and calls run_*_command when it was chosen.
+// The subcommands, each defined in its own file. add_*_command registers one
+// on `app`: its options live in a struct made there and owned by the
+// subcommand's callback, which runs the command once parsing has passed
+// (inside app.parse). Errors are thrown (qvg::Error); main prints them and
+// exits with status 1.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 namespace qvg_cli {
 
-/// `qvg stream`: simulated autoregressive generation through StreamingKVCache
-/// (tools/cmd_stream.cpp). The options are kept inside that file.
-CLI::App* add_stream_command(CLI::App& app);
-/// Runs `qvg stream` with the parsed options; returns the exit status. Throws
-/// qvg::Error (main prints it) on bad data or files.
-int run_stream_command();
+/// `qvg eval`: methods side by side on K/V files or built-in data
+/// (tools/cmd_eval.cpp).
+void add_eval_command(CLI::App& app);
+/// `qvg codec-demo`: eval on both built-in data sets, with a summary against
+/// RTN (tools/cmd_eval.cpp).
+void add_codec_demo_command(CLI::App& app);
+/// `qvg methods`: the methods, presets and codec keys (tools/cmd_eval.cpp).
+void add_methods_command(CLI::App& app);
+
+/// `qvg stream`: simulated autoregressive generation through
+/// StreamingKVCache (tools/cmd_stream.cpp).
+void add_stream_command(CLI::App& app);
 
 /// `qvg generate`: continues a clip with the reference video model, its KV
 /// cache in the streaming cache (tools/cmd_generate.cpp).
-CLI::App* add_generate_command(CLI::App& app);
-/// Runs `qvg generate` with the parsed options; returns the exit status.
-int run_generate_command();
+void add_generate_command(CLI::App& app);
 /// `qvg dump-kv`: the model's per-layer Q, K (pre/post-RoPE) and V for a clip
 /// (tools/cmd_generate.cpp).
-CLI::App* add_dump_kv_command(CLI::App& app);
-int run_dump_kv_command();
-/// `qvg compare`: BF16 vs each cache on the same continuation (tools/cmd_generate.cpp).
-CLI::App* add_compare_command(CLI::App& app);
-int run_compare_command();
-/// `qvg demo`: compare on a held-out clip with the demo's defaults (tools/cmd_generate.cpp).
-CLI::App* add_demo_command(CLI::App& app);
-int run_demo_command();
+void add_dump_kv_command(CLI::App& app);
+/// `qvg compare`: BF16 vs each cache on the same continuation (tools/cmd_compare.cpp).
+void add_compare_command(CLI::App& app);
+/// `qvg demo`: compare on a held-out clip with the demo's defaults (tools/cmd_compare.cpp).
+void add_demo_command(CLI::App& app);
+
 /// `qvg inspect FILE`: a saved cache's config and memory, or a K/V file's
 /// tensors (tools/cmd_inspect.cpp).
-CLI::App* add_inspect_command(CLI::App& app);
-int run_inspect_command();
+void add_inspect_command(CLI::App& app);
 
 }  // namespace qvg_cli

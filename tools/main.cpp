@@ -1,308 +1,32 @@
-// qvg: command-line front end. Thin: parses arguments, loads data, calls the
-// library, prints tables or JSON. Every library error ends in a message on
-// stderr and exit status 1 (2 for bad command-line usage).
+// qvg: command-line front end. Thin: each subcommand (tools/cmd_*.cpp)
+// parses its options, loads data, calls the library and prints tables or
+// JSON. Every library error ends in a message on stderr and exit status 1
+// (2 for bad command-line usage).
 #include <CLI/CLI.hpp>
-#include <cctype>
-#include <chrono>
-#include <filesystem>
 #include <cstdio>
-#include <iostream>
-#include <nlohmann/json.hpp>
+#include <exception>
 
-#include "qvg/data.h"
-#include "qvg/eval.h"
-#include "qvg/io.h"
-#include "qvg/methods.h"
 #include "commands.h"
-
-namespace {
-
-using nlohmann::json;
-
-const std::vector<std::string> kDefaultMethods = {"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"};
-
-struct DataArgs {
-  std::string k, v, q;  // files
-  std::string k_name, v_name, q_name;
-  std::string layout = "htd";
-  std::string raw16;  // dtype of 2-byte void .npy data: f16 or bf16
-  std::string data = "video-like";
-  std::string clip = "cockatoo";
-  std::string write_rec;  // directory for reconstructions
-  int heads = 12, frames = 24, queries = 256, threads = 0;
-  uint64_t seed = 1234;
-};
-
-void add_data_options(CLI::App* app, DataArgs& a, bool files) {
-  if (files) {
-    app->add_option("--k", a.k, "keys file (.npy or .safetensors)");
-    app->add_option("--v", a.v, "values file (.npy or .safetensors)");
-    app->add_option("--q", a.q, "queries file (optional): adds the attention-output error");
-    app->add_option("--k-name", a.k_name, "tensor name inside a .safetensors keys file");
-    app->add_option("--v-name", a.v_name, "tensor name inside a .safetensors values file");
-    app->add_option("--q-name", a.q_name, "tensor name inside a .safetensors queries file");
-    app->add_option("--layout", a.layout, "file layout: htd = [heads, tokens, dim], thd = [tokens, heads, dim]")
-        ->check(CLI::IsMember({"htd", "thd"}));
-    app->add_option("--raw16", a.raw16, "dtype of .npy files with a 2-byte void dtype (ml_dtypes bfloat16)")
-        ->check(CLI::IsMember({"f16", "bf16"}));
-    app->add_option("--write-rec", a.write_rec,
-                    "write each method's K/V reconstructions into this directory, in the input's format, "
-                    "dtype and layout (built-in data: .npy f32, htd)");
-    app->add_option("--data", a.data, "built-in data when no file is given: video-like or clip")
-        ->check(CLI::IsMember({"video-like", "clip"}));
-  }
-  app->add_option("--clip", a.clip, "clip for --data clip: a shipped clip name or a video path");
-  app->add_option("--heads", a.heads, "built-in data: heads")->check(CLI::Range(1, 256));
-  app->add_option("--frames", a.frames, "built-in data: latent frames (1,560 tokens each)")->check(CLI::Range(1, 1000));
-  app->add_option("--queries", a.queries, "built-in data: queries for the attention error (0 = none)")
-      ->check(CLI::Range(0, 100000));
-  app->add_option("--seed", a.seed, "built-in data: seed");
-  app->add_option("--threads", a.threads, "worker threads (0 = all cores); results do not depend on it");
-}
-
-void progress(bool quiet, const std::string& s) {
-  if (quiet) return;
-  std::fprintf(stderr, "qvg: %s\n", s.c_str());
-  std::fflush(stderr);
-}
-
-qvg::EvalInput builtin_input(const std::string& kind, const DataArgs& a, bool quiet) {
-  qvg::EvalInput in;
-  if (kind == "video-like") {
-    qvg::VideoLikeParams p;
-    p.heads = a.heads;
-    p.frames = a.frames;
-    p.seed = a.seed;
-    p.threads = a.threads;
-    progress(quiet, "generating video-like K/V [" + std::to_string(p.heads) + ", " + std::to_string(p.tokens()) +
-                        ", " + std::to_string(p.dim) + "] seed " + std::to_string(p.seed));
-    in.name = "video-like";
-    in.k = qvg::make_video_like(p, qvg::TensorRole::key);
-    in.v = qvg::make_video_like(p, qvg::TensorRole::value);
-  } else {
-    qvg::ClipKVParams p;
-    p.clip = a.clip;
-    p.heads = a.heads;
-    p.frames = a.frames;
-    p.seed = a.seed;
-    p.threads = a.threads;
-    progress(quiet, "decoding clip '" + a.clip + "' into K/V [" + std::to_string(p.heads) + ", " +
-                        std::to_string(p.tokens()) + ", " + std::to_string(p.dim) + "] seed " + std::to_string(p.seed));
-    in.name = "clip:" + a.clip;
-    in.k = qvg::make_clip_kv(p, qvg::TensorRole::key);
-    in.v = qvg::make_clip_kv(p, qvg::TensorRole::value);
-  }
-  // Queries: the keys of `queries` tokens spread over the span (self-attention
-  // of cached tokens), since the generators have no query projection.
-  if (a.queries > 0) in.q = qvg::select_tokens(in.k, a.queries);
-  return in;
-}
-
-json row_json(const qvg::EvalRow& r) {
-  const auto& c = r.config;
-  json bytes;
-  for (const qvg::PartField& p : qvg::kPartFields) bytes[p.name] = r.bytes.*p.bytes;
-  bytes["total"] = r.bytes.total();
-  json j = {{"dataset", r.dataset},
-            {"method", r.method},
-            {"tensor", r.tensor},
-            {"kind", qvg::method_name(c.method)},
-            {"spec", qvg::codec_spec(c)},
-            {"mse", r.error.mse},
-            {"rel_l2", r.error.rel_l2},
-            {"snr_db", std::isfinite(r.error.snr_db) ? json(r.error.snr_db) : json(nullptr)},
-            {"max_abs", r.error.max_abs},
-            {"bits_per_value", r.bits_per_value},
-            {"ratio", r.ratio},
-            {"encode_ms", r.encode_ms},
-            {"decode_ms", r.decode_ms},
-            {"bytes", bytes}};
-  // The configuration: every field the method reads, under its spec key.
-  qvg::for_each_field(c, [&](const qvg::CodecField& f, const std::string& v) {
-    j[f.key] = f.is_number ? json::parse(v) : json(v);
-  });
-  j["stages"] = qvg::smoothing_stages(c);
-  if (j["stages"] > 0) {
-    j["kmeans_ms"] = r.kmeans_ms;
-    j["kmeans_iterations_run"] = r.kmeans_iterations;
-  }
-  if (r.attn_rel_l2) j["attn_rel_l2"] = *r.attn_rel_l2;
-  return j;
-}
-
-void print_rows(const std::vector<qvg::EvalRow>& rows, const qvg::EvalInput& in) {
-  std::printf("\n== %s: K/V [%lld heads, %lld tokens, dim %lld]%s\n", in.name.c_str(),
-              static_cast<long long>(in.k.heads), static_cast<long long>(in.k.tokens),
-              static_cast<long long>(in.k.dim),
-              in.q ? (" with " + std::to_string(in.q->tokens) + " queries").c_str() : "");
-  std::printf("\nkeys\n%s", qvg::format_table(rows, "k").c_str());
-  std::printf("\nvalues\n%s", qvg::format_table(rows, "v").c_str());
-  std::fflush(stdout);
-}
-
-int run_eval(const DataArgs& a, const std::vector<std::string>& methods, bool as_json, bool quiet) {
-  qvg::EvalInput in;
-  qvg::KvFileInfo info;
-  info.dtype = qvg::DType::f32;
-  std::string ext = ".npy";
-  qvg::KvLayout layout = qvg::KvLayout::htd;
-  if (!a.k.empty() || !a.v.empty()) {
-    if (a.k.empty() || a.v.empty()) throw qvg::Error("give both --k and --v (or neither, for built-in data)");
-    layout = qvg::parse_layout(a.layout);
-    std::optional<qvg::DType> raw16;
-    if (!a.raw16.empty()) raw16 = qvg::parse_dtype(a.raw16);
-    progress(quiet, "reading " + a.k + " and " + a.v);
-    in.name = a.k;
-    in.k = qvg::load_kv(a.k, layout, a.k_name, raw16, &info);
-    ext = std::filesystem::path(a.k).extension().string();
-    in.v = qvg::load_kv(a.v, layout, a.v_name, raw16);
-    if (!a.q.empty()) in.q = qvg::load_kv(a.q, layout, a.q_name, raw16);
-  } else {
-    if (!a.q.empty()) throw qvg::Error("--q needs --k and --v");
-    in = builtin_input(a.data, a, quiet);
-  }
-  qvg::EvalOptions opt;
-  opt.threads = a.threads;
-  const auto t0 = std::chrono::steady_clock::now();
-  opt.progress = [&](const std::string& s) {
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%7.1fs ", sec);
-    progress(quiet, buf + s);
-  };
-  if (!a.write_rec.empty()) {
-    std::filesystem::create_directories(a.write_rec);
-    opt.on_reconstruction = [&](const std::string& method, const std::string& tensor, const qvg::HeadTensor& x) {
-      std::string safe = method;  // "qvg-pro:block=32" -> "qvg-pro_block-32"
-      for (char& ch : safe)
-        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = ch == '=' ? '-' : '_';
-      const std::string path = (std::filesystem::path(a.write_rec) / (safe + "." + tensor + ext)).string();
-      qvg::save_kv(path, x, layout, info.dtype, ext == ".npy" ? "" : tensor, info.leading_batch);
-      progress(quiet, "wrote " + path);
-    };
-  }
-  const auto rows = qvg::evaluate(in, methods, opt);
-  if (as_json) {
-    json out = json::array();
-    for (const auto& r : rows) out.push_back(row_json(r));
-    std::cout << out.dump(2) << std::endl;
-  } else {
-    print_rows(rows, in);
-  }
-  return 0;
-}
-
-/// One line per method against the first RTN row: how much lower its errors are.
-void print_summary(const std::vector<qvg::EvalRow>& rows) {
-  const qvg::EvalRow* rk = nullptr;
-  const qvg::EvalRow* rv = nullptr;
-  for (const auto& r : rows)
-    if (r.config.method == qvg::Method::rtn && !rk && r.tensor == "k") rk = &r;
-  for (const auto& r : rows)
-    if (r.config.method == qvg::Method::rtn && !rv && r.tensor == "v") rv = &r;
-  if (!rk || !rv) return;
-  std::printf("\nagainst %s (%.2fx smaller than BF16):\n", rk->method.c_str(), rk->ratio);
-  for (size_t i = 0; i + 1 < rows.size(); i += 2) {
-    const auto& k = rows[i];
-    const auto& v = rows[i + 1];
-    if (&k == rk || k.config.method == qvg::Method::bf16) continue;
-    std::printf("  %-10s %.2fx smaller than BF16; key MSE %6.2fx lower, value MSE %5.2fx lower", k.method.c_str(),
-                k.ratio, rk->error.mse / k.error.mse, rv->error.mse / v.error.mse);
-    if (k.attn_rel_l2 && rk->attn_rel_l2) std::printf(", attention error %5.2fx lower", *rk->attn_rel_l2 / *k.attn_rel_l2);
-    std::printf("\n");
-  }
-}
-
-int run_demo(DataArgs a, const std::vector<std::string>& methods, bool as_json, bool quiet) {
-  if (!as_json) {
-    std::printf("qvg codec-demo: KV-cache compression methods side by side on built-in data\n"
-                "(one Self-Forcing span: %d latent frames x 1,560 tokens, %d heads, dim 128).\n"
-                "Lower mse / attn_rel is better; bits = stored bits per value with every byte of\n"
-                "metadata counted; ratio = BF16 size / compressed size.\n",
-                a.frames, a.heads);
-  }
-  json all = json::array();
-  for (const std::string kind : {"video-like", "clip"}) {
-    const qvg::EvalInput in = builtin_input(kind, a, quiet);
-    qvg::EvalOptions opt;
-    opt.threads = a.threads;
-    opt.progress = [&](const std::string& s) { progress(quiet, s); };
-    const auto rows = qvg::evaluate(in, methods, opt);
-    if (as_json) {
-      for (const auto& r : rows) all.push_back(row_json(r));
-    } else {
-      print_rows(rows, in);
-      print_summary(rows);
-    }
-  }
-  if (as_json) std::cout << all.dump(2) << std::endl;
-  return 0;
-}
-
-int list_methods() {
-  std::printf("methods:\n");
-  for (const auto& t : qvg::method_table()) {
-    std::string keys;
-    for (const auto& k : t.fields) keys += (keys.empty() ? "" : " ") + k;
-    std::printf("  %-8s %s\n           keys: %s%s\n", t.name, t.summary, keys.empty() ? "(none)" : keys.c_str(),
-                t.make_cuda ? "" : "  (CPU only)");
-  }
-  std::printf("\npresets (give as PRESET or PRESET:key=value,...):\n");
-  for (const auto& p : qvg::codec_presets())
-    std::printf("  %-14s %s\n", p.c_str(), qvg::describe(qvg::parse_codec_spec(p)).c_str());
-  std::printf("\nkeys:\n");
-  for (const auto& f : qvg::codec_fields()) std::printf("  %-16s %s\n", f.key, f.values);
-  return 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"qvg: 2-4 bit KV-cache compression for autoregressive video diffusion (Quant VideoGen)"};
   app.require_subcommand(1);
-  bool as_json = false, quiet = false;
-  DataArgs eval_args, demo_args;
-  demo_args.heads = 4;
-  std::vector<std::string> eval_methods = kDefaultMethods, demo_methods = kDefaultMethods;
-
-  auto* eval = app.add_subcommand("eval", "compare methods on K/V files or built-in data");
-  add_data_options(eval, eval_args, true);
-  eval->add_option("--methods", eval_methods, "methods/presets with optional overrides (see `qvg methods`)");
-  eval->add_flag("--json", as_json, "print one JSON row per method and tensor");
-  eval->add_flag("--quiet", quiet, "no progress output");
-
-  auto* demo = app.add_subcommand("codec-demo",
-                                  "the codecs side by side on both built-in K/V data sets (no model; was `qvg demo`)");
-  add_data_options(demo, demo_args, false);
-  demo->add_option("--methods", demo_methods, "methods/presets (see `qvg methods`)");
-  demo->add_flag("--json", as_json, "print one JSON row per data set, method and tensor");
-  demo->add_flag("--quiet", quiet, "no progress output");
-
-  app.add_subcommand("methods", "list methods, presets and codec options");
-  auto* stream = qvg_cli::add_stream_command(app);
-  auto* generate = qvg_cli::add_generate_command(app);
-  auto* dump_kv = qvg_cli::add_dump_kv_command(app);
-  auto* compare = qvg_cli::add_compare_command(app);
-  auto* model_demo = qvg_cli::add_demo_command(app);
-  auto* inspect = qvg_cli::add_inspect_command(app);
-
+  qvg_cli::add_eval_command(app);
+  qvg_cli::add_codec_demo_command(app);
+  qvg_cli::add_methods_command(app);
+  qvg_cli::add_stream_command(app);
+  qvg_cli::add_generate_command(app);
+  qvg_cli::add_dump_kv_command(app);
+  qvg_cli::add_compare_command(app);
+  qvg_cli::add_demo_command(app);
+  qvg_cli::add_inspect_command(app);
   try {
-    app.parse(argc, argv);
+    app.parse(argc, argv);  // runs the chosen subcommand's callback once its options have passed
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
-  }
-  try {
-    if (*eval) return run_eval(eval_args, eval_methods, as_json, quiet);
-    if (*demo) return run_demo(demo_args, demo_methods, as_json, quiet);
-    if (*stream) return qvg_cli::run_stream_command();
-    if (*generate) return qvg_cli::run_generate_command();
-    if (*dump_kv) return qvg_cli::run_dump_kv_command();
-    if (*compare) return qvg_cli::run_compare_command();
-    if (*model_demo) return qvg_cli::run_demo_command();
-    if (*inspect) return qvg_cli::run_inspect_command();
-    return list_methods();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qvg: error: %s\n", e.what());
     return 1;
   }
+  return 0;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "qvg/codec.h"
+#include "qvg/cuda.h"
 #include "qvg/metrics.h"
 
 namespace qvg {
@@ -37,6 +38,10 @@ struct EvalRow {
 
 struct EvalOptions {
   int threads = 0;
+  /// Where the codecs encode and decode (qvg/cuda.h): Backend::cuda makes
+  /// every method's codec with make_cuda_codec (qvg::Error, before any work,
+  /// for a method without one or when CUDA is not usable).
+  Backend backend = Backend::cpu;
   /// Called before each step with a short description (progress output).
   std::function<void(const std::string&)> progress;
   /// Called with each reconstruction (method spec, "k" or "v", tensor), e.g.

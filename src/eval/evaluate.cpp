@@ -27,7 +27,7 @@ std::vector<EvalRow> evaluate(const EvalInput& in, const std::vector<std::string
   }
   std::vector<std::unique_ptr<Codec>> codecs;
   for (const auto& m : methods) {
-    codecs.push_back(make_codec(m));
+    codecs.push_back(make_codec(parse_codec_spec(m), opt.backend));
     validate(codecs.back()->config(), in.k.dim);
   }
   auto say = [&](const std::string& s) {

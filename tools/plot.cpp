@@ -1,0 +1,95 @@
+// gnuplot invocation for the CLI's plots (tools/plot.h).
+#include "plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "qvg/common.h"
+
+namespace qvg_cli {
+namespace {
+
+/// The gnuplot to run: $QVG_GNUPLOT when set, else `gnuplot` on PATH.
+std::string gnuplot_program() {
+  const char* env = std::getenv("QVG_GNUPLOT");
+  return env && *env ? env : "gnuplot";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string r = "'";
+  for (char ch : s) r += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return r + "'";
+}
+
+}  // namespace
+
+void require_gnuplot() {
+  const std::string cmd = shell_quote(gnuplot_program()) + " --version 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  if (p) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+  }
+  const int status = p ? pclose(p) : -1;
+  QVG_CHECK(status == 0 && out.rfind("gnuplot", 0) == 0, "--plot needs gnuplot, and '", gnuplot_program(),
+            "' does not run (install the Debian package gnuplot-nox, e.g. bash scripts/install_deps.sh, or "
+            "drop --plot; --csv / --json carry the per-frame PSNR to draw it elsewhere)");
+}
+
+void write_psnr_plot(const std::string& path, const std::vector<std::string>& methods,
+                     const std::vector<std::vector<double>>& psnr, int first_frame, const std::string& title) {
+  double top = 0;
+  for (size_t m = 1; m < psnr.size(); ++m)
+    for (double x : psnr[m])
+      if (std::isfinite(x)) top = std::max(top, x);
+  const double cap = std::max(100.0, std::ceil(top / 10.0) * 10.0 + 10.0);
+  std::string script;
+  char buf[256];
+  for (size_t m = 1; m < psnr.size(); ++m) {
+    script += "$m" + std::to_string(m) + " << EOD\n";
+    for (size_t f = 0; f < psnr[m].size(); ++f) {
+      const double x = std::isfinite(psnr[m][f]) ? psnr[m][f] : cap;
+      std::snprintf(buf, sizeof buf, "%zu %.4f\n", static_cast<size_t>(first_frame) + f, x);
+      script += buf;
+    }
+    script += "EOD\n";
+  }
+  auto quoted = [](std::string s) {  // a gnuplot double-quoted string
+    std::string r = "\"";
+    for (char ch : s) r += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
+    return r + "\"";
+  };
+  script += "set terminal pngcairo size 1000,560 enhanced font 'sans,11'\n";
+  script += "set output " + quoted(path) + "\n";
+  script += "set title " + quoted(title) + " noenhanced\n";
+  script += "set xlabel 'frame of the video (context frames first)'\nset ylabel 'PSNR against the BF16 cache (dB)'\n";
+  script += "set grid\nset key outside right top noenhanced\n";
+  std::snprintf(buf, sizeof buf, "set yrange [0:%g]\n", cap + 5);
+  script += buf;
+  script += "plot ";
+  for (size_t m = 1; m < psnr.size(); ++m) {
+    const bool has_inf = std::any_of(psnr[m].begin(), psnr[m].end(), [](double x) { return !std::isfinite(x); });
+    std::string label = methods[m];
+    if (has_inf) {
+      std::snprintf(buf, sizeof buf, " (identical frames: inf, drawn at %g dB)", cap);
+      label += buf;
+    }
+    script += (m > 1 ? ", " : "") + std::string("$m") + std::to_string(m) + " using 1:2 with linespoints lw 2 pt 7 ps 0.6 title " +
+              quoted(label);
+  }
+  script += "\n";
+  const std::string cmd = shell_quote(gnuplot_program());
+  FILE* p = popen(cmd.c_str(), "w");
+  QVG_CHECK(p != nullptr, "cannot start gnuplot ('", gnuplot_program(), "')");
+  const bool wrote = std::fwrite(script.data(), 1, script.size(), p) == script.size();
+  const int status = pclose(p);
+  QVG_CHECK(wrote && status == 0, "gnuplot failed to draw ", path, " (exit status ", status, ")");
+  std::error_code ec;
+  QVG_CHECK(std::filesystem::file_size(path, ec) > 0 && !ec, "gnuplot wrote no ", path);
+}
+
+}  // namespace qvg_cli
