@@ -5,6 +5,8 @@
 // unchanged, CRC-32 known vectors.
 #include <gtest/gtest.h>
 
+#include "error_util.h"
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -103,15 +105,7 @@ std::vector<uint8_t> snapshot(const StreamingKVCache& cache, const std::string& 
   return b;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // ---- checksum ------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 // odd sizes, stability, bad input.
 #include <gtest/gtest.h>
 
+#include "error_util.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -39,15 +41,7 @@ HeadTensor clustered(int64_t h, int64_t n, int64_t d, int clusters, unsigned see
   return x;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 double mse(const HeadTensor& a, const HeadTensor& b) {
   double s = 0;
