@@ -86,14 +86,20 @@ void upload_part(DeviceBuffer<T>& dst, const std::vector<uint8_t>& src, cudaStre
 
 }  // namespace
 
-void baseline_decode(const EncodedTensor& e, void* out, DeviceElement type, cudaStream_t stream) {
-  const BaselineShape sh = checked_shape(e);
-  DeviceBuffer<uint8_t> codes;
-  DeviceBuffer<uint16_t> scales, zero_points, full_precision;
-  upload_part(codes, e.codes, stream);
-  upload_part(scales, e.scales, stream);
-  upload_part(zero_points, e.zero_points, stream);
-  upload_part(full_precision, e.full_precision, stream);
+void BaselineDeviceParts::use_pool(cudaStream_t s) {
+  for (auto* b : {&scales, &zero_points, &full_precision}) b->use_pool(s);
+  codes.use_pool(s);
+}
+
+void BaselineDeviceParts::upload(const EncodedTensor& e, cudaStream_t s) {
+  shape = checked_shape(e);
+  upload_part(codes, e.codes, s);
+  upload_part(scales, e.scales, s);
+  upload_part(zero_points, e.zero_points, s);
+  upload_part(full_precision, e.full_precision, s);
+}
+
+void BaselineDeviceParts::decode(void* out, DeviceElement type, cudaStream_t s) const {
   BaselineParts p;
   p.codes = codes.get();
   p.scales = scales.get();
@@ -101,8 +107,14 @@ void baseline_decode(const EncodedTensor& e, void* out, DeviceElement type, cuda
   p.full_precision = full_precision.get();
   with_element(type, [&](auto tag) {
     using OutT = typename decltype(tag)::type;
-    QVG_CUDA_CHECK(launch_baseline_decode(sh, p, static_cast<OutT*>(out), stream));
+    QVG_CUDA_CHECK(launch_baseline_decode(shape, p, static_cast<OutT*>(out), s));
   });
+}
+
+void baseline_decode(const EncodedTensor& e, void* out, DeviceElement type, cudaStream_t stream) {
+  BaselineDeviceParts parts;
+  parts.upload(e, stream);
+  parts.decode(out, type, stream);
   QVG_CUDA_CHECK(cudaStreamSynchronize(stream));  // the parts are freed on return
 }
 

@@ -20,7 +20,15 @@
 
 namespace qvg::cuda {
 
-/// cudaMalloc'ed array of n T; freed on destruction; move-only.
+/// Makes the current device's default memory pool keep freed memory for
+/// reuse (release threshold: unlimited), so that cudaMallocAsync after a
+/// cudaFreeAsync does not go back to the driver. Once per device.
+void keep_pool_memory();
+
+/// cudaMalloc'ed array of n T; freed on destruction; move-only. In pool
+/// mode (use_pool) its memory comes from the device's stream-ordered pool
+/// (cudaMallocAsync / cudaFreeAsync on that stream): no device-wide
+/// synchronization on allocation or release.
 template <typename T>
 class DeviceBuffer {
  public:
@@ -29,20 +37,36 @@ class DeviceBuffer {
   ~DeviceBuffer() { release(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)), pooled_(o.pooled_), pool_stream_(o.pool_stream_) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       release();
       ptr_ = std::exchange(o.ptr_, nullptr);
       n_ = std::exchange(o.n_, 0);
+      pooled_ = o.pooled_;
+      pool_stream_ = o.pool_stream_;
     }
     return *this;
+  }
+  /// From now on, allocate from the stream-ordered pool on stream s and
+  /// release there (the buffer's memory is then usable on s, and on other
+  /// streams ordered after its allocation; s must outlive the buffer).
+  void use_pool(cudaStream_t s) {
+    release();
+    pooled_ = true;
+    pool_stream_ = s;
   }
   /// Reallocates when n differs (contents are not kept).
   void resize(size_t n) {
     if (n == n_) return;
     release();
-    if (n > 0) QVG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
+    if (n > 0) {
+      if (pooled_)
+        QVG_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ptr_), n * sizeof(T), pool_stream_));
+      else
+        QVG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
+    }
     n_ = n;
   }
   T* get() const { return ptr_; }
@@ -59,12 +83,19 @@ class DeviceBuffer {
 
  private:
   void release() noexcept {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) {
+      if (pooled_)
+        cudaFreeAsync(ptr_, pool_stream_);
+      else
+        cudaFree(ptr_);
+    }
     ptr_ = nullptr;
     n_ = 0;
   }
   T* ptr_ = nullptr;
   size_t n_ = 0;
+  bool pooled_ = false;
+  cudaStream_t pool_stream_ = nullptr;
 };
 
 }  // namespace qvg::cuda

@@ -4,6 +4,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
 
@@ -68,6 +72,20 @@ int64_t first_nonfinite(const void* x, DeviceElement dtype, int64_t n, float* va
       *value = __half2float(__half_raw{static_cast<unsigned short>(raw)});
   }
   return static_cast<int64_t>(at);
+}
+
+void keep_pool_memory() {
+  static std::mutex mutex;
+  static std::vector<int> done;
+  int dev = 0;
+  QVG_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (std::find(done.begin(), done.end(), dev) != done.end()) return;
+  cudaMemPool_t pool;
+  QVG_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t keep = UINT64_MAX;
+  QVG_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  done.push_back(dev);
 }
 
 }  // namespace cuda

@@ -140,14 +140,10 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
   CodecConfig seeds;
   seeds.kmeans.seed = km.params.seed;
   if (km.warm_bf16) {
-    const uint16_t* w = km.warm_bf16 + static_cast<int64_t>(stage) * H * C * D;
-    // BF16 -> float: a BF16 value is the top half of its float.
-    std::vector<uint16_t> hb(static_cast<size_t>(H) * C * D);
-    QVG_CUDA_CHECK(cudaMemcpyAsync(hb.data(), w, hb.size() * 2, cudaMemcpyDeviceToHost, stream));
-    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<float> hf(hb.size());
-    for (size_t i = 0; i < hb.size(); ++i) hf[i] = bf16_to_float(hb[i]);
-    cent_.upload(hf.data(), hf.size(), stream);
+    // The previous span's BF16 centroids of this stage, widened on the device (exact).
+    const int64_t rows = static_cast<int64_t>(H) * C;
+    widen_bf16_range(km.warm_bf16 + static_cast<int64_t>(stage) * rows * D, 1, rows, D, DecodeRange{0, rows, rows, 0},
+                     cent_.get(), stream);
   } else if (km.params.init == KMeansInit::random) {
     // kmeans_random_rows of every head, drawn on the device (seeds
     // qvg_kmeans_seed(stage, h) = base + h).
@@ -165,29 +161,43 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
     // sequential steps on the device (kmeanspp_kernel).
     QVG_CHECK(N <= INT32_MAX && H <= 65535, "k-means++ on the GPU: ", N, " tokens (at most 2^31 - 1), ", H,
               " heads (at most 65535)");
-    std::vector<uint64_t> pp_seeds(static_cast<size_t>(H));
-    for (int h = 0; h < H; ++h) pp_seeds[h] = qvg_kmeans_seed(seeds, stage, h);
-    // The heads' starts are independent (each one O(N)): on all cores where
-    // they add up to at least 2^18 rows, on one below. The same bytes either way.
-    std::vector<KMeansPPStart> starts(static_cast<size_t>(H));
-    const int threads = static_cast<int64_t>(H) * N >= (int64_t{1} << 18) ? 0 : 1;
-    parallel_for(H, threads, [&](int64_t h) { starts[static_cast<size_t>(h)] = kmeanspp_start(N, C, pp_seeds[h]); });
-    // m and the draws are the same for every head: they depend on N and C only.
-    const int m = static_cast<int>(starts[0].rows.size());
-    const uint64_t draws = starts[0].draws;
-    std::vector<int> pp_rows(static_cast<size_t>(H) * m);
-    std::vector<int64_t> pp_first(static_cast<size_t>(H));
-    for (int h = 0; h < H; ++h) {
-      std::copy(starts[h].rows.begin(), starts[h].rows.end(), pp_rows.begin() + static_cast<int64_t>(h) * m);
-      pp_first[h] = starts[h].first;
+    // The start depends on N, C and the seeds only (not on the data): drawn
+    // and uploaded once per stage and shape, then reused (no host work or
+    // upload in a stream of same-sized spans).
+    if (pp_.size() <= static_cast<size_t>(stage)) pp_.resize(static_cast<size_t>(stage) + 1);
+    PPStart& pp = pp_[static_cast<size_t>(stage)];
+    const uint64_t seed0 = qvg_kmeans_seed(seeds, stage, 0);
+    if (pp.n != N || pp.c != C || pp.h != H || pp.seed0 != seed0) {
+      std::vector<uint64_t> pp_seeds(static_cast<size_t>(H));
+      for (int h = 0; h < H; ++h) pp_seeds[h] = qvg_kmeans_seed(seeds, stage, h);
+      // The heads' starts are independent (each one O(N)): on all cores where
+      // they add up to at least 2^18 rows, on one below. The same bytes either way.
+      std::vector<KMeansPPStart> starts(static_cast<size_t>(H));
+      const int threads = static_cast<int64_t>(H) * N >= (int64_t{1} << 18) ? 0 : 1;
+      parallel_for(H, threads, [&](int64_t h) { starts[static_cast<size_t>(h)] = kmeanspp_start(N, C, pp_seeds[h]); });
+      // m and the draws are the same for every head: they depend on N and C only.
+      pp.m = static_cast<int>(starts[0].rows.size());
+      pp.draws = starts[0].draws;
+      std::vector<int> pp_rows(static_cast<size_t>(H) * pp.m);
+      std::vector<int64_t> pp_first(static_cast<size_t>(H));
+      for (int h = 0; h < H; ++h) {
+        std::copy(starts[h].rows.begin(), starts[h].rows.end(), pp_rows.begin() + static_cast<int64_t>(h) * pp.m);
+        pp_first[h] = starts[h].first;
+      }
+      pp.rows.upload(pp_rows.data(), pp_rows.size(), stream);
+      pp.first.upload(pp_first.data(), pp_first.size(), stream);
+      pp.seeds.upload(pp_seeds.data(), pp_seeds.size(), stream);
+      QVG_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors go out of scope
+      pp.n = N;
+      pp.c = C;
+      pp.h = H;
+      pp.seed0 = seed0;
     }
-    pp_rows_.upload(pp_rows.data(), pp_rows.size(), stream);
-    pp_first_.upload(pp_first.data(), pp_first.size(), stream);
-    pp_seeds_.upload(pp_seeds.data(), pp_seeds.size(), stream);
+    const int m = pp.m;
     const dim3 grid(kPPBlocks, static_cast<unsigned>(H));
     with_head_dim(D, [&](auto dim) {
       kmeanspp_kernel<T, decltype(dim)::value><<<grid, kPPThreads, kmeanspp_smem(m), stream>>>(
-          data, N, pp_rows_.get(), m, C, pp_first_.get(), pp_seeds_.get(), draws, cent_.get());
+          data, N, pp.rows.get(), m, C, pp.first.get(), pp.seeds.get(), pp.draws, cent_.get());
     });
     QVG_CUDA_CHECK(cudaGetLastError());
   }

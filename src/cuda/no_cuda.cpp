@@ -2,6 +2,7 @@
 #include "cpu/codecs.h"
 #include "qvg/cache.h"
 #include "qvg/cuda.h"
+#include "qvg/device_codec.h"
 
 namespace qvg {
 
@@ -28,6 +29,34 @@ EncodedTensor cuda_encode_device(const CodecConfig&, const void*, DeviceElement,
   no_cuda();
 }
 void cuda_decode_device(const EncodedTensor&, void*, DeviceElement) { no_cuda(); }
+struct DeviceEncodedTensor::Impl {};
+DeviceEncodedTensor::DeviceEncodedTensor() = default;
+DeviceEncodedTensor::DeviceEncodedTensor(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+const DeviceEncodedTensor::Impl& DeviceEncodedTensor::impl() const { no_cuda(); }
+const CodecConfig& DeviceEncodedTensor::config() const { no_cuda(); }
+TensorRole DeviceEncodedTensor::role() const { no_cuda(); }
+int64_t DeviceEncodedTensor::heads() const { no_cuda(); }
+int64_t DeviceEncodedTensor::tokens() const { no_cuda(); }
+int64_t DeviceEncodedTensor::dim() const { no_cuda(); }
+int DeviceEncodedTensor::device() const { no_cuda(); }
+PartBytes DeviceEncodedTensor::bytes() const { no_cuda(); }
+double DeviceEncodedTensor::bits_per_value() const { no_cuda(); }
+EncodedTensor DeviceEncodedTensor::to_host(void*) const { no_cuda(); }
+DeviceEncodedTensor DeviceEncodedTensor::from_host(const EncodedTensor&, void*) { no_cuda(); }
+struct DeviceCodec::Impl {};
+DeviceCodec::DeviceCodec(const CodecConfig&) { no_cuda(); }
+DeviceCodec::~DeviceCodec() = default;
+DeviceCodec::DeviceCodec(DeviceCodec&&) noexcept = default;
+DeviceCodec& DeviceCodec::operator=(DeviceCodec&&) noexcept = default;
+const CodecConfig& DeviceCodec::config() const { no_cuda(); }
+DeviceEncodedTensor DeviceCodec::encode(const void*, DeviceElement, int64_t, int64_t, int64_t, TensorRole, void*,
+                                        const DeviceEncodedTensor*) const {
+  no_cuda();
+}
+void DeviceCodec::decode(const DeviceEncodedTensor&, void*, DeviceElement, void*) const { no_cuda(); }
+void DeviceCodec::decode_rows(const DeviceEncodedTensor&, void*, DeviceElement, int64_t, int64_t, void*) const {
+  no_cuda();
+}
 int64_t StreamingKVCache::read_device(int, float*, float*, int64_t, void*) const { no_cuda(); }
 int64_t StreamingKVCache::device_bytes() const { return 0; }
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {

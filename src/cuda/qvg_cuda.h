@@ -27,6 +27,14 @@ struct DeviceParts {
   DeviceBuffer<uint16_t> centroids;
   void allocate(const QvgShape& sh);
   QvgParts view() const;
+  /// Allocations from the stream-ordered pool on s (DeviceBuffer::use_pool).
+  void use_pool(cudaStream_t s) {
+    codes.use_pool(s);
+    scales.use_pool(s);
+    ids.use_pool(s);
+    span_scales.use_pool(s);
+    centroids.use_pool(s);
+  }
   /// Bytes of every part (what a decode reads).
   size_t bytes() const {
     return codes.bytes() + scales.bytes() + ids.bytes() + span_scales.bytes() + centroids.bytes();
@@ -181,9 +189,18 @@ class Encoder {
   DeviceBuffer<uint8_t> taken_;
   DeviceBuffer<int> active_, reseeded_;
   DeviceBuffer<double> mse_;
-  DeviceBuffer<int64_t> rows_, pp_first_;
-  DeviceBuffer<int> pp_rows_;                  // k-means++ samples [H][m]
-  DeviceBuffer<uint64_t> pp_seeds_;            // k-means++ seeds
+  DeviceBuffer<int64_t> rows_;  // random start rows [H][C]
+  /// A k-means++ start of one stage (kmeanspp_start of every head) on the
+  /// device, for n tokens, c centroids, h heads and the stage's first seed.
+  struct PPStart {
+    int64_t n = -1;
+    int c = 0, h = 0, m = 0;
+    uint64_t seed0 = 0, draws = 0;
+    DeviceBuffer<int> rows;         // samples [H][m]
+    DeviceBuffer<int64_t> first;    // first centre of each head
+    DeviceBuffer<uint64_t> seeds;   // each head's seed
+  };
+  std::vector<PPStart> pp_;  // by stage
 };
 
 /// Fused decode into out ([H][N][D] of dtype on the device) with the chosen

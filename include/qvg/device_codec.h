@@ -1,0 +1,105 @@
+// Encoded tensors that stay in device memory, and a codec that works on the
+// caller's CUDA stream: what a model's generation loop needs to encode a span
+// and decode its K/V at every step without host round trips. (qvg/cuda.h's
+// functions take and return host EncodedTensors and synchronize.)
+//
+// Streams are passed as void* (a cudaStream_t; null: the legacy default
+// stream), so this header needs no CUDA headers. Every call queues its work
+// on the stream and returns; none synchronizes the device unless it says so.
+// In builds without CUDA the functions throw qvg::Error.
+#pragma once
+
+#include <memory>
+
+#include "qvg/codec.h"
+#include "qvg/cuda.h"
+
+namespace qvg {
+
+/// An encoded K or V tensor whose parts live in the memory of a CUDA device
+/// (the format of docs/FORMAT.md, part by part). Immutable; copies share the
+/// parts. Its memory comes from the device's stream-ordered pool on the
+/// stream that made it and returns there when the last copy goes: keep that
+/// stream alive as long as the tensor, and order work on other streams after
+/// it (as for memory from PyTorch's caching allocator).
+class DeviceEncodedTensor {
+ public:
+  DeviceEncodedTensor();
+  bool empty() const { return impl_ == nullptr; }
+  const CodecConfig& config() const;
+  TensorRole role() const;
+  int64_t heads() const;
+  int64_t tokens() const;
+  int64_t dim() const;
+  /// The device that holds the parts.
+  int device() const;
+  /// Bytes of every part, as EncodedTensor::bytes() of its host form.
+  PartBytes bytes() const;
+  double bits_per_value() const;
+
+  /// The host form: every part copied back. Synchronizes `stream` (the
+  /// caller asks for a host result).
+  EncodedTensor to_host(void* stream = nullptr) const;
+  /// e's parts on the current device, checked first as the decoders check
+  /// them (qvg::Error naming the problem). Stream-ordered; e may be
+  /// destroyed on return.
+  static DeviceEncodedTensor from_host(const EncodedTensor& e, void* stream = nullptr);
+
+  struct Impl;
+  explicit DeviceEncodedTensor(std::shared_ptr<const Impl> impl);
+  const Impl& impl() const;
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+/// A codec on the current CUDA device whose encodings stay there. Every
+/// method decodes on the device; qvg and rtn also encode there.
+class DeviceCodec {
+ public:
+  /// Throws qvg::Error when no device is usable or the config is invalid.
+  explicit DeviceCodec(const CodecConfig& config);
+  ~DeviceCodec();
+  DeviceCodec(DeviceCodec&&) noexcept;
+  DeviceCodec& operator=(DeviceCodec&&) noexcept;
+  const CodecConfig& config() const;
+
+  /// Encode x ([heads, tokens, dim] of `type`, contiguous, 16-byte aligned,
+  /// on the current device) on `stream`.
+  /// - qvg, rtn: on the device. k-means runs max_iter iterations for every
+  ///   head (no convergence test, which would read the error back every
+  ///   iteration): the CPU reference with tol = 0 gives the same bytes where
+  ///   no assignment has near-ties. Starts: random rows and a warm start
+  ///   (warm_start: a previous encoding of this config with the same heads,
+  ///   dim and centroids) run on the device; a k-means++ start is drawn on
+  ///   the host once per shape and stage (it depends on tokens, C and the
+  ///   seed only) and reused, so only the first encode of a shape waits for
+  ///   the host. Values are not checked: a non-finite input or a residual
+  ///   that overflows float gives non-finite parts (docs/FORMAT.md); check
+  ///   with to_host().
+  /// - kivi, quarot, bf16: x is copied to the host, the CPU reference
+  ///   encodes it and the parts are uploaded (synchronizes `stream`).
+  /// Scratch memory is kept for the next encode; one encode at a time per
+  /// codec (calls from several threads are serialized).
+  DeviceEncodedTensor encode(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim,
+                             TensorRole role, void* stream, const DeviceEncodedTensor* warm_start = nullptr) const;
+
+  /// Decode e into out ([heads, tokens, dim] of `type` on e's device,
+  /// 16-byte aligned): the float decode (bit-identical to the CPU decode's),
+  /// rounded to nearest even for bf16 and f16. Kernels queued on `stream`;
+  /// no allocation, no synchronization. e's config must be this codec's
+  /// method (qvg::Error otherwise).
+  void decode(const DeviceEncodedTensor& e, void* out, DeviceElement type, void* stream) const;
+
+  /// qvg and rtn: decode e into token rows [out_offset, out_offset +
+  /// e.tokens()) of out, which holds out_tokens tokens a head ([heads,
+  /// out_tokens, dim]): one span straight into a layer's K/V buffer.
+  void decode_rows(const DeviceEncodedTensor& e, void* out, DeviceElement type, int64_t out_tokens,
+                   int64_t out_offset, void* stream) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qvg

@@ -1,0 +1,202 @@
+// Device-resident encoded tensors and the stream-ordered DeviceCodec
+// (qvg/device_codec.h). qvg / rtn parts: cuda::DeviceParts, written by the
+// Encoder and read by the decode kernels in place; kivi / quarot / bf16
+// parts: cuda::BaselineDeviceParts. Part memory comes from the device's
+// stream-ordered pool (DeviceBuffer::use_pool).
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "cpu/codecs.h"
+#include "cuda/baseline_cuda.h"
+#include "cuda/qvg_cuda.h"
+#include "qvg/device_codec.h"
+#include "qvg/half.h"
+#include "qvg/methods.h"
+
+namespace qvg {
+
+namespace {
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+/// Whether the method encodes on the device (QVG's kernels: qvg and rtn).
+bool encodes_on_device(Method m) { return m == Method::qvg || m == Method::rtn; }
+
+void check_device() {
+  std::string why;
+  QVG_CHECK(cuda_available(&why), "CUDA backend: ", why);
+}
+
+}  // namespace
+
+struct DeviceEncodedTensor::Impl {
+  CodecConfig config;
+  TensorRole role = TensorRole::key;
+  int64_t heads = 0, tokens = 0, dim = 0;
+  int device = 0;
+  cuda::QvgShape shape;             // qvg, rtn
+  cuda::DeviceParts parts;          // qvg, rtn
+  cuda::BaselineDeviceParts base;   // kivi, quarot, bf16
+
+  /// An empty tensor of this header with its part memory from the pool on s.
+  Impl(const CodecConfig& c, TensorRole r, int64_t h, int64_t n, int64_t d, cudaStream_t s)
+      : config(c), role(r), heads(h), tokens(n), dim(d), device(cuda_current_device()) {
+    cuda::keep_pool_memory();
+    parts.use_pool(s);
+    base.use_pool(s);
+  }
+  bool qvg_parts() const { return encodes_on_device(config.method); }
+};
+
+DeviceEncodedTensor::DeviceEncodedTensor() = default;
+DeviceEncodedTensor::DeviceEncodedTensor(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+const DeviceEncodedTensor::Impl& DeviceEncodedTensor::impl() const {
+  QVG_CHECK(impl_ != nullptr, "empty DeviceEncodedTensor");
+  return *impl_;
+}
+const CodecConfig& DeviceEncodedTensor::config() const { return impl().config; }
+TensorRole DeviceEncodedTensor::role() const { return impl().role; }
+int64_t DeviceEncodedTensor::heads() const { return impl().heads; }
+int64_t DeviceEncodedTensor::tokens() const { return impl().tokens; }
+int64_t DeviceEncodedTensor::dim() const { return impl().dim; }
+int DeviceEncodedTensor::device() const { return impl().device; }
+
+PartBytes DeviceEncodedTensor::bytes() const {
+  const Impl& I = impl();
+  return expected_part_bytes(I.config, I.role, I.heads, I.tokens, I.dim);
+}
+
+double DeviceEncodedTensor::bits_per_value() const {
+  const Impl& I = impl();
+  return 8.0 * static_cast<double>(bytes().total()) / static_cast<double>(I.heads * I.tokens * I.dim);
+}
+
+EncodedTensor DeviceEncodedTensor::to_host(void* stream) const {
+  const Impl& I = impl();
+  EncodedTensor e;
+  e.config = I.config;
+  e.role = I.role;
+  e.heads = I.heads;
+  e.tokens = I.tokens;
+  e.dim = I.dim;
+  const cudaStream_t s = as_stream(stream);
+  if (I.qvg_parts()) {
+    cuda::download_parts(I.parts, e, s);  // synchronizes s
+    return e;
+  }
+  cuda::download_bytes(I.base.codes, e.codes, s);
+  cuda::download_bytes(I.base.scales, e.scales, s);
+  cuda::download_bytes(I.base.zero_points, e.zero_points, s);
+  cuda::download_bytes(I.base.full_precision, e.full_precision, s);
+  QVG_CUDA_CHECK(cudaStreamSynchronize(s));
+  return e;
+}
+
+DeviceEncodedTensor DeviceEncodedTensor::from_host(const EncodedTensor& e, void* stream) {
+  check_device();
+  const cudaStream_t s = as_stream(stream);
+  auto I = std::make_shared<Impl>(e.config, e.role, e.heads, e.tokens, e.dim, s);
+  if (I->qvg_parts()) {
+    check_decode_header(e.config, e);
+    check_decode_parts(e, expected_part_bytes(e.config, e.role, e.heads, e.tokens, e.dim));
+    I->shape = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
+    cuda::upload_parts(e, I->shape, I->parts, s);  // checks span scales and ids as the CPU decode does
+  } else {
+    I->base.upload(e, s);
+  }
+  // Pageable host memory: the copies have read e's bytes when cudaMemcpyAsync returns.
+  return DeviceEncodedTensor(std::move(I));
+}
+
+struct DeviceCodec::Impl {
+  CodecConfig config;
+  std::unique_ptr<Codec> reference;  // the CPU reference's encode (kivi, quarot, bf16)
+  std::mutex mutex;                  // one encode at a time: the Encoder's scratch
+  cuda::Encoder encoder;
+};
+
+DeviceCodec::DeviceCodec(const CodecConfig& config) : impl_(std::make_unique<Impl>()) {
+  check_device();
+  impl_->config = config;
+  if (encodes_on_device(config.method))
+    cuda::check_device_config(config);
+  else
+    impl_->reference = make_codec(config);
+}
+DeviceCodec::~DeviceCodec() = default;
+DeviceCodec::DeviceCodec(DeviceCodec&&) noexcept = default;
+DeviceCodec& DeviceCodec::operator=(DeviceCodec&&) noexcept = default;
+const CodecConfig& DeviceCodec::config() const { return impl_->config; }
+
+DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim,
+                                        TensorRole role, void* stream, const DeviceEncodedTensor* warm_start) const {
+  const CodecConfig& c = impl_->config;
+  QVG_CHECK(x != nullptr, c.name, ": null input");
+  QVG_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, c.name,
+            ": the input must be 16-byte aligned (the encode reads 16 bytes at a time)");
+  const cudaStream_t s = as_stream(stream);
+  if (impl_->reference) {  // kivi, quarot, bf16: the CPU reference's encode
+    QVG_CHECK(heads > 0 && tokens > 0 && dim > 0, c.name, ": empty tensor [", heads, ", ", tokens, ", ", dim, "]");
+    HeadTensor h(heads, tokens, dim);
+    const size_t n = h.data.size();
+    if (type == DeviceElement::f32) {
+      QVG_CUDA_CHECK(cudaMemcpyAsync(h.data.data(), x, n * 4, cudaMemcpyDeviceToHost, s));
+      QVG_CUDA_CHECK(cudaStreamSynchronize(s));
+    } else {
+      std::vector<uint16_t> raw(n);
+      QVG_CUDA_CHECK(cudaMemcpyAsync(raw.data(), x, n * 2, cudaMemcpyDeviceToHost, s));
+      QVG_CUDA_CHECK(cudaStreamSynchronize(s));
+      for (size_t i = 0; i < n; ++i)
+        h.data[i] = type == DeviceElement::bf16 ? bf16_to_float(raw[i]) : fp16_to_float(raw[i]);
+    }
+    EncodeOptions opt;
+    opt.role = role;
+    return DeviceEncodedTensor::from_host(impl_->reference->encode(h, opt), stream);
+  }
+  const cuda::QvgShape sh = cuda::make_shape(c, heads, tokens, dim);
+  cuda::GpuKMeansOptions km = cuda::GpuKMeansOptions::fixed_iterations(c.kmeans);
+  if (warm_start && !warm_start->empty() && sh.stages > 0) {
+    const DeviceEncodedTensor::Impl& w = warm_start->impl();
+    QVG_CHECK(w.config.method == Method::qvg && smoothing_stages(w.config) == sh.stages &&
+                  w.shape.centroids == sh.centroids && w.heads == heads && w.dim == dim &&
+                  w.config.centroid_format == CentroidFormat::bf16 && w.device == cuda_current_device(),
+              c.name, ": the warm-start tensor does not match (method, stages, centroids, heads, dim or device)");
+    km.warm_bf16 = w.parts.centroids.get();
+  }
+  auto I = std::make_shared<DeviceEncodedTensor::Impl>(c, role, heads, tokens, dim, s);
+  I->shape = sh;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->encoder.encode(x, type, sh, km, I->parts, s);
+  }
+  return DeviceEncodedTensor(std::move(I));
+}
+
+void DeviceCodec::decode(const DeviceEncodedTensor& e, void* out, DeviceElement type, void* stream) const {
+  const DeviceEncodedTensor::Impl& I = e.impl();
+  QVG_CHECK(I.config.method == impl_->config.method, "decoding a ", method_name(I.config.method), " tensor with a ",
+            method_name(impl_->config.method), " codec");
+  QVG_CHECK(out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0,
+            "DeviceCodec::decode: out must be non-null and 16-byte aligned (the decode stores 16 bytes at a time)");
+  if (I.qvg_parts())
+    cuda::decode(I.shape, I.parts.view(), out, type, as_stream(stream));
+  else
+    I.base.decode(out, type, as_stream(stream));
+}
+
+void DeviceCodec::decode_rows(const DeviceEncodedTensor& e, void* out, DeviceElement type, int64_t out_tokens,
+                              int64_t out_offset, void* stream) const {
+  const DeviceEncodedTensor::Impl& I = e.impl();
+  QVG_CHECK(I.config.method == impl_->config.method, "decoding a ", method_name(I.config.method), " tensor with a ",
+            method_name(impl_->config.method), " codec");
+  QVG_CHECK(I.qvg_parts(), "DeviceCodec::decode_rows: ", method_name(I.config.method),
+            " decodes whole tensors only (decode)");
+  QVG_CHECK(out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0,
+            "DeviceCodec::decode_rows: out must be non-null and 16-byte aligned");
+  cuda::decode_range(I.shape, I.parts.view(), cuda::DecodeRange{0, I.tokens, out_tokens, out_offset}, out, type,
+                     as_stream(stream));
+}
+
+}  // namespace qvg

@@ -1,0 +1,194 @@
+// Device-resident encoded tensors and the stream-ordered DeviceCodec
+// (qvg/device_codec.h) against the CPU reference (label "gpu"; skipped where
+// no device is usable): encodes byte-identical to the reference with tol = 0
+// (fixed iterations) on inputs without near-ties, warm starts included;
+// decodes bit-identical; damaged tensors refused on upload.
+#include <gtest/gtest.h>
+
+#include "gpu_util.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "qvg/codec.h"
+#include "qvg/device_codec.h"
+#include "qvg/half.h"
+#if QVG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace qvg {
+namespace {
+
+// Nested blobs: each token the sum of `levels` directions, one of k per
+// level, each level 6x smaller than the last, plus small noise: every
+// smoothing stage has well separated clusters (no near-ties in any stage's
+// assignment). The directions come from dir_seed, the draws from seed (spans
+// of one video: the same directions, other tokens).
+HeadTensor blobs(int64_t h, int64_t n, int64_t d, int levels, int k, unsigned seed, unsigned dir_seed = 0) {
+  std::mt19937 dgen(dir_seed ? dir_seed : seed), gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  HeadTensor x(h, n, d);
+  for (int64_t hh = 0; hh < h; ++hh) {
+    std::vector<float> dirs(static_cast<size_t>(levels * k * d));
+    for (auto& v : dirs) v = nd(dgen);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t q = 0; q < d; ++q) x.at(hh, i, q) = 0.002f * nd(gen);
+      float scale = 8.0f;
+      for (int l = 0; l < levels; ++l, scale /= 6.0f) {
+        const int64_t j = static_cast<int64_t>(gen() % static_cast<unsigned>(k));
+        for (int64_t q = 0; q < d; ++q) x.at(hh, i, q) += scale * dirs[static_cast<size_t>((l * k + j) * d + q)];
+      }
+    }
+  }
+  return x;
+}
+
+void expect_same_parts(const EncodedTensor& want, const EncodedTensor& got, const std::string& what) {
+  for (const PartField& p : kPartFields) EXPECT_TRUE(want.*(p.data) == got.*(p.data)) << what << ": part " << p.name;
+}
+
+#if QVG_WITH_CUDA
+/// x's float values in device memory.
+std::shared_ptr<void> to_device(const HeadTensor& x) {
+  auto d = cuda_allocate(x.data.size() * 4);
+  EXPECT_EQ(cudaMemcpy(d.get(), x.data.data(), x.data.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+
+std::vector<float> download_floats(const void* d, size_t n) {
+  std::vector<float> h(n);
+  cuda_copy_to_host(h.data(), d, n * 4);
+  return h;
+}
+
+/// The CPU reference's config for a DeviceCodec encode: tol = 0.
+CodecConfig tol0(CodecConfig c) {
+  c.kmeans.tol = 0;
+  return c;
+}
+
+TEST(DeviceCodec, EncodeEqualsTheCpuReferenceAndDecodesBitIdentically) {
+  REQUIRE_GPU();
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  for (const std::string spec : {"rtn", "rtn-int4:block=16", "qvg:centroids=8,iters=3,init=random",
+                                 "qvg:centroids=8,iters=3", "qvg-pro:centroids=4,iters=2,init=random",
+                                 "qvg-pro-int4:centroids=4,iters=2,scale=fp16,levels=midrise", "kivi", "quarot-int4",
+                                 "bf16"})
+    for (int64_t d : {64, 128}) {
+      const std::string what = spec + " d=" + std::to_string(d);
+      const CodecConfig c = parse_codec_spec(spec);
+      const HeadTensor x = blobs(3, 700, d, std::max(1, smoothing_stages(c)), c.kmeans.centroids,
+                                 static_cast<unsigned>(d + smoothing_stages(c)));
+      const auto xd = to_device(x);
+      DeviceCodec codec(c);
+      EncodeOptions opt;
+      opt.role = TensorRole::value;
+      const DeviceEncodedTensor e = codec.encode(xd.get(), DeviceElement::f32, x.heads, x.tokens, x.dim,
+                                                 TensorRole::value, s);
+      const EncodedTensor want = make_codec(tol0(c))->encode(x, opt);
+      const EncodedTensor got = e.to_host(s);
+      expect_same_parts(want, got, what);
+      EXPECT_EQ(e.bytes().total(), want.bytes().total()) << what;
+      EXPECT_DOUBLE_EQ(e.bits_per_value(), want.bits_per_value()) << what;
+      HeadTensor cpu;
+      make_codec(c)->decode(want, cpu);
+      auto out = cuda_allocate(x.data.size() * 4);
+      codec.decode(e, out.get(), DeviceElement::f32, s);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_TRUE(download_floats(out.get(), x.data.size()) == cpu.data) << what << ": f32 decode";
+      // The host form uploaded again decodes the same.
+      const DeviceEncodedTensor back = DeviceEncodedTensor::from_host(got, s);
+      codec.decode(back, out.get(), DeviceElement::f32, s);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_TRUE(download_floats(out.get(), x.data.size()) == cpu.data) << what << ": from_host";
+    }
+  cudaStreamDestroy(s);
+}
+
+// A stream of spans, each warm-started from the last: the same bytes as the
+// CPU reference warm-started from the same host tensors.
+TEST(DeviceCodec, WarmStartEqualsTheCpuReference) {
+  REQUIRE_GPU();
+  const CodecConfig c = parse_codec_spec("qvg-pro:centroids=8,iters=3,stages=2");
+  DeviceCodec codec(c);
+  DeviceEncodedTensor prev;
+  EncodedTensor prev_host;
+  for (int span = 0; span < 3; ++span) {
+    const HeadTensor x = blobs(2, 640, 128, 2, 8, 100 + static_cast<unsigned>(span), 99);
+    const auto xd = to_device(x);
+    const DeviceEncodedTensor e =
+        codec.encode(xd.get(), DeviceElement::f32, x.heads, x.tokens, x.dim, TensorRole::key, nullptr,
+                     span ? &prev : nullptr);
+    EncodeOptions opt;
+    if (span) opt.warm_start = &prev_host;
+    const EncodedTensor want = make_codec(tol0(c))->encode(x, opt);
+    expect_same_parts(want, e.to_host(), "span " + std::to_string(span));
+    prev = e;
+    prev_host = want;
+  }
+}
+
+// decode_rows writes exactly its rows of a larger destination.
+TEST(DeviceCodec, DecodeRowsWritesOnlyItsRows) {
+  REQUIRE_GPU();
+  const CodecConfig c = parse_codec_spec("qvg:centroids=8,iters=2,init=random");
+  const HeadTensor x = blobs(2, 300, 128, 1, 8, 7);
+  const auto xd = to_device(x);
+  DeviceCodec codec(c);
+  const DeviceEncodedTensor e = codec.encode(xd.get(), DeviceElement::f32, 2, 300, 128, TensorRole::key, nullptr);
+  HeadTensor cpu;
+  make_codec(c)->decode(e.to_host(), cpu);
+  const int64_t rows = 1000, at = 417;
+  auto out = cuda_allocate(static_cast<size_t>(2 * rows * 128) * 2);
+  ASSERT_EQ(cudaMemset(out.get(), 0xA5, static_cast<size_t>(2 * rows * 128) * 2), cudaSuccess);
+  codec.decode_rows(e, out.get(), DeviceElement::bf16, rows, at, nullptr);
+  std::vector<uint16_t> got(static_cast<size_t>(2 * rows * 128));
+  cuda_copy_to_host(got.data(), out.get(), got.size() * 2);
+  size_t wrong = 0;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t j = 0; j < 128; ++j) {
+        const uint16_t v = got[static_cast<size_t>((h * rows + t) * 128 + j)];
+        const bool in = t >= at && t < at + 300;
+        wrong += in ? v != bf16_from_float(cpu.at(h, t - at, j)) : v != 0xA5A5;
+      }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_THROW(codec.decode_rows(e, out.get(), DeviceElement::bf16, rows, rows - 10, nullptr), Error);
+}
+
+// What the decoders refuse is refused on upload; a tensor of another method
+// is refused by decode; a mismatched warm start by encode.
+TEST(DeviceCodec, BadInputIsAnError) {
+  REQUIRE_GPU();
+  const CodecConfig c = parse_codec_spec("qvg:centroids=4,iters=2");
+  const HeadTensor x = blobs(2, 64, 64, 1, 4, 3);
+  EncodedTensor e = make_codec(c)->encode(x);
+  e.ids[5] = 4;
+  EXPECT_THROW(DeviceEncodedTensor::from_host(e), Error);
+  e = make_codec(c)->encode(x);
+  e.codes.pop_back();
+  EXPECT_THROW(DeviceEncodedTensor::from_host(e), Error);
+  const DeviceEncodedTensor good = DeviceEncodedTensor::from_host(make_codec(c)->encode(x));
+  auto out = cuda_allocate(x.data.size() * 4);
+  EXPECT_THROW(DeviceCodec(parse_codec_spec("rtn")).decode(good, out.get(), DeviceElement::f32, nullptr), Error);
+  const auto xd = to_device(x);
+  const DeviceEncodedTensor other = DeviceEncodedTensor::from_host(make_codec("qvg:centroids=2,iters=1")->encode(x));
+  EXPECT_THROW(DeviceCodec(c).encode(xd.get(), DeviceElement::f32, 2, 64, 64, TensorRole::key, nullptr, &other), Error);
+  EXPECT_THROW(DeviceCodec(parse_codec_spec("qvg:centroid_format=fp8")), Error);
+  EXPECT_TRUE(DeviceEncodedTensor().empty());
+  EXPECT_THROW(DeviceEncodedTensor().to_host(), Error);
+}
+#endif
+
+TEST(DeviceCodec, WithoutDeviceTheConstructorThrows) {
+  std::string why;
+  if (cuda_available(&why)) GTEST_SKIP() << "a device is usable: covered by the other tests";
+  EXPECT_THROW(DeviceCodec(parse_codec_spec("qvg")), Error);
+  EXPECT_THROW(DeviceEncodedTensor::from_host(make_codec("rtn")->encode(blobs(1, 16, 64, 1, 2, 1))), Error);
+}
+
+}  // namespace
+}  // namespace qvg
