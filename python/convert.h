@@ -77,4 +77,7 @@ inline py::dict error_dict(const qvg::ErrorStats& s) {
 /// The streaming cache's bindings (cache_bindings.cpp).
 void bind_cache(py::module_& m);
 
+/// qvg.DeviceCodec and qvg.DeviceEncodedTensor (device_bindings.cpp).
+void bind_device(py::module_& m);
+
 }  // namespace qvg::python

@@ -96,16 +96,16 @@ bool ImportedTensor::on_cuda() const {
 
 bool is_dlpack(const py::handle& x) { return !py::isinstance<py::array>(x) && py::hasattr(x, "__dlpack__"); }
 
-std::unique_ptr<ImportedTensor> import_dlpack(const py::handle& x, const char* what) {
+std::unique_ptr<ImportedTensor> import_dlpack(const py::handle& x, const char* what, int64_t stream) {
   int device = kDLCPU;
   if (py::hasattr(x, "__dlpack_device__")) device = x.attr("__dlpack_device__")().cast<py::tuple>()[0].cast<int>();
   const bool cuda = device == kDLCUDA || device == kDLCUDAManaged;
   if (!cuda && device != kDLCPU && device != kDLCUDAHost)
     fail(std::string(what) + ": DLPack device type " + std::to_string(device) +
          " is neither host memory nor CUDA (1, 2, 3 or 13)");
-  // Stream 1, the legacy default stream, for CUDA producers (the library's
-  // work is queued there); host producers take no stream.
-  const py::object cap = cuda ? x.attr("__dlpack__")(py::arg("stream") = 1) : x.attr("__dlpack__")();
+  // The stream the library's work is queued on (1: the legacy default
+  // stream), for CUDA producers; host producers take no stream.
+  const py::object cap = cuda ? x.attr("__dlpack__")(py::arg("stream") = stream) : x.attr("__dlpack__")();
   if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
     fail(std::string(what) + ": __dlpack__ did not return an unused DLPack capsule");
   auto t = std::make_unique<ImportedTensor>(nullptr);  // allocated first: nothing can throw between taking and owning

@@ -43,10 +43,11 @@ class ImportedTensor {
 /// __dlpack__.
 bool is_dlpack(const py::handle& x);
 
-/// x.__dlpack__() consumed (CUDA tensors: stream=1, the legacy default
-/// stream, which the library's work is ordered on). qvg::Error for devices
-/// other than the CPU and CUDA.
-std::unique_ptr<ImportedTensor> import_dlpack(const py::handle& x, const char* what);
+/// x.__dlpack__() consumed (CUDA tensors: `stream` as DLPack numbers it, by
+/// default 1, the legacy default stream, which the library's work is
+/// ordered on; the producer orders the tensor's data before that stream).
+/// qvg::Error for devices other than the CPU and CUDA.
+std::unique_ptr<ImportedTensor> import_dlpack(const py::handle& x, const char* what, int64_t stream = 1);
 
 /// A host tensor's values (float32, float16, bfloat16 as they are; float64
 /// and integers converted to float32; any strides) as [heads, tokens, dim] from `layout`, through the library's

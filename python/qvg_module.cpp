@@ -126,6 +126,7 @@ PYBIND11_MODULE(qvg, m) {
 
   bind_cache(m);
   bind_dlpack(m);
+  bind_device(m);
 
   py::class_<PyCodec>(m, "Codec", "A compression method, made from a spec such as \"qvg\" or \"qvg-pro:iters=5\".")
       .def(py::init([](const std::string& spec, const std::string& device) {

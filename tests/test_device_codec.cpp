@@ -73,7 +73,7 @@ TEST(DeviceCodec, EncodeEqualsTheCpuReferenceAndDecodesBitIdentically) {
   REQUIRE_GPU();
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-  for (const std::string spec : {"rtn", "rtn-int4:block=16", "qvg:centroids=8,iters=3,init=random",
+  for (const std::string spec : {"rtn", "rtn-int4:block=16", "qvg:centroids=4,iters=3,init=random",
                                  "qvg:centroids=8,iters=3", "qvg-pro:centroids=4,iters=2,init=random",
                                  "qvg-pro-int4:centroids=4,iters=2,scale=fp16,levels=midrise", "kivi", "quarot-int4",
                                  "bf16"})

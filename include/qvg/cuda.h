@@ -50,6 +50,16 @@ int cuda_current_device();
 /// the pointer is destroyed (bytes > 0).
 std::shared_ptr<void> cuda_allocate(size_t bytes);
 
+/// Memory of the current device from its stream-ordered pool, allocated on
+/// `stream` (a cudaStream_t; null: the legacy default stream) and returned
+/// there when the last copy of the pointer is destroyed (bytes > 0): no
+/// device-wide synchronization either way. The stream must outlive it.
+std::shared_ptr<void> cuda_allocate_async(size_t bytes, void* stream);
+
+/// Waits until the work queued on `stream` (a cudaStream_t; null: the legacy
+/// default stream) is done.
+void cuda_synchronize(void* stream);
+
 /// Copies `bytes` of device memory to the host (synchronous).
 void cuda_copy_to_host(void* host, const void* device, size_t bytes);
 

@@ -103,6 +103,17 @@ std::shared_ptr<void> cuda_allocate(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
 
+std::shared_ptr<void> cuda_allocate_async(size_t bytes, void* stream) {
+  QVG_CHECK(bytes > 0, "cuda_allocate_async: 0 bytes");
+  cuda::keep_pool_memory();
+  const auto s = static_cast<cudaStream_t>(stream);
+  void* p = nullptr;
+  QVG_CUDA_CHECK(cudaMallocAsync(&p, bytes, s));
+  return std::shared_ptr<void>(p, [s](void* q) { cudaFreeAsync(q, s); });
+}
+
+void cuda_synchronize(void* stream) { QVG_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream))); }
+
 void cuda_copy_to_host(void* host, const void* device, size_t bytes) {
   if (bytes) QVG_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
 }

@@ -24,6 +24,8 @@ std::vector<uint16_t> cuda_decode_bf16(const EncodedTensor&) { no_cuda(); }
 int cuda_current_device() { no_cuda(); }
 std::shared_ptr<void> cuda_allocate(size_t) { no_cuda(); }
 void cuda_copy_to_host(void*, const void*, size_t) { no_cuda(); }
+std::shared_ptr<void> cuda_allocate_async(size_t, void*) { no_cuda(); }
+void cuda_synchronize(void*) { no_cuda(); }
 EncodedTensor cuda_encode_device(const CodecConfig&, const void*, DeviceElement, int64_t, int64_t, int64_t,
                                  const EncodeOptions&) {
   no_cuda();

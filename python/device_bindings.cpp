@@ -1,0 +1,138 @@
+// qvg.DeviceCodec and qvg.DeviceEncodedTensor: encoded tensors that stay in
+// CUDA memory, encode and decode on the caller's stream
+// (include/qvg/device_codec.h). Streams are integers as
+// torch.cuda.current_stream().cuda_stream gives them (None or 0: the legacy
+// default stream); tensors come in through DLPack with that stream, so the
+// producer orders them before the library's work.
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "convert.h"
+#include "dlpack.h"
+#include "qvg/device_codec.h"
+
+namespace qvg::python {
+
+namespace {
+
+/// The cudaStream_t of a Python stream argument (None: the legacy default).
+void* stream_of(const py::object& s) {
+  if (s.is_none()) return nullptr;
+  const auto v = s.cast<int64_t>();
+  if (v < 0) throw qvg::Error("stream must be a CUDA stream handle (an int >= 0) or None, got " + std::to_string(v));
+  return reinterpret_cast<void*>(static_cast<intptr_t>(v));
+}
+
+/// DLPack's number for the same stream (1: the legacy default stream; 0 is
+/// not allowed there).
+int64_t dlpack_stream(void* s) { return s ? static_cast<int64_t>(reinterpret_cast<intptr_t>(s)) : 1; }
+
+TensorRole role_of(const std::string& r) {
+  if (r == "key") return TensorRole::key;
+  if (r == "value") return TensorRole::value;
+  throw qvg::Error("role must be \"key\" or \"value\", got \"" + r + "\"");
+}
+
+}  // namespace
+
+void bind_device(py::module_& m) {
+  py::class_<DeviceEncodedTensor>(m, "DeviceEncodedTensor",
+                                  "An encoded K or V tensor whose parts stay in CUDA memory (DeviceCodec.encode). "
+                                  "to_host() gives the EncodedTensor (pickling, files); DeviceEncodedTensor.from_host "
+                                  "uploads one.")
+      .def_property_readonly("spec", [](const DeviceEncodedTensor& e) { return codec_spec(e.config()); })
+      .def_property_readonly("shape",
+                             [](const DeviceEncodedTensor& e) { return py::make_tuple(e.heads(), e.tokens(), e.dim()); })
+      .def_property_readonly("role", [](const DeviceEncodedTensor& e) {
+        return std::string(e.role() == TensorRole::key ? "key" : "value");
+      })
+      .def_property_readonly("device", [](const DeviceEncodedTensor& e) { return "cuda:" + std::to_string(e.device()); })
+      .def_property_readonly("nbytes", [](const DeviceEncodedTensor& e) { return e.bytes().total(); })
+      .def_property_readonly("part_bytes", [](const DeviceEncodedTensor& e) { return part_bytes(e.bytes()); })
+      .def_property_readonly("bits_per_value", &DeviceEncodedTensor::bits_per_value)
+      .def(
+          "to_host",
+          [](const DeviceEncodedTensor& e, const py::object& stream) {
+            void* s = stream_of(stream);
+            py::gil_scoped_release unlocked;
+            return e.to_host(s);
+          },
+          py::arg("stream") = py::none(), "The host EncodedTensor: the parts copied back (waits for the stream).")
+      .def_static(
+          "from_host",
+          [](const EncodedTensor& e, const py::object& stream) {
+            void* s = stream_of(stream);
+            py::gil_scoped_release unlocked;
+            return DeviceEncodedTensor::from_host(e, s);
+          },
+          py::arg("encoded"), py::arg("stream") = py::none(),
+          "An EncodedTensor's parts on the current device, checked as the decoders check them.")
+      .def("__repr__", [](const DeviceEncodedTensor& e) {
+        return "<qvg.DeviceEncodedTensor " + codec_spec(e.config()) + " [" + std::to_string(e.heads()) + ", " +
+               std::to_string(e.tokens()) + ", " + std::to_string(e.dim()) + "] on cuda:" +
+               std::to_string(e.device()) + ", " + std::to_string(e.bits_per_value()) + " bits/value>";
+      });
+
+  py::class_<DeviceCodec>(m, "DeviceCodec",
+                          "A codec on the current CUDA device whose encodings stay there; its work runs on the "
+                          "caller's stream without host synchronization (qvg/device_codec.h).")
+      .def(py::init([](const std::string& spec) { return DeviceCodec(parse_codec_spec(spec)); }), py::arg("spec"))
+      .def_property_readonly("spec", [](const DeviceCodec& c) { return codec_spec(c.config()); })
+      .def(
+          "encode",
+          [](const DeviceCodec& c, const py::object& x, const std::string& role, const py::object& stream,
+             const DeviceEncodedTensor* warm_start) {
+            void* s = stream_of(stream);
+            const auto t = import_dlpack(x, "x", dlpack_stream(s));
+            if (!t->on_cuda()) throw qvg::Error("x: DeviceCodec.encode takes a CUDA tensor (use Codec for host arrays)");
+            const DeviceInput in = device_input(*t, "x");
+            const TensorRole r = role_of(role);
+            py::gil_scoped_release unlocked;
+            return c.encode(in.data, in.type, in.heads, in.tokens, in.dim, r, s, warm_start);
+          },
+          py::arg("x"), py::arg("role") = "key", py::arg("stream") = py::none(), py::arg("warm_start") = nullptr,
+          "Encode a contiguous CUDA tensor [heads, tokens, dim] or [1, heads, tokens, dim] (float32, bfloat16 or "
+          "float16) on `stream`. qvg / rtn run k-means for max_iter iterations on every head (the CPU reference "
+          "with tol=0); warm_start: an earlier DeviceEncodedTensor of this codec whose centroids start k-means.")
+      .def(
+          "decode",
+          [](const DeviceCodec& c, const DeviceEncodedTensor& e, const py::object& out, const py::object& stream,
+             const std::string& dtype) -> py::object {
+            void* s = stream_of(stream);
+            if (out.is_none()) {  // a new qvg.DeviceArray, ready when returned
+              DeviceArray a;
+              a.type = parse_element(dtype);
+              a.shape = {e.heads(), e.tokens(), e.dim()};
+              a.device = e.device();
+              {
+                py::gil_scoped_release unlocked;
+                a.memory = cuda_allocate_async(a.nbytes(), s);
+                c.decode(e, a.memory.get(), a.type, s);
+                cuda_synchronize(s);
+              }
+              return py::cast(std::move(a));
+            }
+            const auto t = import_dlpack(out, "out", dlpack_stream(s));
+            if (!t->on_cuda()) throw qvg::Error("out: DeviceCodec.decode writes into a CUDA tensor");
+            const DeviceInput o = device_input(*t, "out");
+            if (o.heads != e.heads() || o.tokens != e.tokens() || o.dim != e.dim())
+              throw qvg::Error("out: shape [" + std::to_string(o.heads) + ", " + std::to_string(o.tokens) + ", " +
+                               std::to_string(o.dim) + "] does not match the encoded tensor's [" +
+                               std::to_string(e.heads()) + ", " + std::to_string(e.tokens()) + ", " +
+                               std::to_string(e.dim()) + "]");
+            {
+              py::gil_scoped_release unlocked;
+              c.decode(e, const_cast<void*>(o.data), o.type, s);
+            }
+            return out;
+          },
+          py::arg("encoded"), py::arg("out") = py::none(), py::arg("stream") = py::none(),
+          py::arg("dtype") = "bfloat16",
+          "Decode on `stream`. out: a contiguous CUDA tensor of the encoded shape (float32, bfloat16 or float16), "
+          "written in place with no allocation or synchronization, and returned. Without out: a new "
+          "qvg.DeviceArray of dtype, returned once the decode is done.")
+      .def("__repr__", [](const DeviceCodec& c) { return "<qvg.DeviceCodec " + codec_spec(c.config()) + ">"; });
+}
+
+}  // namespace qvg::python
