@@ -2,7 +2,8 @@
 
 bf16 CUDA input (random normal), encode and decode on PyTorch's current stream. Times:
   - resident: DeviceCodec.encode and DeviceCodec.decode(out=) into a preallocated bf16
-    tensor, timed with CUDA events on the stream (what the GPU spends, launches included),
+    tensor, timed with CUDA events on the stream around one call (the GPU waits for the
+    Python call too) and around 10 calls queued back to back (b2b, divided by 10),
     and the host wall time of the same calls without synchronization (what the Python
     thread spends queueing them);
   - host form: Codec(spec, device="cuda").encode and .decode(output="cuda", dtype="bfloat16"),
@@ -37,6 +38,23 @@ def event_ms(fn, reps):
     return statistics.median(t)
 
 
+def b2b_ms(fn, reps, batch=10):
+    """GPU time of `batch` calls queued back to back, divided by batch: the rate
+    of calls queued behind each other, as in a model's step."""
+    fn()
+    torch.cuda.synchronize()
+    t = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(batch):
+            fn()
+        b.record()
+        b.synchronize()
+        t.append(a.elapsed_time(b) / batch)
+    return statistics.median(t)
+
+
 def queue_ms(fn, reps):
     """Host time of fn without waiting for the GPU (synchronized between runs)."""
     fn()
@@ -68,8 +86,8 @@ def main():
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     rows = []
-    print(f"{'shape':<18} {'spec':<28} {'res enc':>9} {'res dec':>9} {'queue enc':>9} {'queue dec':>9}"
-          f" {'host enc':>9} {'host dec':>9}   (ms)")
+    print(f"{'shape':<18} {'spec':<28} {'res enc':>9} {'res dec':>9} {'b2b enc':>9} {'b2b dec':>9} {'queue enc':>9}"
+          f" {'queue dec':>9} {'host enc':>9} {'host dec':>9}   (ms)")
     for name, shape in SHAPES:
         gen = torch.Generator(device="cuda").manual_seed(7)
         x = torch.randn(*shape, device="cuda", generator=gen).to(torch.bfloat16)
@@ -84,16 +102,18 @@ def main():
 
             enc_ms = event_ms(enc, args.reps)
             dec_ms = event_ms(lambda: dc.decode(holder["e"], out=out, stream=s), args.reps)
+            benc_ms = b2b_ms(enc, max(3, args.reps // 4))
+            bdec_ms = b2b_ms(lambda: dc.decode(holder["e"], out=out, stream=s), args.reps)
             qenc_ms = queue_ms(enc, args.reps)
             qdec_ms = queue_ms(lambda: dc.decode(holder["e"], out=out, stream=s), args.reps)
             hc = qvg.Codec(spec, device="cuda")
             he = hc.encode(x)
             henc_ms = wall_ms(lambda: hc.encode(x), max(3, args.reps // 4))
             hdec_ms = wall_ms(lambda: hc.decode(he, output="cuda", dtype="bfloat16"), max(3, args.reps // 4))
-            print(f"{name:<18} {spec:<28} {enc_ms:9.3f} {dec_ms:9.3f} {qenc_ms:9.3f} {qdec_ms:9.3f}"
+            print(f"{name:<18} {spec:<28} {enc_ms:9.3f} {dec_ms:9.3f} {benc_ms:9.3f} {bdec_ms:9.3f} {qenc_ms:9.3f} {qdec_ms:9.3f}"
                   f" {henc_ms:9.3f} {hdec_ms:9.3f}", flush=True)
             rows.append(dict(shape=name, dims=list(shape), spec=spec, resident_encode_ms=enc_ms,
-                             resident_decode_ms=dec_ms, queue_encode_ms=qenc_ms, queue_decode_ms=qdec_ms,
+                             resident_decode_ms=dec_ms, b2b_encode_ms=benc_ms, b2b_decode_ms=bdec_ms, queue_encode_ms=qenc_ms, queue_decode_ms=qdec_ms,
                              host_form_encode_ms=henc_ms, host_form_decode_ms=hdec_ms))
     if args.json:
         with open(args.json, "w") as f:
