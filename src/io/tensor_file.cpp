@@ -160,7 +160,7 @@ namespace {
 void decode_floats(DType dt, const uint8_t* src, float* dst, int64_t n) {
   switch (dt) {
     case DType::f32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);  // (an empty vector's data() may be null)
       return;
     case DType::f16:
       for (int64_t i = 0; i < n; ++i)
@@ -179,7 +179,7 @@ void decode_floats(DType dt, const uint8_t* src, float* dst, int64_t n) {
 void encode_floats(DType dt, const float* src, uint8_t* dst, int64_t n) {
   switch (dt) {
     case DType::f32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
     case DType::f16:
     case DType::bf16:
@@ -222,6 +222,11 @@ HeadTensor to_head_tensor(const RawTensorView& t, KvLayout layout, const std::st
   const int64_t a = s[batch ? 1 : 0], b = s[batch ? 2 : 1], d = s[batch ? 3 : 2];
   const int64_t heads = layout == KvLayout::thd ? b : a;
   const int64_t tokens = layout == KvLayout::thd ? a : b;
+  // Before any loop over tokens x heads: a zero dim leaves nothing to loop over (and a
+  // shape like [10^6, 10^6, 0] would spin for 10^12 iterations).
+  QVG_CHECK(heads > 0 && tokens > 0 && d > 0, what, ": shape ", shape_str(s), " (layout ", layout_name(layout),
+            ": heads ", heads, ", tokens ", tokens, ", dim ", d, ") is empty; a K/V tensor needs at least one head, "
+            "one token and one channel");
   HeadTensor x(heads, tokens, d);
   const size_t es = dtype_size(t.dtype);
   if (layout == KvLayout::htd || heads == 1 || tokens == 1) {
@@ -252,7 +257,7 @@ RawTensor from_head_tensor(const HeadTensor& x, KvLayout layout, DType dtype, bo
     t.shape.insert(t.shape.end(), {x.heads, x.tokens, x.dim});
   const size_t es = dtype_size(dtype);
   t.bytes.resize(static_cast<size_t>(x.numel()) * es);
-  if (layout == KvLayout::htd || x.heads == 1 || x.tokens == 1) {
+  if (layout == KvLayout::htd || x.heads == 1 || x.tokens == 1 || x.numel() == 0) {  // (empty: no heads x tokens loop)
     encode_floats(dtype, x.data.data(), t.bytes.data(), x.numel());
   } else {
     for (int64_t h = 0; h < x.heads; ++h)
