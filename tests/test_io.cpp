@@ -2,6 +2,7 @@
 // the readers must turn into a qvg::Error naming the file and the problem.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -602,6 +603,27 @@ TEST_F(IoTest, EmptyKvTensorIsRejectedFast) {
   const RawTensorView view{DType::f32, raw.shape, {}};
   expect_error([&] { to_head_tensor(view, KvLayout::thd, "x"); }, "x", {"is empty"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// include/qvg/tensor.h computed h * n * d before checking the shape: a safetensors
+// header [2^63 - 1, 255, 0] (0 bytes of data) overflowed int64 (UB, caught by UBSan).
+// The file is refused as empty; HeadTensor itself refuses shapes whose size
+// overflows, with a message and before allocating.
+TEST_F(IoTest, OverflowingShapesAreErrorsNotUndefinedBehaviour) {
+  const std::string p = write(
+      "o.safetensors",
+      st_file("{\"k\":{\"dtype\":\"F32\",\"shape\":[9223372036854775807,255,0],\"data_offsets\":[0,0]}}", ""));
+  for (KvLayout layout : {KvLayout::thd, KvLayout::htd})
+    expect_error([&] { load_kv(p, layout, "k"); }, p, {"shape [9223372036854775807, 255, 0]", "is empty"});
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const auto& [h, n, d] : std::vector<std::array<int64_t, 3>>{
+           {kMax, 255, 0}, {255, kMax, 0}, {0, 1ll << 32, 1ll << 32}, {1ll << 31, 1ll << 31, 4}, {1ll << 61, 1, 1}})
+    expect_error([&] { HeadTensor x(h, n, d); }, "", {"is too large"});
+  expect_error([] { HeadTensor x(-1, 2, 3); }, "", {"non-negative"});
+  HeadTensor y(2, 0, 32);  // empty but indexable: fine (the codecs refuse it)
+  EXPECT_EQ(y.numel(), 0);
+  y.tokens = kMax;  // fields are public: numel() checks too
+  expect_error([&] { (void)y.numel(); }, "", {"is too large"});
 }
 
 // memcpy(NULL, NULL, 0) (UB) converting empty tensors: an empty HeadTensor's data()
