@@ -102,6 +102,48 @@ printf 'junk' >>"$tmp/c.qvgc"
 expect_fail "unexpected bytes" stream $S --load "$tmp/c.qvgc"
 expect_fail "unexpected bytes" inspect "$tmp/c.qvgc"
 
+# Hostile inputs (issue 27). A .npy with a zero-length dim was accepted and, with
+# --layout thd, looped tokens x heads = 10^12 times: it is refused at once, naming
+# the file and shape.
+h="{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000, 0), }"
+printf '\x93NUMPY\x01\x00\x76\x00%s%*s\n' "$h" $((117 - ${#h})) '' >"$tmp/z.npy"
+expect_fail "z.npy: shape \[1000000, 1000000, 0\].* is empty" eval --k "$tmp/z.npy" --v "$tmp/z.npy" --layout thd --methods rtn --quiet
+expect_fail "z.npy: shape \[1000000, 1000000, 0\].* is empty" stream --k "$tmp/z.npy" --v "$tmp/z.npy" --layout thd --quiet
+# A repeated codec key is an error (the last one won: bits=2,bits=4 ran INT4).
+expect_fail "codec option 'bits' is given twice" eval --heads 1 --frames 1 --queries 0 --methods qvg:bits=2,bits=4 --quiet
+expect_fail "codec option 'bits' is given twice" stream ${S/--key qvg:centroids=16/--key rtn:bits=2,bits=4}
+# expect_usage <pattern> <args...>: exit status 2 (bad usage, as CLI11's checks), the
+# message on stderr, and nothing run (no progress, no output).
+expect_usage() {
+  local pat=$1
+  shift
+  "$qvg" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -ne 2 ]; then bad "qvg $* exited $rc, expected 2: $(cat "$tmp/err")"; return; fi
+  if ! grep -qi -- "$pat" "$tmp/err"; then bad "qvg $*: stderr lacks '$pat':"; cat "$tmp/err"; return; fi
+  if grep -q "generating\|reading\|chunk" "$tmp/err" "$tmp/out"; then bad "qvg $*: ran before failing"; return; fi
+  ok
+}
+# --threads -5 meant all cores.
+expect_usage "--threads: value -5 not in range 0 to 65536" eval --heads 1 --frames 1 --queries 0 --methods rtn --threads -5
+expect_usage "--threads: value -5 not in range 0 to 65536" stream ${S/--quiet/} --threads -5
+"$qvg" eval --heads 1 --frames 1 --queries 0 --methods rtn --threads 0 --quiet >/dev/null 2>"$tmp/err" && ok ||
+  bad "--threads 0 refused: $(cat "$tmp/err")"
+# --save '' saved nothing and exited 0; an unwritable --save path failed only after
+# the whole run. Both are refused before any work.
+expect_usage "--save.*empty path" stream ${S/--quiet/} --save ''
+expect_usage "--save.*directory '$tmp/nodir' does not exist" stream ${S/--quiet/} --save "$tmp/nodir/c.qvgc"
+expect_usage "--save.*'$tmp/four.npy' is not a directory" stream ${S/--quiet/} --save "$tmp/four.npy/c.qvgc"
+expect_usage "--save.*is a directory" stream ${S/--quiet/} --save "$tmp"
+if [ "$(id -u)" -ne 0 ]; then  # (root may write anywhere)
+  mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
+  expect_usage "--save.*'$tmp/ro' is not writable" stream ${S/--quiet/} --save "$tmp/ro/c.qvgc"
+  chmod 755 "$tmp/ro"
+fi
+# A save leaves no temporary file next to the cache.
+"$qvg" stream $S --save "$tmp/s.qvgc" >/dev/null 2>"$tmp/err" && [ -f "$tmp/s.qvgc" ] &&
+  [ -z "$(ls "$tmp" | grep 's\.qvgc\.tmp')" ] && ok || bad "stream --save left a temporary file: $(ls "$tmp")"
+
 # --device on eval and stream: cpu gives the default's output (timings aside);
 # cuda without a usable GPU (CI: no GPU, a build without CUDA) fails before any
 # data are made, naming the problem, with status 1. With a GPU it must run:

@@ -415,6 +415,19 @@ TEST(ConfigSpec, PresetsAndOverrides) {
   for (const auto& name : codec_presets()) EXPECT_NO_THROW(parse_codec_spec(name)) << name;
 }
 
+// A key given twice was taken silently (the last one won: qvg:bits=2,bits=4 was
+// INT4; issue 27); it is now an error naming the key, whatever the values.
+TEST(ConfigSpec, RepeatedKeyIsAnError) {
+  for (const char* spec : {"qvg:bits=2,bits=4", "qvg:bits=4,bits=4", "rtn:bits=2,block=32,bits=4",
+                           "qvg-pro:centroids=8,iters=3,centroids=8"}) {
+    const std::string e = error_of([&] { parse_codec_spec(spec); });
+    const std::string key = std::string(spec).find("centroids=8,") != std::string::npos ? "centroids" : "bits";
+    EXPECT_NE(e.find("codec option '" + key + "' is given twice in '" + spec + "'"), std::string::npos)
+        << spec << ": " << e;
+  }
+  EXPECT_EQ(parse_codec_spec("qvg:bits=4,block=32").bits, 4);  // distinct keys still combine
+}
+
 // codec_spec is parse_codec_spec's inverse on every field but the name: each
 // preset, with overrides of every key, including a tol with no short decimal
 // form and the largest seed.

@@ -2,6 +2,8 @@
 // the readers must turn into a qvg::Error naming the file and the problem.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -580,6 +582,64 @@ TEST_F(IoTest, SafetensorsCorruptions) {
   check("deepjson", st_file("{\"x\":" + std::string(100000, '['), data), {"malformed", "JSON"});
   check("meta", st_file("{\"__metadata__\":{\"n\":3}}", ""), {"__metadata__", "not a string"});
   check("metaarr", st_file("{\"__metadata__\":[1]}", ""), {"__metadata__", "not an object"});
+}
+
+// ---- hostile shapes (issue 27) --------------------------------------------------------------
+
+// A zero-length dim passed validation (numel 0) and the thd conversion then looped
+// tokens x heads = 10^12 times: `qvg eval --layout thd` on np.zeros((10**6, 10**6, 0))
+// never returned. Every empty K/V tensor is now an error naming the file and shape,
+// before any loop.
+TEST_F(IoTest, EmptyKvTensorIsRejectedFast) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string p =
+      write("z.npy", npy_file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000, 0), }", ""));
+  for (KvLayout layout : {KvLayout::thd, KvLayout::htd})
+    expect_error([&] { load_kv(p, layout); }, p, {"shape [1000000, 1000000, 0]", "is empty"});
+  const std::string q = write("z4.npy", npy_file(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (1, 0, 7, 64), }", ""));
+  expect_error([&] { load_kv(q, KvLayout::thd); }, q, {"shape [1, 0, 7, 64]", "tokens 0", "is empty"});
+  const RawTensor raw{DType::bf16, {1000000, 1000000, 0}, {}};
+  expect_error([&] { to_head_tensor(raw, KvLayout::thd, "x"); }, "x", {"is empty"});
+  const RawTensorView view{DType::f32, raw.shape, {}};
+  expect_error([&] { to_head_tensor(view, KvLayout::thd, "x"); }, "x", {"is empty"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// include/qvg/tensor.h computed h * n * d before checking the shape: a safetensors
+// header [2^63 - 1, 255, 0] (0 bytes of data) overflowed int64 (UB, caught by UBSan).
+// The file is refused as empty; HeadTensor itself refuses shapes whose size
+// overflows, with a message and before allocating.
+TEST_F(IoTest, OverflowingShapesAreErrorsNotUndefinedBehaviour) {
+  const std::string p = write(
+      "o.safetensors",
+      st_file("{\"k\":{\"dtype\":\"F32\",\"shape\":[9223372036854775807,255,0],\"data_offsets\":[0,0]}}", ""));
+  for (KvLayout layout : {KvLayout::thd, KvLayout::htd})
+    expect_error([&] { load_kv(p, layout, "k"); }, p, {"shape [9223372036854775807, 255, 0]", "is empty"});
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const auto& [h, n, d] : std::vector<std::array<int64_t, 3>>{
+           {kMax, 255, 0}, {255, kMax, 0}, {0, 1ll << 32, 1ll << 32}, {1ll << 31, 1ll << 31, 4}, {1ll << 61, 1, 1}})
+    expect_error([&] { HeadTensor x(h, n, d); }, "", {"is too large"});
+  expect_error([] { HeadTensor x(-1, 2, 3); }, "", {"non-negative"});
+  HeadTensor y(2, 0, 32);  // empty but indexable: fine (the codecs refuse it)
+  EXPECT_EQ(y.numel(), 0);
+  y.tokens = kMax;  // fields are public: numel() checks too
+  expect_error([&] { (void)y.numel(); }, "", {"is too large"});
+}
+
+// memcpy(NULL, NULL, 0) (UB) converting empty tensors: an empty HeadTensor's data()
+// may be null. It converts and writes as an empty file and reads back as one.
+TEST_F(IoTest, EmptyTensorsConvertAndWrite) {
+  const HeadTensor x(2, 0, 4);
+  for (DType dt : {DType::f32, DType::bf16})
+    for (KvLayout layout : {KvLayout::thd, KvLayout::htd}) {
+      const RawTensor t = from_head_tensor(x, layout, dt);
+      EXPECT_TRUE(t.bytes.empty());
+      EXPECT_EQ(t.shape, (layout == KvLayout::thd ? std::vector<int64_t>{0, 2, 4} : std::vector<int64_t>{2, 0, 4}));
+      write_npy(path("e.npy"), t);
+      const RawTensor back = read_npy(path("e.npy"), DType::bf16);  // (bf16 is stored as <V2)
+      EXPECT_EQ(back.shape, t.shape);
+      EXPECT_TRUE(back.bytes.empty());
+    }
 }
 
 TEST_F(IoTest, KvShapeAndNameErrors) {

@@ -264,7 +264,7 @@ void add_compare_command(CLI::App& app) {
   s->add_flag("--post-rope", a->run.post_rope, "cache keys after RoPE (default: before RoPE)");
   s->add_option("--steps", a->run.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
   s->add_option("--seed", a->run.seed, "noise seed, default 2026");
-  s->add_option("--threads", a->run.threads, "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it");
+  s->add_option("--threads", a->run.threads, "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it")->check(CLI::Range(0, 1 << 16));
   add_device_options(s, a->run);
   s->add_option("--side-by-side", a->side_by_side, "write an MP4 with every method's frames side by side");
   s->add_option("--plot", a->plot, "write a PNG of PSNR against BF16 per generated frame, one line per method (gnuplot)");
@@ -292,7 +292,7 @@ void add_demo_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   s->add_option("--methods", a->methods, "caches (codec specs), default bf16 rtn kivi quarot qvg qvg-pro");
   s->add_option("--model", a->run.model, "weights (.safetensors)");
-  s->add_option("--threads", a->run.threads, "threads (0 = all cores, the default); results do not depend on it");
+  s->add_option("--threads", a->run.threads, "threads (0 = all cores, the default); results do not depend on it")->check(CLI::Range(0, 1 << 16));
   s->add_option("--plot", a->plot, "also write the PSNR-per-frame plot (PNG, gnuplot)");
   s->add_option("--csv", a->csv, "also write PSNR per generated frame as CSV");
   s->add_option("--side-by-side", a->side_by_side, "also write the methods' frames side by side (MP4)");

@@ -210,7 +210,7 @@ void add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   auto* s = app.add_subcommand("eval", "compare methods on K/V files or built-in data");
   add_data_options(s, a->data, {.files = true, .queries = true});
-  s->add_option("--threads", a->threads, "worker threads (0 = all cores); results do not depend on it");
+  s->add_option("--threads", a->threads, "worker threads (0 = all cores); results do not depend on it")->check(CLI::Range(0, 1 << 16));
   add_codec_device_option(s, a->device);
   s->add_option("--write-rec", a->write_rec,
                 "write each method's K/V reconstructions into this directory, in the input's format, "
@@ -226,7 +226,7 @@ void add_codec_demo_command(CLI::App& app) {
   auto* s = app.add_subcommand("codec-demo",
                                "the codecs side by side on both built-in K/V data sets (no model; was `qvg demo`)");
   add_data_options(s, a->data, {.files = false, .queries = true});
-  s->add_option("--threads", a->threads, "worker threads (0 = all cores); results do not depend on it");
+  s->add_option("--threads", a->threads, "worker threads (0 = all cores); results do not depend on it")->check(CLI::Range(0, 1 << 16));
   s->add_option("--methods", a->methods, "methods/presets (see `qvg methods`)");
   s->add_flag("--json", a->as_json, "print one JSON row per data set, method and tensor");
   s->add_flag("--quiet", a->quiet, "no progress output");

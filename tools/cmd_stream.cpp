@@ -7,10 +7,13 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+
+#include <unistd.h>
 
 #include "commands.h"
 #include "data_options.h"
@@ -464,6 +467,27 @@ void run_stream(const StreamArgs& args) {
   if (args.as_json) std::cout << out.dump(2) << std::endl;
 }
 
+/// --save: checked when parsed, so a path that cannot be written fails before the run
+/// (it was reported only after the whole run; '' saved nothing and exited 0). The save
+/// writes a temporary file in the target's directory, so that directory must exist
+/// and be writable.
+const CLI::Validator kWritableSavePath(
+    [](std::string& path) -> std::string {
+      if (path.empty()) return "empty path (give the file to save the cache to)";
+      namespace fs = std::filesystem;
+      std::error_code ec;
+      if (fs::is_directory(path, ec)) return "'" + path + "' is a directory";
+      std::string dir = fs::path(path).parent_path().string();
+      if (dir.empty()) dir = ".";
+      if (!fs::is_directory(dir, ec))
+        return "cannot save to '" + path + "': " + (fs::exists(dir, ec) ? "'" + dir + "' is not a directory"
+                                                                        : "directory '" + dir + "' does not exist");
+      if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        return "cannot save to '" + path + "': directory '" + dir + "' is not writable";
+      return "";
+    },
+    "FILE", "writable save path");
+
 }  // namespace
 
 void add_stream_command(CLI::App& app) {
@@ -486,11 +510,11 @@ void add_stream_command(CLI::App& app) {
   s->add_flag("--no-warm-start", args.no_warm, "k-means of every span starts from k-means++");
   s->add_flag("--compare-warm", args.compare_warm, "also run with warm start flipped and compare k-means work and error");
   s->add_flag("--compare-rope", args.compare_rope, "also cache keys after RoPE and compare key error (needs --rope 1d|3d)");
-  s->add_option("--save", args.save, "save the cache to this file at the end (see --stop-after)");
+  s->add_option("--save", args.save, "save the cache to this file at the end (see --stop-after)")->check(kWritableSavePath);
   s->add_option("--load", args.load, "resume from a cache saved by --save (same data and cache options)");
   s->add_option("--stop-after", args.stop_after, "stop after this many chunks (0 = all)")->check(CLI::NonNegativeNumber);
   s->add_option("--every", args.every, "print memory every n chunks (and at every span)")->check(CLI::Range(1, 1000000));
-  s->add_option("--threads", args.threads, "worker threads (0 = all cores); results do not depend on it");
+  s->add_option("--threads", args.threads, "worker threads (0 = all cores); results do not depend on it")->check(CLI::Range(0, 1 << 16));
   add_codec_device_option(s, args.device);
   s->add_flag("--json", args.as_json, "print one JSON object");
   s->add_flag("--quiet", args.quiet, "no progress output");

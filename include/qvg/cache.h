@@ -232,8 +232,10 @@ class StreamingKVCache {
 
   /// Writes the whole cache (config, spans, full-precision chunks, positions,
   /// warm-start state) to a file; layout in docs/FORMAT.md, "Streaming cache
-  /// file". Written to path + ".tmp" first and renamed, so a failed save leaves
-  /// an older file at path intact.
+  /// file". Written to a unique temporary file (path + ".tmp.XXXXXX"), fsynced
+  /// and renamed over path (then the directory fsynced), so a failed or killed
+  /// save leaves the older file at path intact, and concurrent saves of one path
+  /// leave one whole file.
   void save(const std::string& path) const;
 
   /// Reads a cache written by save(). Validates everything (magic, version,

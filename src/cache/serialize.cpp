@@ -9,6 +9,7 @@
 #include "cache/cache_impl.h"
 #include "cache/checksum.h"
 #include "cpu/codecs.h"
+#include "io/io_util.h"
 #include "qvg/methods.h"
 
 namespace qvg {
@@ -365,7 +366,7 @@ uint32_t get_le32(const uint8_t* p) {
          (static_cast<uint32_t>(p[3]) << 24);
 }
 
-void write_section(std::ofstream& f, const char tag[4], const std::vector<uint8_t>& payload) {
+void write_section(io_detail::OutFile& f, const char tag[4], const std::vector<uint8_t>& payload) {
   uint8_t head[kSectionHeadBytes] = {};
   std::memcpy(head, tag, 4);
   put_le32(head + 4, 0);
@@ -375,9 +376,9 @@ void write_section(std::ofstream& f, const char tag[4], const std::vector<uint8_
   crc = crc32_update(crc, payload.data(), payload.size());
   uint8_t tail[4];
   put_le32(tail, crc);
-  f.write(reinterpret_cast<const char*>(head), sizeof head);
-  f.write(reinterpret_cast<const char*>(payload.data()), static_cast<std::streamsize>(payload.size()));
-  f.write(reinterpret_cast<const char*>(tail), 4);
+  f.write(head, sizeof head);
+  f.write(payload.data(), payload.size());
+  f.write(tail, 4);
 }
 
 /// Reads one section; checks its tag, that it fits in the file, and its CRC.
@@ -412,33 +413,20 @@ std::vector<uint8_t> read_section(std::ifstream& f, const std::string& path, uin
 
 void StreamingKVCache::save(const std::string& path) const {
   const Impl& I = *impl_;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    QVG_CHECK(f.is_open(), path, ": cannot open '", tmp, "' for writing");
-    uint8_t head[kHeaderBytes];
-    std::memcpy(head, kMagic, 8);
-    put_le32(head + 8, kVersion);
-    put_le32(head + 12, static_cast<uint32_t>(1 + I.config.layers));
-    put_le32(head + 16, crc32(head, 16));
-    f.write(reinterpret_cast<const char*>(head), sizeof head);
-    const std::string conf = config_json(I.config).dump();
-    write_section(f, "CONF", std::vector<uint8_t>(conf.begin(), conf.end()));
-    for (int l = 0; l < I.config.layers; ++l) write_section(f, "LAYR", layer_payload(I, l));
-    f.flush();
-    if (!f.good()) {
-      f.close();
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      QVG_CHECK(false, path, ": write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    QVG_CHECK(false, path, ": cannot rename '", tmp, "' to it");
-  }
+  // A unique temporary file, fsynced and renamed over `path` (src/io/io_util.h): a
+  // crash or a failed write leaves the previous file, and concurrent saves of one path
+  // each leave a whole file (the last rename wins).
+  io_detail::OutFile f(path);
+  uint8_t head[kHeaderBytes];
+  std::memcpy(head, kMagic, 8);
+  put_le32(head + 8, kVersion);
+  put_le32(head + 12, static_cast<uint32_t>(1 + I.config.layers));
+  put_le32(head + 16, crc32(head, 16));
+  f.write(head, sizeof head);
+  const std::string conf = config_json(I.config).dump();
+  write_section(f, "CONF", std::vector<uint8_t>(conf.begin(), conf.end()));
+  for (int l = 0; l < I.config.layers; ++l) write_section(f, "LAYR", layer_payload(I, l));
+  f.close();
 }
 
 StreamingKVCache StreamingKVCache::load(const std::string& path, CacheOptions options) {
@@ -452,10 +440,17 @@ StreamingKVCache StreamingKVCache::load(const std::string& path, const CacheConf
 StreamingKVCache StreamingKVCache::load_file(const std::string& path, const CacheOptions& options,
                                              const CacheConfig* expected) {
   std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
+  (void)std::filesystem::file_size(path, ec);  // (its error names why: missing, a directory, ...)
   QVG_CHECK(!ec, path, ": cannot open streaming cache file (", ec.message(), ")");
   std::ifstream f(path, std::ios::binary);
   QVG_CHECK(f.is_open(), path, ": cannot open streaming cache file");
+  // The size of the file opened, not of the path: a save may rename another file over
+  // the path in between (two sizes of one path made loads fail while saves ran).
+  f.seekg(0, std::ios::end);
+  const std::streamoff end = f.tellg();
+  QVG_CHECK(end >= 0, path, ": cannot determine the file size");
+  const uint64_t size = static_cast<uint64_t>(end);
+  f.seekg(0);
   QVG_CHECK(size >= kHeaderBytes, path, ": truncated file (", size, " bytes; the header alone is ", kHeaderBytes, ")");
   uint8_t head[kHeaderBytes];
   f.read(reinterpret_cast<char*>(head), sizeof head);

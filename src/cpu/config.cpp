@@ -2,7 +2,9 @@
 // validation and comparison, all driven by the tables in methods.cpp.
 #include "qvg/config.h"
 
+#include <algorithm>
 #include <sstream>
+#include <vector>
 
 #include "cpu/codecs.h"
 #include "qvg/common.h"
@@ -62,11 +64,16 @@ CodecConfig parse_codec_spec(const std::string& spec) {
   if (colon != std::string::npos) {
     std::stringstream ss(spec.substr(colon + 1));
     std::string item;
+    std::vector<std::string> seen;
     while (std::getline(ss, item, ',')) {
       const size_t eq = item.find('=');
       QVG_CHECK(eq != std::string::npos && eq > 0, "codec option '", item, "' in '", spec,
                 "' is not of the form key=value");
-      field_named(item.substr(0, eq)).set(c, item.substr(eq + 1));
+      const std::string key = item.substr(0, eq);
+      QVG_CHECK(std::find(seen.begin(), seen.end(), key) == seen.end(), "codec option '", key, "' is given twice in '",
+                spec, "'");
+      seen.push_back(key);
+      field_named(key).set(c, item.substr(eq + 1));
     }
   }
   return c;

@@ -50,16 +50,27 @@ class InFile {
   uint64_t size_ = 0;
 };
 
-/// A file opened for writing (truncated); close() flushes and checks for errors.
+/// A file replaced crash-safely: the bytes go to a new temporary file in the same
+/// directory (path + ".tmp.XXXXXX", created exclusively, so concurrent writers of one
+/// path never share it); close() fsyncs it, renames it over `path` and fsyncs the
+/// directory. Until close() returns, `path` keeps its old contents; a failure, or
+/// destruction without close(), removes the temporary file. Errors name `path`.
 class OutFile {
  public:
   explicit OutFile(const std::string& path);
+  ~OutFile();
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
   void write(const void* src, uint64_t n);
   void close();
+  const std::string& temp_path() const { return tmp_; }
 
  private:
-  std::string path_;
-  std::ofstream out_;
+  [[noreturn]] void fail(const std::string& what, int err);  ///< removes the temporary file, throws
+
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool done_ = false;
 };
 
 inline void put_u16(std::string& s, uint16_t v) {

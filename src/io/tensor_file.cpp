@@ -1,10 +1,17 @@
 // DType / KvLayout / RawTensor basics, file helpers, and the K/V conversions
 // (to_head_tensor, from_head_tensor, load_kv, save_kv).
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <random>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/io_util.h"
 #include "qvg/half.h"
@@ -135,19 +142,81 @@ void InFile::read_at(uint64_t offset, void* dst, uint64_t n, const char* what) {
 }
 
 OutFile::OutFile(const std::string& path) : path_(path) {
-  out_.open(path, std::ios::binary | std::ios::trunc);
-  if (!out_) file_fail(path, "cannot open for writing");
+  // mkstemp-style, but created with mode 0666 & ~umask (as a plain open would) rather
+  // than mkstemp's 0600.
+  static std::atomic<uint64_t> counter{0};
+  static const char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;
+  uint64_t seed = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (static_cast<uint64_t>(::getpid()) << 16);
+  int err = 0;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    uint64_t r = seed ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    std::string suffix(6, 'X');
+    for (char& c : suffix) {
+      c = kChars[r % (sizeof kChars - 1)];
+      r /= sizeof kChars - 1;
+    }
+    tmp_ = path + ".tmp." + suffix;
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ >= 0) break;
+    err = errno;
+    if (err != EEXIST) break;
+  }
+  if (fd_ < 0) {
+    const std::string tmp = tmp_;
+    tmp_.clear();  // (nothing to remove)
+    file_fail(path, "cannot open for writing (creating the temporary file '", tmp, "': ", std::strerror(err), ")");
+  }
+  // Replacing a file keeps its permissions.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) (void)::fchmod(fd_, st.st_mode & 07777);
+}
+
+OutFile::~OutFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!done_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+}
+
+void OutFile::fail(const std::string& what, int err) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  done_ = true;
+  file_fail(path_, what, " (", std::strerror(err), ")");
 }
 
 void OutFile::write(const void* src, uint64_t n) {
-  out_.write(static_cast<const char*>(src), static_cast<std::streamsize>(n));
-  if (!out_) file_fail(path_, "write error");
+  QVG_CHECK(fd_ >= 0, path_, ": write after close");
+  const char* p = static_cast<const char*>(src);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("write error", w < 0 ? errno : EIO);
+    p += w;
+    n -= static_cast<uint64_t>(w);
+  }
 }
 
 void OutFile::close() {
-  out_.flush();
-  out_.close();
-  if (!out_) file_fail(path_, "write error on close");
+  QVG_CHECK(fd_ >= 0, path_, ": closed twice");
+  if (::fsync(fd_) != 0) fail("write error on fsync", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("write error on close", errno);
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename '" + tmp_ + "' over it", errno);
+  done_ = true;
+  // The rename is durable once the directory is synced. A directory that cannot be
+  // opened (no read permission) or synced (EINVAL: not supported) is left as it is.
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return;
+  const int rc = ::fsync(dfd);
+  const int err = errno;
+  ::close(dfd);
+  if (rc != 0 && err != EINVAL && err != EROFS)
+    file_fail(path_, "written, but syncing its directory '", dir, "' failed (", std::strerror(err), ")");
 }
 
 }  // namespace io_detail
@@ -160,7 +229,7 @@ namespace {
 void decode_floats(DType dt, const uint8_t* src, float* dst, int64_t n) {
   switch (dt) {
     case DType::f32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);  // (an empty vector's data() may be null)
       return;
     case DType::f16:
       for (int64_t i = 0; i < n; ++i)
@@ -179,7 +248,7 @@ void decode_floats(DType dt, const uint8_t* src, float* dst, int64_t n) {
 void encode_floats(DType dt, const float* src, uint8_t* dst, int64_t n) {
   switch (dt) {
     case DType::f32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
     case DType::f16:
     case DType::bf16:
@@ -222,6 +291,11 @@ HeadTensor to_head_tensor(const RawTensorView& t, KvLayout layout, const std::st
   const int64_t a = s[batch ? 1 : 0], b = s[batch ? 2 : 1], d = s[batch ? 3 : 2];
   const int64_t heads = layout == KvLayout::thd ? b : a;
   const int64_t tokens = layout == KvLayout::thd ? a : b;
+  // Before any loop over tokens x heads: a zero dim leaves nothing to loop over (and a
+  // shape like [10^6, 10^6, 0] would spin for 10^12 iterations).
+  QVG_CHECK(heads > 0 && tokens > 0 && d > 0, what, ": shape ", shape_str(s), " (layout ", layout_name(layout),
+            ": heads ", heads, ", tokens ", tokens, ", dim ", d, ") is empty; a K/V tensor needs at least one head, "
+            "one token and one channel");
   HeadTensor x(heads, tokens, d);
   const size_t es = dtype_size(t.dtype);
   if (layout == KvLayout::htd || heads == 1 || tokens == 1) {
@@ -252,7 +326,7 @@ RawTensor from_head_tensor(const HeadTensor& x, KvLayout layout, DType dtype, bo
     t.shape.insert(t.shape.end(), {x.heads, x.tokens, x.dim});
   const size_t es = dtype_size(dtype);
   t.bytes.resize(static_cast<size_t>(x.numel()) * es);
-  if (layout == KvLayout::htd || x.heads == 1 || x.tokens == 1) {
+  if (layout == KvLayout::htd || x.heads == 1 || x.tokens == 1 || x.numel() == 0) {  // (empty: no heads x tokens loop)
     encode_floats(dtype, x.data.data(), t.bytes.data(), x.numel());
   } else {
     for (int64_t h = 0; h < x.heads; ++h)
