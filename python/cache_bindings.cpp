@@ -238,7 +238,7 @@ void bind_cache(py::module_& m) {
               return 0;
             });
           },
-          py::arg("path"), "Writes the whole cache (written to path + \".tmp\", then renamed).")
+          py::arg("path"), "Writes the whole cache (to a unique temporary file beside path, synced, then renamed over it).")
       .def_static(
           "load",
           [](const std::string& path, int threads, const std::string& device) {
