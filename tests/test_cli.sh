@@ -179,5 +179,9 @@ fi
 # The methods listing names every preset.
 "$qvg" methods >"$tmp/m" 2>&1 && grep -q "qvg-pro-int4" "$tmp/m" && ok || bad "qvg methods"
 
+# --version: the project's version, the build's features, where clips and model are.
+"$qvg" --version >"$tmp/v" 2>&1 && grep -qE "^qvg [0-9]+\.[0-9]+\.[0-9]+ \(commit [0-9a-f]{7}|^qvg [0-9]+\.[0-9]+\.[0-9]+ \(commit unknown" "$tmp/v" &&
+  grep -q "^clips: " "$tmp/v" && grep -q "^model: .*qvg_ref_video_dit.safetensors" "$tmp/v" && ok || bad "qvg --version: $(cat "$tmp/v")"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

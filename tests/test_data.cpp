@@ -86,6 +86,22 @@ bool all_finite(const HeadTensor& x) {
 
 // ---------------------------------------------------------------- video-like
 
+// Shipped resources: an installed qvg's share/qvg (beside the running
+// executable's prefix) first, then the source tree; the first that has the
+// file wins, and the search names every place.
+TEST(Resources, InstalledFirstThenSourceTree) {
+  const std::vector<std::string> roots = resource_roots();
+  ASSERT_EQ(roots.size(), 2u);
+  EXPECT_NE(roots[0].find("/share/qvg"), std::string::npos) << roots[0];
+  EXPECT_EQ(std::filesystem::weakly_canonical(roots[1]), std::filesystem::weakly_canonical(QVG_SOURCE_DIR));
+  const std::string model = resource_path("models/qvg_ref_video_dit.safetensors");
+  EXPECT_TRUE(std::filesystem::exists(model)) << model;
+  EXPECT_EQ(resource_path("no/such/file"), roots[1] + "/no/such/file");
+  const std::string search = resource_search("no/such/file");
+  EXPECT_NE(search.find(roots[0] + "/no/such/file"), std::string::npos) << search;
+  EXPECT_NE(search.find(roots[1] + "/no/such/file"), std::string::npos) << search;
+}
+
 TEST(VideoLike, ShapeAndFiniteDefaults) {
   VideoLikeParams p;  // the Self-Forcing span: 24 x 30 x 52 tokens, 12 heads, dim 128
   p.threads = 2;

@@ -79,7 +79,7 @@ RunResult run_method(const CompareArgs& a, const qvg::Model& model, const std::s
 /// compare; `before_runs` (if set) is called once every argument, the model
 /// and the clip have been checked, right before the runs (the demo's header).
 void compare(const CompareArgs& a, const std::function<void()>& before_runs) {
-  const qvg::Model model = qvg::Model::load(a.run.model);
+  const qvg::Model model = load_model(a.run.model);
   const qvg::ModelConfig& mc = model.config();
   QVG_CHECK(a.run.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
             ", got ", a.run.context_frames);
@@ -275,7 +275,7 @@ void add_compare_command(CLI::App& app) {
 
 void add_demo_command(CLI::App& app) {
   auto a = std::make_shared<CompareArgs>();  // the demo's defaults:
-  a->run.context = std::string(QVG_SOURCE_DIR) + "/data/clips/vtest.mp4";
+  a->run.context = qvg::builtin_clip_path("vtest");
   a->run.start = 192;
   a->run.frames = 12;
   a->run.quant_factor = 2;

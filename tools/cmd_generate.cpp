@@ -66,7 +66,7 @@ void print_parts(const char* role, const qvg::RoleBytes& b) {
 void run_generate(const GenerateArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
-  const qvg::Model model = qvg::Model::load(a.run.model);
+  const qvg::Model model = load_model(a.run.model);
   const qvg::ModelConfig& mc = model.config();
   QVG_CHECK(a.run.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
             ", got ", a.run.context_frames);
@@ -153,7 +153,7 @@ void run_generate(const GenerateArgs& a) {
 }
 
 void run_dump_kv(const DumpArgs& a) {
-  const qvg::Model model = qvg::Model::load(a.run.model);
+  const qvg::Model model = load_model(a.run.model);
   const qvg::ModelConfig& mc = model.config();
   QVG_CHECK(a.run.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
             ", got ", a.run.context_frames);

@@ -7,9 +7,19 @@
 #include <exception>
 
 #include "commands.h"
+#include "model_run.h"
+#include "qvg/data.h"
+#include "qvg/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"qvg: 2-4 bit KV-cache compression for autoregressive video diffusion (Quant VideoGen)"};
+#if defined(QVG_PYTHON_MODULE)
+  const char* python = "built";
+#else
+  const char* python = "not built";
+#endif
+  app.set_version_flag("--version", qvg::build_info() + ", Python module: " + python + "\nclips: " +
+                                        qvg::data_dir() + "/clips\nmodel: " + qvg::resource_path(qvg_cli::kModelFile));
   app.require_subcommand(1);
   qvg_cli::add_eval_command(app);
   qvg_cli::add_codec_demo_command(app);

@@ -2,6 +2,7 @@
 #include "model_run.h"
 
 #include <algorithm>
+#include <filesystem>
 
 namespace qvg_cli {
 
@@ -63,6 +64,14 @@ qvg::Video load_context(const ModelRunArgs& a, const qvg::ModelConfig& c, double
       out.rgb.insert(out.rgb.end(), row, row + c.frame * 3);
     }
   return out;
+}
+
+qvg::Model load_model(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && path == qvg::resource_path(kModelFile))
+    throw qvg::Error("the shipped model weights were not found (" + qvg::resource_search(kModelFile) +
+                     "); pass --model");
+  return qvg::Model::load(path);
 }
 
 }  // namespace qvg_cli

@@ -9,19 +9,23 @@
 #include <string>
 
 #include "qvg/cache.h"
+#include "qvg/data.h"
 #include "qvg/model.h"
 #include "qvg/video.h"
 
-#ifndef QVG_SOURCE_DIR
-#define QVG_SOURCE_DIR "."
-#endif
-
 namespace qvg_cli {
+
+/// The shipped weights, relative to a resource root (qvg::resource_roots).
+inline constexpr const char* kModelFile = "models/qvg_ref_video_dit.safetensors";
+
+/// The model of a run: its weights, or an error saying where the shipped
+/// weights were looked for when they are missing.
+qvg::Model load_model(const std::string& path);
 
 /// A model run's options. Each command registers those it offers, with its
 /// own help text; the others keep these defaults.
 struct ModelRunArgs {
-  std::string model = std::string(QVG_SOURCE_DIR) + "/models/qvg_ref_video_dit.safetensors";  ///< weights
+  std::string model = qvg::resource_path(kModelFile);  ///< weights (installed, else the source tree's)
   std::string context;     ///< the clip whose frames are the context
   int frames = 9;          ///< frames to generate (rounded up to whole chunks)
   int context_frames = 6;  ///< context frames, a multiple of the model's chunk frames

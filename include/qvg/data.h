@@ -113,8 +113,22 @@ HeadTensor make_clip_kv(const ClipKVParams& p, TensorRole role);
 std::vector<std::string> builtin_clips();
 
 /// The data directory: the environment variable QVG_DATA_DIR when set, else
-/// the repository's data/ directory recorded at build time.
+/// data/ of the first of resource_roots() that has data/clips.
 std::string data_dir();
+
+/// Where the shipped resources (data/clips, models/) are looked for, in
+/// order: <prefix>/share/qvg of an installed qvg (<prefix>: the parent of
+/// the running executable's directory), then the source tree recorded at
+/// build time (an uninstalled build).
+std::vector<std::string> resource_roots();
+
+/// root/relative for the first of resource_roots() where it exists
+/// ("models/qvg_ref_video_dit.safetensors"); when none has it, the last
+/// candidate (the source tree's), so that an error names a path. 
+std::string resource_path(const std::string& relative);
+
+/// "looked in A, B": the candidates of resource_path(relative), for messages.
+std::string resource_search(const std::string& relative);
 
 /// Path of a shipped clip by name ("cockatoo" -> <data_dir()>/clips/cockatoo.mp4).
 /// Throws qvg::Error for an unknown name (the message lists the known ones).

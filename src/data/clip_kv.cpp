@@ -12,10 +12,6 @@
 #include "qvg/video.h"
 #include "util/parallel.h"
 
-#ifndef QVG_DATA_DIR
-#define QVG_DATA_DIR "data"
-#endif
-
 namespace qvg {
 
 std::vector<std::string> builtin_clips() { return {"box", "cityCC0", "cockatoo", "cup", "vtest"}; }
@@ -23,7 +19,8 @@ std::vector<std::string> builtin_clips() { return {"box", "cityCC0", "cockatoo",
 std::string data_dir() {
   const char* env = std::getenv("QVG_DATA_DIR");
   if (env != nullptr && env[0] != '\0') return env;
-  return QVG_DATA_DIR;
+  const std::string clips = resource_path("data/clips");
+  return clips.substr(0, clips.size() - std::string("/clips").size());
 }
 
 std::string builtin_clip_path(const std::string& name) {
