@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The Python package: pip install . (offline: --no-build-isolation, from
+# Debian's setuptools, wheel, pybind11-dev and NumPy) into a fresh virtual
+# environment that sees the system's NumPy, then the module's tests run
+# against the installed package from outside the source tree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+/usr/bin/python3 -m venv --system-site-packages "$tmp/venv"
+"$tmp/venv/bin/pip" install --no-build-isolation --no-deps --quiet .
+(cd "$tmp" && "$tmp/venv/bin/python" -c "import qvg; assert qvg.__file__.startswith('$tmp/venv'), qvg.__file__; print('installed qvg', qvg.__version__, 'at', qvg.__file__)")
+(cd "$tmp" && env -u PYTHONPATH "$tmp/venv/bin/python" -m unittest discover -s "$PWD/python/tests" 2>&1 | tail -4)
+echo "check_pip: ok"
