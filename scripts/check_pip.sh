@@ -2,13 +2,20 @@
 # The Python package: pip install . (offline: --no-build-isolation, from
 # Debian's setuptools, wheel, pybind11-dev and NumPy) into a fresh virtual
 # environment that sees the system's NumPy, then the module's tests run
-# against the installed package from outside the source tree.
+# against the installed package from outside the source tree; then a wheel
+# (pip wheel) installed into a clean environment imports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+src=$PWD
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 /usr/bin/python3 -m venv --system-site-packages "$tmp/venv"
 "$tmp/venv/bin/pip" install --no-build-isolation --no-deps --quiet .
 (cd "$tmp" && "$tmp/venv/bin/python" -c "import qvg; assert qvg.__file__.startswith('$tmp/venv'), qvg.__file__; print('installed qvg', qvg.__version__, 'at', qvg.__file__)")
-(cd "$tmp" && env -u PYTHONPATH "$tmp/venv/bin/python" -m unittest discover -s "$PWD/python/tests" 2>&1 | tail -4)
+(cd "$tmp" && env -u PYTHONPATH "$tmp/venv/bin/python" -m unittest discover -s "$src/python/tests" 2>&1 | tail -4)
+# A wheel into a clean virtual environment (no system packages): it imports.
+"$tmp/venv/bin/pip" wheel --no-build-isolation --no-deps --quiet -w "$tmp/wheels" .
+/usr/bin/python3 -m venv "$tmp/clean"
+"$tmp/clean/bin/pip" install --no-deps --quiet "$tmp"/wheels/qvg-*.whl
+(cd "$tmp" && "$tmp/clean/bin/python" -c "import qvg; print('wheel:', qvg.__version__, len(qvg.presets()), 'presets')")
 echo "check_pip: ok"
