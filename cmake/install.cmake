@@ -12,6 +12,8 @@ install(TARGETS qvg EXPORT qvgTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY include/qvg DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(TARGET qvg_cli)
+  # A shared libqvg is found beside the installed CLI wherever the prefix moves.
+  set_target_properties(qvg_cli PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
   install(TARGETS qvg_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 install(FILES models/qvg_ref_video_dit.safetensors DESTINATION ${CMAKE_INSTALL_DATADIR}/qvg/models)
