@@ -19,28 +19,16 @@ import time
 import torch
 
 import qvg
+from bench_dlpack import median_ms as wall_ms  # wall time with torch.cuda.synchronize()
 
 SHAPES = (("self-forcing span", (12, 37440, 128)), ("longcat context", (32, 29640, 128)))
 SPECS = ("rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random", "qvg:iters=2")
 
 
-def event_ms(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    t = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        t.append(a.elapsed_time(b))
-    return statistics.median(t)
-
-
-def b2b_ms(fn, reps, batch=10):
-    """GPU time of `batch` calls queued back to back, divided by batch: the rate
-    of calls queued behind each other, as in a model's step."""
+def event_ms(fn, reps, batch=1):
+    """GPU time (CUDA events) of `batch` calls queued back to back, divided by
+    batch: with batch > 1, the rate of calls queued behind each other, as in a
+    model's step; with 1, one call, the GPU also waiting for the Python call."""
     fn()
     torch.cuda.synchronize()
     t = []
@@ -68,18 +56,6 @@ def queue_ms(fn, reps):
     return statistics.median(t)
 
 
-def wall_ms(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    t = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        t.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(t)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
@@ -102,8 +78,8 @@ def main():
 
             enc_ms = event_ms(enc, args.reps)
             dec_ms = event_ms(lambda: dc.decode(holder["e"], out=out, stream=s), args.reps)
-            benc_ms = b2b_ms(enc, max(3, args.reps // 4))
-            bdec_ms = b2b_ms(lambda: dc.decode(holder["e"], out=out, stream=s), args.reps)
+            benc_ms = event_ms(enc, max(3, args.reps // 4), batch=10)
+            bdec_ms = event_ms(lambda: dc.decode(holder["e"], out=out, stream=s), args.reps, batch=10)
             qenc_ms = queue_ms(enc, args.reps)
             qdec_ms = queue_ms(lambda: dc.decode(holder["e"], out=out, stream=s), args.reps)
             hc = qvg.Codec(spec, device="cuda")

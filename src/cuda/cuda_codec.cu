@@ -21,17 +21,10 @@ namespace qvg {
 
 namespace {
 
+using cuda::check_device;
 using cuda::DeviceBuffer;
 using cuda::DeviceParts;
-
-void check_device() {
-  std::string why;
-  QVG_CHECK(cuda_available(&why), "CUDA backend: ", why);
-}
-
-/// Whether the method encodes on the device (QVG's kernels: qvg and rtn);
-/// the others encode with the CPU reference and decode on the device.
-bool encodes_on_device(Method m) { return m == Method::qvg || m == Method::rtn; }
+using cuda::encodes_on_device;
 
 /// Near FLT_MAX the residual can overflow (the CPU reference checks each
 /// stage's points): its max, hence a head's span scale, is then inf or NaN
@@ -137,21 +130,6 @@ class CudaCodec final : public Codec {
   mutable DeviceParts parts_;
 };
 
-/// x's values as a host float tensor.
-HeadTensor download_as_float(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim) {
-  HeadTensor h(heads, tokens, dim);
-  const size_t n = h.data.size();
-  if (type == DeviceElement::f32) {
-    QVG_CUDA_CHECK(cudaMemcpy(h.data.data(), x, n * 4, cudaMemcpyDeviceToHost));
-    return h;
-  }
-  std::vector<uint16_t> raw(n);
-  QVG_CUDA_CHECK(cudaMemcpy(raw.data(), x, n * 2, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < n; ++i)
-    h.data[i] = type == DeviceElement::bf16 ? bf16_to_float(raw[i]) : fp16_to_float(raw[i]);
-  return h;
-}
-
 }  // namespace
 
 bool cuda_available(std::string* why) {
@@ -236,7 +214,7 @@ EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, Devic
             (at % (tokens * dim)) / dim, ", channel ", at % dim);
   CudaCodec codec(config);
   if (!encodes_on_device(config.method))  // the CPU reference's encode
-    return codec.encode(download_as_float(x, type, heads, tokens, dim), opt, nullptr);
+    return codec.encode(cuda::download_as_float(x, type, heads, tokens, dim, nullptr), opt, nullptr);
   HeadTensor shape;  // the shape only: encode_on_device reads x
   shape.heads = heads;
   shape.tokens = tokens;

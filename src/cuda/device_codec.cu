@@ -18,15 +18,10 @@ namespace qvg {
 
 namespace {
 
+using cuda::check_device;
+using cuda::encodes_on_device;
+
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-
-/// Whether the method encodes on the device (QVG's kernels: qvg and rtn).
-bool encodes_on_device(Method m) { return m == Method::qvg || m == Method::rtn; }
-
-void check_device() {
-  std::string why;
-  QVG_CHECK(cuda_available(&why), "CUDA backend: ", why);
-}
 
 }  // namespace
 
@@ -139,21 +134,10 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
   const cudaStream_t s = as_stream(stream);
   if (impl_->reference) {  // kivi, quarot, bf16: the CPU reference's encode
     QVG_CHECK(heads > 0 && tokens > 0 && dim > 0, c.name, ": empty tensor [", heads, ", ", tokens, ", ", dim, "]");
-    HeadTensor h(heads, tokens, dim);
-    const size_t n = h.data.size();
-    if (type == DeviceElement::f32) {
-      QVG_CUDA_CHECK(cudaMemcpyAsync(h.data.data(), x, n * 4, cudaMemcpyDeviceToHost, s));
-      QVG_CUDA_CHECK(cudaStreamSynchronize(s));
-    } else {
-      std::vector<uint16_t> raw(n);
-      QVG_CUDA_CHECK(cudaMemcpyAsync(raw.data(), x, n * 2, cudaMemcpyDeviceToHost, s));
-      QVG_CUDA_CHECK(cudaStreamSynchronize(s));
-      for (size_t i = 0; i < n; ++i)
-        h.data[i] = type == DeviceElement::bf16 ? bf16_to_float(raw[i]) : fp16_to_float(raw[i]);
-    }
     EncodeOptions opt;
     opt.role = role;
-    return DeviceEncodedTensor::from_host(impl_->reference->encode(h, opt), stream);
+    return DeviceEncodedTensor::from_host(
+        impl_->reference->encode(cuda::download_as_float(x, type, heads, tokens, dim, s), opt), stream);
   }
   const cuda::QvgShape sh = cuda::make_shape(c, heads, tokens, dim);
   cuda::GpuKMeansOptions km = cuda::GpuKMeansOptions::fixed_iterations(c.kmeans);
@@ -174,12 +158,24 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
   return DeviceEncodedTensor(std::move(I));
 }
 
-void DeviceCodec::decode(const DeviceEncodedTensor& e, void* out, DeviceElement type, void* stream) const {
+namespace {
+
+/// e's parts, once e is of codec c's method and out can take the decode's
+/// 16-byte stores (qvg::Error naming `what` otherwise).
+const DeviceEncodedTensor::Impl& decodable(const CodecConfig& c, const DeviceEncodedTensor& e, const void* out,
+                                          const char* what) {
   const DeviceEncodedTensor::Impl& I = e.impl();
-  QVG_CHECK(I.config.method == impl_->config.method, "decoding a ", method_name(I.config.method), " tensor with a ",
-            method_name(impl_->config.method), " codec");
-  QVG_CHECK(out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0,
-            "DeviceCodec::decode: out must be non-null and 16-byte aligned (the decode stores 16 bytes at a time)");
+  QVG_CHECK(I.config.method == c.method, "decoding a ", method_name(I.config.method), " tensor with a ",
+            method_name(c.method), " codec");
+  QVG_CHECK(out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0, what,
+            ": out must be non-null and 16-byte aligned (the decode stores 16 bytes at a time)");
+  return I;
+}
+
+}  // namespace
+
+void DeviceCodec::decode(const DeviceEncodedTensor& e, void* out, DeviceElement type, void* stream) const {
+  const DeviceEncodedTensor::Impl& I = decodable(impl_->config, e, out, "DeviceCodec::decode");
   if (I.qvg_parts())
     cuda::decode(I.shape, I.parts.view(), out, type, as_stream(stream));
   else
@@ -188,13 +184,9 @@ void DeviceCodec::decode(const DeviceEncodedTensor& e, void* out, DeviceElement 
 
 void DeviceCodec::decode_rows(const DeviceEncodedTensor& e, void* out, DeviceElement type, int64_t out_tokens,
                               int64_t out_offset, void* stream) const {
-  const DeviceEncodedTensor::Impl& I = e.impl();
-  QVG_CHECK(I.config.method == impl_->config.method, "decoding a ", method_name(I.config.method), " tensor with a ",
-            method_name(impl_->config.method), " codec");
+  const DeviceEncodedTensor::Impl& I = decodable(impl_->config, e, out, "DeviceCodec::decode_rows");
   QVG_CHECK(I.qvg_parts(), "DeviceCodec::decode_rows: ", method_name(I.config.method),
             " decodes whole tensors only (decode)");
-  QVG_CHECK(out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0,
-            "DeviceCodec::decode_rows: out must be non-null and 16-byte aligned");
   cuda::decode_range(I.shape, I.parts.view(), cuda::DecodeRange{0, I.tokens, out_tokens, out_offset}, out, type,
                      as_stream(stream));
 }

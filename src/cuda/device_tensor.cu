@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"
+#include "qvg/half.h"
 
 namespace qvg {
 
@@ -72,6 +74,28 @@ int64_t first_nonfinite(const void* x, DeviceElement dtype, int64_t n, float* va
       *value = __half2float(__half_raw{static_cast<unsigned short>(raw)});
   }
   return static_cast<int64_t>(at);
+}
+
+void check_device() {
+  std::string why;
+  QVG_CHECK(cuda_available(&why), "CUDA backend: ", why);
+}
+
+HeadTensor download_as_float(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim,
+                             cudaStream_t stream) {
+  HeadTensor h(heads, tokens, dim);
+  const size_t n = h.data.size();
+  if (type == DeviceElement::f32) {
+    QVG_CUDA_CHECK(cudaMemcpyAsync(h.data.data(), x, n * 4, cudaMemcpyDeviceToHost, stream));
+    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return h;
+  }
+  std::vector<uint16_t> raw(n);
+  QVG_CUDA_CHECK(cudaMemcpyAsync(raw.data(), x, n * 2, cudaMemcpyDeviceToHost, stream));
+  QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (size_t i = 0; i < n; ++i)
+    h.data[i] = type == DeviceElement::bf16 ? bf16_to_float(raw[i]) : fp16_to_float(raw[i]);
+  return h;
 }
 
 void keep_pool_memory() {

@@ -131,6 +131,18 @@ void fp8_e4m3_encode(const float* x, int64_t n, uint8_t* out, cudaStream_t strea
 /// that one). Synchronizes the stream.
 uint64_t fp8_e4m3_rule_mismatches(uint32_t* first, cudaStream_t stream);
 
+/// Throws qvg::Error ("CUDA backend: <reason>") when no device is usable.
+void check_device();
+
+/// Whether method m encodes on the device (QVG's kernels: qvg and rtn); the
+/// others encode with the CPU reference and decode on the device.
+inline bool encodes_on_device(Method m) { return m == Method::qvg || m == Method::rtn; }
+
+/// x ([heads, tokens, dim] of `type` in device memory) as a host float
+/// tensor, copied on `stream` (waits for it); bf16 / f16 widened exactly.
+HeadTensor download_as_float(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim,
+                             cudaStream_t stream);
+
 /// The lowest index i < n whose value x[i] (dtype, device memory) is not
 /// finite, with that value in *value (optional); -1 when every value is
 /// finite. Synchronizes the stream (device_tensor.cu).
