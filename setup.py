@@ -1,4 +1,4 @@
-"""pip install . / pip wheel .: builds the `qvg` extension module through CMake.
+"""pip install . / pip wheel .: the `qvg` package (python/qvg) with its extension qvg._qvg built through CMake.
 
 Offline, from what Debian 12 ships (setuptools, wheel, pybind11-dev, python3-numpy,
 libdlpack-dev): `pip install --no-build-isolation .`. The extension is built for the
@@ -47,7 +47,7 @@ class CMakeBuild(build_ext):
         subprocess.run(args, check=True)
         jobs = str(os.cpu_count() or 1)
         subprocess.run(["cmake", "--build", str(build), "--target", "qvg_python", "-j", jobs], check=True)
-        built = next((build / "python").glob("qvg*.so"), None)
+        built = next((build / "python" / "qvg").glob("_qvg*.so"), None)
         if built is None:
             raise RuntimeError(f"the qvg module was not built (see {build}); is pybind11 / DLPack's header there?")
         target = Path(self.get_ext_fullpath(ext.name))
@@ -57,7 +57,9 @@ class CMakeBuild(build_ext):
 
 setup(
     version=project_version(),
-    ext_modules=[Extension("qvg", sources=[])],
+    packages=["qvg"],
+    package_dir={"qvg": "python/qvg"},
+    ext_modules=[Extension("qvg._qvg", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
 )

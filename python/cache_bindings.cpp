@@ -41,6 +41,8 @@ qvg::CacheOptions make_options(int threads, const std::string& device, bool meas
   return o;
 }
 
+}  // namespace
+
 py::dict span_dict(const qvg::SpanReport& r) {
   py::dict d;
   d["layer"] = r.layer;
@@ -79,6 +81,33 @@ py::dict memory_dict(const qvg::LayerMemory& m, const qvg::CacheConfig& c) {
   d["bits_per_value"] = m.bits_per_value(c.heads, c.dim);
   return d;
 }
+
+qvg::CacheConfig make_cache_config(int layers, int heads, int dim, const std::string& key, const std::string& value,
+                                   int64_t chunk_tokens, int quant_factor, int keep_recent, int sink,
+                                   int64_t window_chunks, int64_t window_tokens, const std::string& rope,
+                                   double rope_theta, const std::string& rope_pairing, const std::string& tail,
+                                   bool warm_start) {
+  qvg::CacheConfig c;
+  c.layers = layers;
+  c.heads = heads;
+  c.dim = dim;
+  c.key = qvg::parse_codec_spec(key);
+  c.value = qvg::parse_codec_spec(value);
+  c.chunk_tokens = chunk_tokens;
+  c.policy.quant_factor = quant_factor;
+  c.policy.keep_recent = keep_recent;
+  c.policy.sink = sink;
+  c.policy.window_chunks = window_chunks;
+  c.policy.window_tokens = window_tokens;
+  c.rope.mode = qvg::parse_rope_mode(rope);
+  c.rope.theta = rope_theta;
+  c.rope.pairing = parse_pairing(rope_pairing);
+  c.tail = parse_tail(tail);
+  c.warm_start = warm_start;
+  return c;
+}
+
+namespace {
 
 /// The cache and its lock. StreamingKVCache has one writer at a time, and its
 /// methods run with the GIL released, so every call holds `mu` (taken after
@@ -121,23 +150,9 @@ void bind_cache(py::module_& m) {
                        int64_t window_tokens, const std::string& rope, double rope_theta,
                        const std::string& rope_pairing, const std::string& tail, bool warm_start, int threads,
                        const std::string& device, bool measure_span_error) {
-             qvg::CacheConfig c;
-             c.layers = layers;
-             c.heads = heads;
-             c.dim = dim;
-             c.key = qvg::parse_codec_spec(key);
-             c.value = qvg::parse_codec_spec(value);
-             c.chunk_tokens = chunk_tokens;
-             c.policy.quant_factor = quant_factor;
-             c.policy.keep_recent = keep_recent;
-             c.policy.sink = sink;
-             c.policy.window_chunks = window_chunks;
-             c.policy.window_tokens = window_tokens;
-             c.rope.mode = qvg::parse_rope_mode(rope);
-             c.rope.theta = rope_theta;
-             c.rope.pairing = parse_pairing(rope_pairing);
-             c.tail = parse_tail(tail);
-             c.warm_start = warm_start;
+             const qvg::CacheConfig c =
+                 make_cache_config(layers, heads, dim, key, value, chunk_tokens, quant_factor, keep_recent, sink,
+                                   window_chunks, window_tokens, rope, rope_theta, rope_pairing, tail, warm_start);
              return std::make_unique<PyCache>(
                  qvg::StreamingKVCache(c, make_options(threads, device, measure_span_error)));
            }),

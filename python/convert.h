@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "qvg/cache.h"
 #include "qvg/codec.h"
 #include "qvg/cuda.h"
 #include "qvg/io.h"
@@ -74,8 +75,22 @@ inline py::dict error_dict(const qvg::ErrorStats& s) {
   return d;
 }
 
+/// A cache config from the keyword arguments qvg.StreamingKVCache and
+/// qvg.DeviceKVCache take (cache_bindings.cpp).
+qvg::CacheConfig make_cache_config(int layers, int heads, int dim, const std::string& key, const std::string& value,
+                                   int64_t chunk_tokens, int quant_factor, int keep_recent, int sink,
+                                   int64_t window_chunks, int64_t window_tokens, const std::string& rope,
+                                   double rope_theta, const std::string& rope_pairing, const std::string& tail,
+                                   bool warm_start);
+/// A span report and a layer's memory as dicts (cache_bindings.cpp).
+py::dict span_dict(const qvg::SpanReport& r);
+py::dict memory_dict(const qvg::LayerMemory& m, const qvg::CacheConfig& c);
+
 /// The streaming cache's bindings (cache_bindings.cpp).
 void bind_cache(py::module_& m);
+
+/// qvg.DeviceKVCache (device_cache_bindings.cpp).
+void bind_device_cache(py::module_& m);
 
 /// qvg.DeviceCodec and qvg.DeviceEncodedTensor (device_bindings.cpp).
 void bind_device(py::module_& m);

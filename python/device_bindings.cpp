@@ -16,18 +16,6 @@ namespace qvg::python {
 
 namespace {
 
-/// The cudaStream_t of a Python stream argument (None: the legacy default).
-void* stream_of(const py::object& s) {
-  if (s.is_none()) return nullptr;
-  const auto v = s.cast<int64_t>();
-  if (v < 0) throw qvg::Error("stream must be a CUDA stream handle (an int >= 0) or None, got " + std::to_string(v));
-  return reinterpret_cast<void*>(static_cast<intptr_t>(v));
-}
-
-/// DLPack's number for the same stream (1: the legacy default stream; 0 is
-/// not allowed there).
-int64_t dlpack_stream(void* s) { return s ? static_cast<int64_t>(reinterpret_cast<intptr_t>(s)) : 1; }
-
 TensorRole role_of(const std::string& r) {
   if (r == "key") return TensorRole::key;
   if (r == "value") return TensorRole::value;

@@ -152,8 +152,10 @@ HeadTensor host_tensor(const ImportedTensor& it, KvLayout layout, const char* wh
   return to_head_tensor(raw, layout, what);
 }
 
-DeviceInput device_input(const ImportedTensor& it, const char* what) {
-  const DLTensor& t = it.tensor();
+namespace {
+
+/// A CUDA tensor's data, element type and device checked as the library's device input.
+DeviceInput device_checked(const DLTensor& t, const char* what) {
   const std::string w = what;
   const Element el = element_of(t.dtype, what);
   if (el.conv != Element::as_is)
@@ -162,21 +164,61 @@ DeviceInput device_input(const ImportedTensor& it, const char* what) {
   if (t.device.device_id != current)
     fail(w + ": the tensor is on cuda:" + std::to_string(t.device.device_id) +
          "; qvg runs on the current device, cuda:" + std::to_string(current));
-  const bool batch = t.ndim == 4 && t.shape[0] == 1;
-  if (t.ndim != 3 && !batch)
-    fail(w + ": expected a CUDA tensor [heads, tokens, dim] or [1, heads, tokens, dim], got shape " + shape_text(t));
-  if (!row_major(t))
-    fail(w + ": a CUDA tensor must be contiguous [heads, tokens, dim] (row-major); call .contiguous() first");
   DeviceInput d;
   d.data = static_cast<const uint8_t*>(t.data) + t.byte_offset;
   d.type = el.dtype == DType::f32    ? DeviceElement::f32
            : el.dtype == DType::bf16 ? DeviceElement::bf16
                                      : DeviceElement::f16;
+  return d;
+}
+
+}  // namespace
+
+void* stream_of(const py::object& s) {
+  if (s.is_none()) return nullptr;
+  const auto v = s.cast<int64_t>();
+  if (v < 0) throw qvg::Error("stream must be a CUDA stream handle (an int >= 0) or None, got " + std::to_string(v));
+  return reinterpret_cast<void*>(static_cast<intptr_t>(v));
+}
+
+DeviceInput device_input(const ImportedTensor& it, const char* what) {
+  const DLTensor& t = it.tensor();
+  const std::string w = what;
+  DeviceInput d = device_checked(t, what);
+  const bool batch = t.ndim == 4 && t.shape[0] == 1;
+  if (t.ndim != 3 && !batch)
+    fail(w + ": expected a CUDA tensor [heads, tokens, dim] or [1, heads, tokens, dim], got shape " + shape_text(t));
+  if (!row_major(t))
+    fail(w + ": a CUDA tensor must be contiguous [heads, tokens, dim] (row-major); call .contiguous() first");
   const int o = batch ? 1 : 0;
   d.heads = t.shape[o];
   d.tokens = t.shape[o + 1];
   d.dim = t.shape[o + 2];
   return d;
+}
+
+DeviceChunkView device_chunk(const ImportedTensor& it, KvLayout layout, const char* what) {
+  const DLTensor& t = it.tensor();
+  const std::string w = what;
+  const DeviceInput in = device_checked(t, what);
+  const bool batch = t.ndim == 4 && t.shape[0] == 1;
+  const char* names = layout == KvLayout::thd ? "[tokens, heads, dim] or [1, tokens, heads, dim]"
+                                              : "[heads, tokens, dim] or [1, heads, tokens, dim]";
+  if (t.ndim != 3 && !batch) fail(w + ": expected a CUDA tensor " + names + ", got shape " + shape_text(t));
+  const std::vector<int64_t> st = strides_of(t);
+  const int o = batch ? 1 : 0;
+  if (st[static_cast<size_t>(o + 2)] != 1 && t.shape[o + 2] > 1)
+    fail(w + ": the channel dimension must be contiguous (stride 1); call .contiguous() first");
+  const int h = layout == KvLayout::thd ? o + 1 : o, n = layout == KvLayout::thd ? o : o + 1;
+  DeviceChunkView v;
+  v.data = in.data;
+  v.type = in.type;
+  v.heads = t.shape[h];
+  v.tokens = t.shape[n];
+  v.dim = t.shape[o + 2];
+  v.head_stride = st[static_cast<size_t>(h)];
+  v.token_stride = st[static_cast<size_t>(n)];
+  return v;
 }
 
 HeadTensor host_input(const py::handle& x, KvLayout layout, const char* what, const char* where) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "qvg/cuda.h"
+#include "qvg/device_cache.h"
 #include "qvg/io.h"
 #include "qvg/tensor.h"
 
@@ -63,6 +64,18 @@ struct DeviceInput {
   int64_t heads = 0, tokens = 0, dim = 0;
 };
 DeviceInput device_input(const ImportedTensor& t, const char* what);
+
+/// A CUDA tensor [heads, tokens, dim] (layout htd) or [tokens, heads, dim]
+/// (thd), optionally with a batch of 1 in front, any strides with the
+/// channels contiguous, as a chunk for DeviceKVCache::append.
+DeviceChunkView device_chunk(const ImportedTensor& t, KvLayout layout, const char* what);
+
+/// The cudaStream_t of a Python stream argument (None: the legacy default;
+/// an int as torch.cuda.current_stream().cuda_stream gives it).
+void* stream_of(const py::object& s);
+/// DLPack's number for the same stream (1: the legacy default stream; 0 is
+/// not allowed there).
+inline int64_t dlpack_stream(void* s) { return s ? static_cast<int64_t>(reinterpret_cast<intptr_t>(s)) : 1; }
 
 /// A host input for the library: a NumPy array (any real dtype, converted to
 /// float32; anything NumPy turns into one) or a host DLPack tensor, [A, B, D]

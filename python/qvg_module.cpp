@@ -1,4 +1,5 @@
-// The Python module `qvg` (pybind11): the codecs on NumPy arrays.
+// The extension of the Python package `qvg` (pybind11; python/qvg/__init__.py
+// re-exports it): the codecs on NumPy arrays.
 //   codec = qvg.Codec("qvg-pro")                 # any spec `qvg methods` lists
 //   enc = codec.encode(k, role="key")            # float array [heads, tokens, dim]
 //   k_hat = codec.decode(enc)                    # float32, same shape and layout
@@ -47,7 +48,7 @@ py::dict parts(const qvg::EncodedTensor& e) {
 
 }  // namespace
 
-PYBIND11_MODULE(qvg, m) {
+PYBIND11_MODULE(_qvg, m) {
   m.doc() =
       "qvg: KV-cache compression for autoregressive video diffusion (Quant VideoGen), CPU reference "
       "and CUDA backend. See docs/PYTHON.md.";
@@ -127,6 +128,7 @@ PYBIND11_MODULE(qvg, m) {
   bind_cache(m);
   bind_dlpack(m);
   bind_device(m);
+  bind_device_cache(m);
 
   py::class_<PyCodec>(m, "Codec", "A compression method, made from a spec such as \"qvg\" or \"qvg-pro:iters=5\".")
       .def(py::init([](const std::string& spec, const std::string& device) {

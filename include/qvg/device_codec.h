@@ -36,6 +36,14 @@ class DeviceEncodedTensor {
   /// Bytes of every part, as EncodedTensor::bytes() of its host form.
   PartBytes bytes() const;
   double bits_per_value() const;
+  /// Whether this is a warm_state(): centroids only.
+  bool centroids_only() const;
+
+  /// A tensor holding a copy of only this one's centroids (qvg with
+  /// smoothing stages): what DeviceCodec::encode reads from a warm start,
+  /// without keeping the other parts alive. It cannot be decoded or copied
+  /// to the host; bytes() counts its centroids only. Stream-ordered.
+  DeviceEncodedTensor warm_state(void* stream) const;
 
   /// The host form: every part copied back. Synchronizes `stream` (the
   /// caller asks for a host result).
@@ -91,11 +99,12 @@ class DeviceCodec {
   /// method (qvg::Error otherwise).
   void decode(const DeviceEncodedTensor& e, void* out, DeviceElement type, void* stream) const;
 
-  /// qvg and rtn: decode e into token rows [out_offset, out_offset +
-  /// e.tokens()) of out, which holds out_tokens tokens a head ([heads,
-  /// out_tokens, dim]): one span straight into a layer's K/V buffer.
+  /// qvg and rtn: decode tokens [begin, begin + count) of e (count < 0: to
+  /// the end) into token rows [out_offset, out_offset + count) of out, which
+  /// holds out_tokens tokens a head ([heads, out_tokens, dim]): a span, or
+  /// the live part of one, straight into a layer's K/V buffer.
   void decode_rows(const DeviceEncodedTensor& e, void* out, DeviceElement type, int64_t out_tokens,
-                   int64_t out_offset, void* stream) const;
+                   int64_t out_offset, void* stream, int64_t begin = 0, int64_t count = -1) const;
 
  private:
   struct Impl;

@@ -97,6 +97,13 @@ struct RopePlan {
 RopePlan rope_plan(std::span<const int32_t> positions, int64_t tokens, int64_t dim, const RopeConfig& c,
                    bool inverse = false);
 
+/// The plan of apply_rope for any positions whose coordinate d lies in
+/// [lo[d], hi[d]] (d < rope_position_dims): cos/sin tabulated over those
+/// ranges (per_token false), the same bits as rope_plan's. Lets a cache keep
+/// one table while its tokens change. Throws qvg::Error when lo[d] > hi[d] + 1.
+RopePlan rope_range_plan(const int32_t lo[3], const int32_t hi[3], int64_t dim, const RopeConfig& c,
+                         bool inverse = false);
+
 /// Wan positions (t, y, x) of `frames` latent frames of a height x width grid
 /// starting at frame first_frame, in the built-in data's token order (frame,
 /// then row, then column): size frames * height * width * 3.

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "cache/cache_impl.h"
+#include "cache/span_plan.h"
 #include "cpu/codecs.h"
 #include "qvg/methods.h"
 #include "qvg/half.h"
@@ -268,26 +269,11 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
   // ---- plan: slots index L.chunks; slot L.chunks.size() is the new chunk ----
   const size_t new_slot = L.chunks.size();
   auto at = [&](size_t slot) -> const CacheChunk& { return slot == new_slot ? nc : L.chunks[slot]; };
-  std::vector<size_t> live_ns;  // live non-sink chunks, oldest first
-  for (size_t s = 0; s <= new_slot; ++s)
-    if (at(s).live && at(s).index >= p.sink) live_ns.push_back(s);
-  size_t keep_from = 0;
-  if (p.window_chunks > 0 && live_ns.size() > static_cast<size_t>(p.window_chunks))
-    keep_from = live_ns.size() - static_cast<size_t>(p.window_chunks);
-  if (p.window_tokens > 0 && !live_ns.empty()) {
-    size_t i = live_ns.size() - 1;  // the newest chunk always stays
-    int64_t sum = at(live_ns[i]).tokens;
-    while (i > 0 && sum + at(live_ns[i - 1]).tokens <= p.window_tokens) sum += at(live_ns[--i]).tokens;
-    keep_from = std::max(keep_from, i);
-  }
-  std::vector<size_t> pending;
-  for (size_t i = keep_from; i < live_ns.size(); ++i)
-    if (at(live_ns[i]).span < 0) pending.push_back(live_ns[i]);
-  std::vector<std::vector<size_t>> groups;
-  const size_t q = static_cast<size_t>(p.quant_factor), r = static_cast<size_t>(p.keep_recent);
-  for (size_t used = 0; pending.size() - used >= q + r; used += q)
-    groups.emplace_back(pending.begin() + static_cast<std::ptrdiff_t>(used),
-                        pending.begin() + static_cast<std::ptrdiff_t>(used + q));
+  std::vector<ChunkSlot> slots;
+  slots.reserve(new_slot + 1);
+  for (size_t s = 0; s <= new_slot; ++s) slots.push_back({at(s).index, at(s).tokens, at(s).live, at(s).span >= 0});
+  const AppendPlan plan = plan_append(p, slots);
+  const std::vector<std::vector<size_t>>& groups = plan.groups;
 
   // ---- encode the new spans into locals ----
   AppendReport rep;
@@ -345,13 +331,13 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
     new_spans.push_back(std::move(sp));
     rep.spans.push_back(std::move(sr));
   }
-  rep.evicted.reserve(keep_from);
-  for (size_t i = 0; i < keep_from; ++i) rep.evicted.push_back(at(live_ns[i]).index);
+  rep.evicted.reserve(plan.evict.size());
+  for (size_t slot : plan.evict) rep.evicted.push_back(at(slot).index);
   L.spans.reserve(L.spans.size() + new_spans.size());
 
   // ---- commit: no allocation below this line ----
   L.chunks.push_back(std::move(nc));
-  for (size_t i = 0; i < keep_from; ++i) L.chunks[live_ns[i]].live = false;
+  for (size_t slot : plan.evict) L.chunks[slot].live = false;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     int64_t off = 0;
     for (size_t s : groups[gi]) {
@@ -467,7 +453,6 @@ int64_t StreamingKVCache::spans_encoded(int layer) const {
   return impl_->layers[static_cast<size_t>(layer)].next_span;
 }
 
-namespace {
 
 void add_parts(PartBytes& a, const PartBytes& b) {
   a.codes += b.codes;
@@ -493,7 +478,6 @@ void add_memory(LayerMemory& a, const LayerMemory& b) {
   a.bf16_bytes += b.bf16_bytes;
 }
 
-}  // namespace
 
 LayerMemory StreamingKVCache::layer_memory(int layer) const {
   check_layer(*impl_, layer, "layer_memory");

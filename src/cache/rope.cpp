@@ -1,6 +1,7 @@
 // RoPE (include/qvg/rope.h): Wan-style 3-D and 1-D rotary embedding in float64.
 #include "qvg/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -86,50 +87,78 @@ std::vector<Pair> rope_pairs(const RopeConfig& c, int64_t dim) {
 
 }  // namespace
 
-RopePlan rope_plan(std::span<const int32_t> positions, int64_t tokens, int64_t dim, const RopeConfig& c,
-                   bool inverse) {
+namespace {
+
+/// The plan's header: mode none gives an empty plan.
+RopePlan plan_header(int64_t dim, const RopeConfig& c, std::vector<Pair>& pairs) {
   RopePlan plan;
   if (c.mode == RopeMode::none) return plan;
   validate(c, dim);
-  const int pd = rope_position_dims(c.mode);
-  plan.position_dims = pd;
-  QVG_CHECK(positions.size() == static_cast<size_t>(tokens * pd), "RoPE (", rope_mode_name(c.mode),
-            "): positions hold ", positions.size(), " values, ", tokens, " tokens need ", tokens * pd);
-  const std::vector<Pair> pairs = rope_pairs(c, dim);
-  const double sign = inverse ? -1.0 : 1.0;
-  // cos/sin of every (pair, coordinate value) that occurs, computed once: the
-  // coordinates are small integers (frame, row, column), so a table over
-  // their range replaces tokens x pairs transcendental calls. The same
-  // expression either way, so the same bits.
-  int32_t hi[3] = {-1, -1, -1};
-  for (int d = 0; d < pd; ++d)
-    for (int64_t n = 0; n < tokens; ++n) {
-      const int32_t v = positions[static_cast<size_t>(n * pd + d)];
-      if (n == 0 || v < plan.lo[d]) plan.lo[d] = v;
-      if (n == 0 || v > hi[d]) hi[d] = v;
-    }
-  size_t table = 0;
-  for (const Pair& pr : pairs)
-    table += tokens > 0 ? static_cast<size_t>(static_cast<int64_t>(hi[pr.coord]) - plan.lo[pr.coord] + 1) : 0;
-  plan.per_token = table > static_cast<size_t>(tokens) * pairs.size();
+  plan.position_dims = rope_position_dims(c.mode);
+  pairs = rope_pairs(c, dim);
+  return plan;
+}
+
+void add_angle(RopePlan& plan, const Pair& pr, int32_t v, double sign) {
+  const double angle = static_cast<double>(v) * pr.freq;
+  plan.cos.push_back(std::cos(angle));
+  plan.sin.push_back(sign * std::sin(angle));
+}
+
+}  // namespace
+
+RopePlan rope_range_plan(const int32_t lo[3], const int32_t hi[3], int64_t dim, const RopeConfig& c, bool inverse) {
+  std::vector<Pair> pairs;
+  RopePlan plan = plan_header(dim, c, pairs);
+  for (int d = 0; d < plan.position_dims; ++d) {
+    QVG_CHECK(lo[d] <= hi[d] + 1, "RoPE range: coordinate ", d, " has lo ", lo[d], " > hi ", hi[d]);
+    plan.lo[d] = lo[d];
+  }
   size_t at = 0;
   for (const Pair& pr : pairs) {
     plan.a.push_back(pr.a);
     plan.b.push_back(pr.b);
     plan.coord.push_back(pr.coord);
     plan.base.push_back(static_cast<int64_t>(at));
-    auto add = [&](int32_t v) {
-      const double angle = static_cast<double>(v) * pr.freq;
-      plan.cos.push_back(std::cos(angle));
-      plan.sin.push_back(sign * std::sin(angle));
-    };
-    if (plan.per_token) {
-      for (int64_t n = 0; n < tokens; ++n) add(positions[static_cast<size_t>(n * pd + pr.coord)]);
-      at += static_cast<size_t>(tokens);
-    } else if (tokens > 0) {
-      for (int64_t v = plan.lo[pr.coord]; v <= hi[pr.coord]; ++v) add(static_cast<int32_t>(v));
-      at += static_cast<size_t>(static_cast<int64_t>(hi[pr.coord]) - plan.lo[pr.coord] + 1);
+    for (int64_t v = lo[pr.coord]; v <= hi[pr.coord]; ++v) add_angle(plan, pr, static_cast<int32_t>(v), inverse ? -1.0 : 1.0);
+    at += static_cast<size_t>(std::max<int64_t>(0, static_cast<int64_t>(hi[pr.coord]) - lo[pr.coord] + 1));
+  }
+  return plan;
+}
+
+RopePlan rope_plan(std::span<const int32_t> positions, int64_t tokens, int64_t dim, const RopeConfig& c,
+                   bool inverse) {
+  std::vector<Pair> pairs;
+  RopePlan plan = plan_header(dim, c, pairs);
+  if (c.mode == RopeMode::none) return plan;
+  const int pd = plan.position_dims;
+  QVG_CHECK(positions.size() == static_cast<size_t>(tokens * pd), "RoPE (", rope_mode_name(c.mode),
+            "): positions hold ", positions.size(), " values, ", tokens, " tokens need ", tokens * pd);
+  // cos/sin of every (pair, coordinate value) that occurs, computed once: the
+  // coordinates are small integers (frame, row, column), so a table over
+  // their range replaces tokens x pairs transcendental calls. The same
+  // expression either way, so the same bits.
+  int32_t lo[3] = {0, 0, 0}, hi[3] = {-1, -1, -1};
+  for (int d = 0; d < pd; ++d)
+    for (int64_t n = 0; n < tokens; ++n) {
+      const int32_t v = positions[static_cast<size_t>(n * pd + d)];
+      if (n == 0 || v < lo[d]) lo[d] = v;
+      if (n == 0 || v > hi[d]) hi[d] = v;
     }
+  size_t table = 0;
+  for (const Pair& pr : pairs)
+    table += tokens > 0 ? static_cast<size_t>(static_cast<int64_t>(hi[pr.coord]) - lo[pr.coord] + 1) : 0;
+  if (table <= static_cast<size_t>(tokens) * pairs.size()) return rope_range_plan(lo, hi, dim, c, inverse);
+  plan.per_token = true;
+  std::copy(lo, lo + 3, plan.lo);
+  size_t at = 0;
+  for (const Pair& pr : pairs) {
+    plan.a.push_back(pr.a);
+    plan.b.push_back(pr.b);
+    plan.coord.push_back(pr.coord);
+    plan.base.push_back(static_cast<int64_t>(at));
+    for (int64_t n = 0; n < tokens; ++n) add_angle(plan, pr, positions[static_cast<size_t>(n * pd + pr.coord)], inverse ? -1.0 : 1.0);
+    at += static_cast<size_t>(tokens);
   }
   return plan;
 }

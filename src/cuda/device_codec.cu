@@ -42,6 +42,7 @@ struct DeviceEncodedTensor::Impl {
     base.use_pool(s);
   }
   bool qvg_parts() const { return encodes_on_device(config.method); }
+  bool centroids_only = false;  // a warm_state()
 };
 
 DeviceEncodedTensor::DeviceEncodedTensor() = default;
@@ -58,9 +59,31 @@ int64_t DeviceEncodedTensor::tokens() const { return impl().tokens; }
 int64_t DeviceEncodedTensor::dim() const { return impl().dim; }
 int DeviceEncodedTensor::device() const { return impl().device; }
 
+bool DeviceEncodedTensor::centroids_only() const { return impl().centroids_only; }
+
 PartBytes DeviceEncodedTensor::bytes() const {
   const Impl& I = impl();
-  return expected_part_bytes(I.config, I.role, I.heads, I.tokens, I.dim);
+  PartBytes b = expected_part_bytes(I.config, I.role, I.heads, I.tokens, I.dim);
+  if (I.centroids_only) {
+    PartBytes only;
+    only.centroids = b.centroids;
+    b = only;
+  }
+  return b;
+}
+
+DeviceEncodedTensor DeviceEncodedTensor::warm_state(void* stream) const {
+  const Impl& I = impl();
+  QVG_CHECK(I.qvg_parts() && I.parts.centroids.size() > 0, "warm_state: a ", method_name(I.config.method),
+            " tensor without centroids has no warm-start state");
+  const cudaStream_t s = as_stream(stream);
+  auto w = std::make_shared<Impl>(I.config, I.role, I.heads, I.tokens, I.dim, s);
+  w->shape = I.shape;
+  w->centroids_only = true;
+  w->parts.centroids.resize(I.parts.centroids.size());
+  QVG_CUDA_CHECK(cudaMemcpyAsync(w->parts.centroids.get(), I.parts.centroids.get(), I.parts.centroids.bytes(),
+                                 cudaMemcpyDeviceToDevice, s));
+  return DeviceEncodedTensor(std::move(w));
 }
 
 double DeviceEncodedTensor::bits_per_value() const {
@@ -70,6 +93,7 @@ double DeviceEncodedTensor::bits_per_value() const {
 
 EncodedTensor DeviceEncodedTensor::to_host(void* stream) const {
   const Impl& I = impl();
+  QVG_CHECK(!I.centroids_only, "to_host: a warm_state() holds centroids only");
   EncodedTensor e;
   e.config = I.config;
   e.role = I.role;
@@ -165,6 +189,7 @@ namespace {
 const DeviceEncodedTensor::Impl& decodable(const CodecConfig& c, const DeviceEncodedTensor& e, const void* out,
                                           const char* what) {
   const DeviceEncodedTensor::Impl& I = e.impl();
+  QVG_CHECK(!I.centroids_only, what, ": a warm_state() holds centroids only and cannot be decoded");
   QVG_CHECK(I.config.method == c.method, "decoding a ", method_name(I.config.method), " tensor with a ",
             method_name(c.method), " codec");
   QVG_CHECK(out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0, what,
@@ -183,11 +208,14 @@ void DeviceCodec::decode(const DeviceEncodedTensor& e, void* out, DeviceElement 
 }
 
 void DeviceCodec::decode_rows(const DeviceEncodedTensor& e, void* out, DeviceElement type, int64_t out_tokens,
-                              int64_t out_offset, void* stream) const {
+                              int64_t out_offset, void* stream, int64_t begin, int64_t count) const {
   const DeviceEncodedTensor::Impl& I = decodable(impl_->config, e, out, "DeviceCodec::decode_rows");
   QVG_CHECK(I.qvg_parts(), "DeviceCodec::decode_rows: ", method_name(I.config.method),
             " decodes whole tensors only (decode)");
-  cuda::decode_range(I.shape, I.parts.view(), cuda::DecodeRange{0, I.tokens, out_tokens, out_offset}, out, type,
+  if (count < 0) count = I.tokens - begin;
+  QVG_CHECK(begin >= 0 && count >= 0 && begin + count <= I.tokens, "DeviceCodec::decode_rows: rows [", begin, ", ",
+            begin + count, ") are outside the tensor's ", I.tokens, " tokens");
+  cuda::decode_range(I.shape, I.parts.view(), cuda::DecodeRange{begin, count, out_tokens, out_offset}, out, type,
                      as_stream(stream));
 }
 

@@ -2,6 +2,7 @@
 #include "cpu/codecs.h"
 #include "qvg/cache.h"
 #include "qvg/cuda.h"
+#include "qvg/device_cache.h"
 #include "qvg/device_codec.h"
 
 namespace qvg {
@@ -43,6 +44,8 @@ int64_t DeviceEncodedTensor::dim() const { no_cuda(); }
 int DeviceEncodedTensor::device() const { no_cuda(); }
 PartBytes DeviceEncodedTensor::bytes() const { no_cuda(); }
 double DeviceEncodedTensor::bits_per_value() const { no_cuda(); }
+bool DeviceEncodedTensor::centroids_only() const { no_cuda(); }
+DeviceEncodedTensor DeviceEncodedTensor::warm_state(void*) const { no_cuda(); }
 EncodedTensor DeviceEncodedTensor::to_host(void*) const { no_cuda(); }
 DeviceEncodedTensor DeviceEncodedTensor::from_host(const EncodedTensor&, void*) { no_cuda(); }
 struct DeviceCodec::Impl {};
@@ -56,9 +59,29 @@ DeviceEncodedTensor DeviceCodec::encode(const void*, DeviceElement, int64_t, int
   no_cuda();
 }
 void DeviceCodec::decode(const DeviceEncodedTensor&, void*, DeviceElement, void*) const { no_cuda(); }
-void DeviceCodec::decode_rows(const DeviceEncodedTensor&, void*, DeviceElement, int64_t, int64_t, void*) const {
+void DeviceCodec::decode_rows(const DeviceEncodedTensor&, void*, DeviceElement, int64_t, int64_t, void*, int64_t,
+                              int64_t) const {
   no_cuda();
 }
+struct DeviceKVCache::Impl {};
+DeviceKVCache::DeviceKVCache(CacheConfig) { no_cuda(); }
+DeviceKVCache::~DeviceKVCache() = default;
+DeviceKVCache::DeviceKVCache(DeviceKVCache&&) noexcept = default;
+DeviceKVCache& DeviceKVCache::operator=(DeviceKVCache&&) noexcept = default;
+const CacheConfig& DeviceKVCache::config() const { no_cuda(); }
+int DeviceKVCache::device() const { no_cuda(); }
+AppendReport DeviceKVCache::append(int, const DeviceChunkView&, const DeviceChunkView&, const ChunkPositions&, void*) {
+  no_cuda();
+}
+int64_t DeviceKVCache::read(int, void*, void*, DeviceElement, int64_t, void*) const { no_cuda(); }
+int64_t DeviceKVCache::chunks_appended(int) const { no_cuda(); }
+int64_t DeviceKVCache::tokens_appended(int) const { no_cuda(); }
+int64_t DeviceKVCache::live_tokens(int) const { no_cuda(); }
+std::vector<std::pair<int64_t, int64_t>> DeviceKVCache::live_chunks(int) const { no_cuda(); }
+int64_t DeviceKVCache::spans_encoded(int) const { no_cuda(); }
+LayerMemory DeviceKVCache::layer_memory(int) const { no_cuda(); }
+MemoryStats DeviceKVCache::memory() const { no_cuda(); }
+int64_t DeviceKVCache::scratch_bytes() const { no_cuda(); }
 int64_t StreamingKVCache::read_device(int, float*, float*, int64_t, void*) const { no_cuda(); }
 int64_t StreamingKVCache::device_bytes() const { return 0; }
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {

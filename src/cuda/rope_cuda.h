@@ -30,4 +30,12 @@ struct RopePlanView {
 void rope_rotate(float* x, int heads, int64_t tokens, int64_t row_stride, int dim, const RopePlanView& plan,
                  cudaStream_t stream);
 
+/// Rows [0, tokens) of every head of x ([heads][x_stride][dim], float)
+/// rotated into out ([heads][out_stride][dim]: float, or BF16 rounded to
+/// nearest even when out_bf16); x is not changed (out may be x for float).
+/// Every channel belongs to one pair for the 1-D and Wan 3-D modes of an even
+/// dim, so out's rows are written in full. Stream-ordered.
+void rope_rotate_to(const float* x, int64_t x_stride, void* out, bool out_bf16, int64_t out_stride, int heads,
+                    int64_t tokens, int dim, const RopePlanView& plan, cudaStream_t stream);
+
 }  // namespace qvg::cuda

@@ -1,0 +1,135 @@
+// The streaming KV cache with its state in the memory of a CUDA device: what
+// a PyTorch attention layer appends each chunk's K and V to and reads the
+// live history from, at every step, without host round trips.
+//
+// Same policy as StreamingKVCache (include/qvg/cache.h: sink, eviction by
+// window, spans of quant_factor chunks, keep_recent, C clamped for short
+// spans, warm-started k-means) and the same read: read() of this cache with
+// f32 output is bit-identical to StreamingKVCache::read() of a cache given
+// the same chunks, when every k-means runs exactly max_iter iterations
+// (kmeans tol = 0: DeviceCodec runs no convergence test) and no assignment
+// has near-ties; with bf16 output it is that read rounded to nearest even.
+//
+// Differences from StreamingKVCache:
+//  - Full-precision chunks are held in BF16 (CacheConfig::tail must be bf16).
+//  - Values are not checked (a check would read them back to the host): a
+//    non-finite input gives non-finite spans, as DeviceCodec::encode does.
+//  - AppendReport's SpanReports carry the span's layout, C, warm-start flags
+//    and bytes, not k-means statistics, errors or timings (those would wait
+//    for the device).
+//  - No save/load (StreamingKVCache holds the host form).
+//
+// Streams: every call queues its work on the caller's `stream` (a
+// cudaStream_t as void*; null = the legacy default stream) and returns
+// without waiting for the device, except where a codec encodes on the host
+// (kivi, quarot, bf16: DeviceCodec::encode) and the first k-means++ start of
+// a span shape. The cache's memory comes from the device's stream-ordered
+// pool on the stream of the call that allocates it; use one stream per cache,
+// or order the streams yourself. Not thread-safe (one caller at a time).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "qvg/cache.h"
+#include "qvg/device_codec.h"
+
+namespace qvg {
+
+/// A chunk's K or V in device memory: element (head h, token t, channel c)
+/// at data + h * head_stride + t * token_stride + c, in elements. A
+/// [heads, tokens, dim] tensor has head_stride tokens * dim and token_stride
+/// dim; Self-Forcing's [tokens, heads, dim] (batch 1) has head_stride dim and
+/// token_stride heads * dim.
+struct DeviceChunkView {
+  const void* data = nullptr;
+  DeviceElement type = DeviceElement::bf16;
+  int64_t heads = 0, tokens = 0, dim = 0;
+  int64_t head_stride = 0, token_stride = 0;
+  /// A contiguous [heads, tokens, dim] tensor.
+  static DeviceChunkView head_major(const void* data, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim) {
+    return DeviceChunkView{data, type, heads, tokens, dim, tokens * dim, dim};
+  }
+};
+
+/// The RoPE positions of an appended chunk (RoPE-on-read only): either host
+/// values as StreamingKVCache::append takes them (copied to the device), or
+/// a grid generated on the device (no host copy):
+///  - wan_3d: the chunk is frames x height x width latent tokens in the order
+///    frame, row, column, starting at frame `first` (positions (first + f, y,
+///    x), as qvg::wan_grid_positions gives them);
+///  - rope_1d: positions first, first + 1, ...
+struct ChunkPositions {
+  std::span<const int32_t> host;
+  int64_t first = -1;  ///< the grid's first frame (wan_3d) or position (rope_1d); -1 = use `host`
+  int64_t height = 0, width = 0;  ///< wan_3d grid
+  static ChunkPositions wan_grid(int64_t first_frame, int64_t height, int64_t width) {
+    ChunkPositions p;
+    p.first = first_frame;
+    p.height = height;
+    p.width = width;
+    return p;
+  }
+  static ChunkPositions sequence(int64_t first) {
+    ChunkPositions p;
+    p.first = first;
+    return p;
+  }
+};
+
+class DeviceKVCache {
+ public:
+  /// On the current device. Validates the config as StreamingKVCache does,
+  /// and tail == bf16. Throws qvg::Error without CUDA or a device.
+  explicit DeviceKVCache(CacheConfig config);
+  ~DeviceKVCache();
+  DeviceKVCache(DeviceKVCache&&) noexcept;
+  DeviceKVCache& operator=(DeviceKVCache&&) noexcept;
+
+  const CacheConfig& config() const;
+  int device() const;
+
+  /// Adds one chunk to a layer and applies the span policy. k and v: [heads,
+  /// T, dim] as the config says, T > 0 (= chunk_tokens when set), f32, bf16
+  /// or f16 (held as BF16, rounded to nearest even), keys before RoPE when
+  /// RoPE-on-read is on; positions required then (ignored otherwise). Throws
+  /// qvg::Error (cache unchanged) on an invalid argument.
+  AppendReport append(int layer, const DeviceChunkView& k, const DeviceChunkView& v, const ChunkPositions& positions,
+                      void* stream);
+
+  /// The live K and V of a layer into k_out and v_out: [heads][row_stride]
+  /// [dim] of `type` (f32 or bf16), rows 0 .. n-1 of each head, n returned
+  /// (row_stride >= n lets a caller read into a larger buffer). Both
+  /// destinations 16-byte aligned with row_stride * dim * element size a
+  /// multiple of 16. Keys rotated when RoPE-on-read is on. Stream-ordered;
+  /// nothing is allocated once the scratch has grown to the layer's size.
+  /// Throws qvg::Error for an empty layer or a bad destination.
+  int64_t read(int layer, void* k_out, void* v_out, DeviceElement type, int64_t row_stride, void* stream) const;
+
+  int64_t chunks_appended(int layer) const;
+  int64_t tokens_appended(int layer) const;
+  int64_t live_tokens(int layer) const;
+  /// (index, tokens) of each live chunk, in order (as StreamingKVCache's).
+  std::vector<std::pair<int64_t, int64_t>> live_chunks(int layer) const;
+  int64_t spans_encoded(int layer) const;
+
+  /// Bytes held, as StreamingKVCache counts them (tail: BF16 chunks;
+  /// warm_start: the centroids kept for the next span), except positions:
+  /// int32 per coordinate of every live token (StreamingKVCache also keeps
+  /// those of evicted chunks inside held spans).
+  LayerMemory layer_memory(int layer) const;
+  MemoryStats memory() const;
+  /// Device bytes of scratch kept for appends and reads (span gather, key
+  /// rotation, decodes of codecs without a ranged decode, the RoPE table).
+  int64_t scratch_bytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qvg

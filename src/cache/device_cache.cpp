@@ -1,0 +1,516 @@
+// DeviceKVCache (include/qvg/device_cache.h): StreamingKVCache's policy
+// (span_plan.h) over state in device memory. Chunks are BF16 [heads][tokens]
+// [dim] buffers; spans are DeviceEncodedTensors; the positions of a layer's
+// live tokens are one int32 buffer kept in token order (rebuilt by each
+// append from the previous one and the new chunk's); the RoPE cos/sin
+// table covers a coordinate range that grows (doubling) when a chunk falls
+// outside it. Built only with CUDA (src/cuda/no_cuda.cpp has the stubs).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cache/cache_impl.h"
+#include "cache/span_plan.h"
+#include "cuda/cache_kernels.h"
+#include "cuda/check.h"
+#include "cuda/qvg_cuda.h"
+#include "cuda/rope_cuda.h"
+#include "qvg/device_cache.h"
+#include "qvg/methods.h"
+
+namespace qvg {
+
+namespace {
+
+using cuda::DeviceBuffer;
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+/// Grows buf to at least n elements (memory from the pool on s; contents not kept).
+template <typename T>
+T* ensure(DeviceBuffer<T>& buf, size_t n, cudaStream_t s) {
+  if (buf.size() < n) {
+    buf.use_pool(s);
+    buf.resize(n);
+  }
+  return buf.get();
+}
+
+template <typename T>
+DeviceBuffer<T> pooled(size_t n, cudaStream_t s) {
+  DeviceBuffer<T> b;
+  b.use_pool(s);
+  b.resize(n);
+  return b;
+}
+
+/// Rows of `heads` heads: src rows [0, t) ([heads][src_tokens][dim], BF16,
+/// starting at row src_row) -> rows out_offset.. of out ([heads][out_tokens]
+/// [dim] of `type`).
+void copy_bf16_rows(const uint16_t* src, int64_t src_tokens, int64_t src_row, int64_t t, int heads, int dim,
+                    void* out, DeviceElement type, int64_t out_tokens, int64_t out_offset, cudaStream_t s) {
+  if (type == DeviceElement::bf16) {
+    const size_t row = static_cast<size_t>(dim) * 2;
+    QVG_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(out) + static_cast<size_t>(out_offset) * row,
+                                     static_cast<size_t>(out_tokens) * row, src + src_row * dim,
+                                     static_cast<size_t>(src_tokens) * row, static_cast<size_t>(t) * row,
+                                     static_cast<size_t>(heads), cudaMemcpyDeviceToDevice, s));
+  } else {
+    cuda::widen_bf16_range(src, heads, src_tokens, dim, cuda::DecodeRange{src_row, t, out_tokens, out_offset},
+                           static_cast<float*>(out), s);
+  }
+}
+
+struct DChunk {
+  int64_t index = 0, first_token = 0, tokens = 0;
+  bool live = true;
+  int64_t span = -1, span_offset = 0;
+  DeviceBuffer<uint16_t> k, v;  // BF16 [heads][tokens][dim]; empty inside a span
+};
+
+struct DSpan {
+  int64_t id = 0, first_chunk = 0, chunks = 0, first_token = 0, tokens = 0;
+  DeviceEncodedTensor k, v;
+};
+
+struct DLayer {
+  std::vector<DChunk> chunks;
+  std::vector<DSpan> spans;
+  int64_t next_chunk = 0, next_token = 0, next_span = 0;
+  DeviceEncodedTensor warm_k, warm_v;  // warm_state() of the last span's, or empty
+  DeviceBuffer<int32_t> live_positions;  // positions of the live tokens, in order
+};
+
+/// The RoPE angle table on the device (rope_range_plan over [lo, hi]).
+struct DeviceRopeTable {
+  bool valid = false;
+  int32_t lo[3] = {0, 0, 0}, hi[3] = {-1, -1, -1};
+  int pairs = 0, position_dims = 0;
+  DeviceBuffer<int32_t> a, b, coord;
+  DeviceBuffer<int64_t> base;
+  DeviceBuffer<double> cos, sin;
+  int64_t bytes() const {
+    return static_cast<int64_t>(a.bytes() + b.bytes() + coord.bytes() + base.bytes() + cos.bytes() + sin.bytes());
+  }
+};
+
+}  // namespace
+
+struct DeviceKVCache::Impl {
+  CacheConfig config;
+  int device = 0;
+  std::vector<DLayer> layers;
+  std::unique_ptr<DeviceCodec> key_codec, value_codec;
+  DeviceBuffer<uint16_t> gather;        // a span's chunks, contiguous (encode input)
+  mutable DeviceBuffer<float> rotate;   // keys before rotation (bf16 reads with RoPE)
+  mutable DeviceBuffer<uint8_t> whole;  // whole-span decodes (codecs without a ranged decode)
+  DeviceRopeTable rope;
+
+  int pd() const { return rope_position_dims(config.rope.mode); }
+
+  /// The codec of a span of `tokens` tokens (C clamped to them), held per role.
+  const DeviceCodec& span_codec(TensorRole role, int64_t tokens) {
+    std::unique_ptr<DeviceCodec>& held = role == TensorRole::key ? key_codec : value_codec;
+    const CodecConfig cc = span_config(role == TensorRole::key ? config.key : config.value, tokens);
+    if (!held || !same_codec(held->config(), cc)) held = std::make_unique<DeviceCodec>(cc);
+    return *held;
+  }
+  const DeviceCodec& read_codec(TensorRole role) const { return *(role == TensorRole::key ? key_codec : value_codec); }
+
+  /// Makes the table cover [lo, hi] (grown to twice the range needed, so a
+  /// run's frames rebuild it a logarithmic number of times).
+  void cover(const int32_t lo[3], const int32_t hi[3], cudaStream_t s) {
+    const int dims = pd();
+    bool inside = rope.valid;
+    for (int d = 0; d < dims && inside; ++d) inside = lo[d] >= rope.lo[d] && hi[d] <= rope.hi[d];
+    if (inside) return;
+    int32_t nlo[3] = {0, 0, 0}, nhi[3] = {-1, -1, -1};
+    for (int d = 0; d < dims; ++d) {
+      nlo[d] = rope.valid ? std::min(lo[d], rope.lo[d]) : lo[d];
+      nhi[d] = rope.valid ? std::max(hi[d], rope.hi[d]) : hi[d];
+      const int64_t span = static_cast<int64_t>(nhi[d]) - nlo[d] + 1;
+      if (rope.valid && hi[d] > rope.hi[d]) nhi[d] = static_cast<int32_t>(std::min<int64_t>(INT32_MAX, nhi[d] + span));
+      if (rope.valid && lo[d] < rope.lo[d]) nlo[d] = static_cast<int32_t>(std::max<int64_t>(INT32_MIN, nlo[d] - span));
+    }
+    const RopePlan plan = rope_range_plan(nlo, nhi, config.dim, config.rope);
+    DeviceRopeTable t;
+    t.valid = true;
+    std::copy(nlo, nlo + 3, t.lo);
+    std::copy(nhi, nhi + 3, t.hi);
+    t.pairs = static_cast<int>(plan.a.size());
+    t.position_dims = plan.position_dims;
+    auto up = [&](auto& dst, const auto& src) {
+      dst.use_pool(s);
+      dst.upload(src.data(), src.size(), s);  // pageable: copied out when the call returns
+    };
+    up(t.a, plan.a), up(t.b, plan.b), up(t.coord, plan.coord), up(t.base, plan.base);
+    up(t.cos, plan.cos), up(t.sin, plan.sin);
+    rope = std::move(t);
+  }
+};
+
+
+DeviceKVCache::DeviceKVCache(CacheConfig config) : impl_(std::make_unique<Impl>()) {
+  cuda::check_device();
+  validate(config);
+  QVG_CHECK(config.tail == TailFormat::bf16, "DeviceKVCache holds full-precision chunks in BF16 (tail must be bf16)");
+  impl_->config = std::move(config);
+  impl_->device = cuda_current_device();
+  impl_->layers.resize(static_cast<size_t>(impl_->config.layers));
+  cuda::keep_pool_memory();
+}
+DeviceKVCache::~DeviceKVCache() = default;
+DeviceKVCache::DeviceKVCache(DeviceKVCache&&) noexcept = default;
+DeviceKVCache& DeviceKVCache::operator=(DeviceKVCache&&) noexcept = default;
+
+const CacheConfig& DeviceKVCache::config() const { return impl_->config; }
+int DeviceKVCache::device() const { return impl_->device; }
+
+namespace {
+
+void check_layer_index(const CacheConfig& c, int layer, const char* what) {
+  QVG_CHECK(layer >= 0 && layer < c.layers, what, ": layer ", layer, " is out of range (the cache has ", c.layers,
+            " layers)");
+}
+
+void check_view(const CacheConfig& c, int layer, const DeviceChunkView& x, const char* what) {
+  QVG_CHECK(x.data != nullptr, "append (layer ", layer, "): the ", what, " chunk is null");
+  QVG_CHECK(x.heads == c.heads && x.dim == c.dim && x.tokens > 0, "append (layer ", layer, "): the ", what,
+            " chunk has shape [", x.heads, ", ", x.tokens, ", ", x.dim, "], the cache needs [", c.heads, ", T > 0, ",
+            c.dim, "]");
+  QVG_CHECK(x.head_stride >= 0 && x.token_stride >= 0, "append (layer ", layer, "): the ", what,
+            " chunk has negative strides");
+}
+
+}  // namespace
+
+AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const DeviceChunkView& v,
+                                   const ChunkPositions& positions, void* stream) {
+  Impl& I = *impl_;
+  const CacheConfig& c = I.config;
+  const cudaStream_t s = as_stream(stream);
+  // ---- validate (nothing changes before this block has passed) ----
+  check_layer_index(c, layer, "append");
+  check_view(c, layer, k, "key");
+  check_view(c, layer, v, "value");
+  QVG_CHECK(k.tokens == v.tokens, "append (layer ", layer, "): key chunk has ", k.tokens, " tokens, value chunk ",
+            v.tokens);
+  const int64_t T = k.tokens;
+  if (c.chunk_tokens > 0)
+    QVG_CHECK(T == c.chunk_tokens, "append (layer ", layer, "): chunk has ", T, " tokens, the cache takes chunks of ",
+              c.chunk_tokens);
+  const int pd = I.pd();
+  int32_t lo[3] = {0, 0, 0}, hi[3] = {-1, -1, -1};
+  if (pd > 0) {
+    if (positions.first < 0) {
+      QVG_CHECK(positions.host.size() == static_cast<size_t>(T * pd), "append (layer ", layer, "): RoPE-on-read (",
+                rope_mode_name(c.rope.mode), ") needs ", pd, " positions per token (", T * pd,
+                " values) or a grid, got ", positions.host.size(), " values");
+      for (int d = 0; d < pd; ++d)
+        for (int64_t n = 0; n < T; ++n) {
+          const int32_t x = positions.host[static_cast<size_t>(n * pd + d)];
+          if (n == 0 || x < lo[d]) lo[d] = x;
+          if (n == 0 || x > hi[d]) hi[d] = x;
+        }
+    } else if (pd == 3) {
+      QVG_CHECK(positions.height > 0 && positions.width > 0 && T % (positions.height * positions.width) == 0,
+                "append (layer ", layer, "): a chunk of ", T, " tokens is not whole frames of a ", positions.height,
+                " x ", positions.width, " grid");
+      const int64_t last = positions.first + T / (positions.height * positions.width) - 1;
+      QVG_CHECK(last <= INT32_MAX && positions.height <= INT32_MAX && positions.width <= INT32_MAX, "append (layer ",
+                layer, "): grid positions overflow int32");
+      lo[0] = static_cast<int32_t>(positions.first), hi[0] = static_cast<int32_t>(last);
+      hi[1] = static_cast<int32_t>(positions.height - 1), hi[2] = static_cast<int32_t>(positions.width - 1);
+    } else {
+      QVG_CHECK(positions.first + T - 1 <= INT32_MAX, "append (layer ", layer, "): positions overflow int32");
+      lo[0] = static_cast<int32_t>(positions.first), hi[0] = static_cast<int32_t>(positions.first + T - 1);
+    }
+  }
+
+  DLayer& L = I.layers[static_cast<size_t>(layer)];
+  L.chunks.reserve(L.chunks.size() + 1);
+  DChunk nc;
+  nc.index = L.next_chunk;
+  nc.first_token = L.next_token;
+  nc.tokens = T;
+  const size_t values = static_cast<size_t>(c.heads) * static_cast<size_t>(T) * static_cast<size_t>(c.dim);
+  nc.k = pooled<uint16_t>(values, s);
+  nc.v = pooled<uint16_t>(values, s);
+  cuda::gather_bf16(k.data, k.type, c.heads, T, c.dim, k.head_stride, k.token_stride, nc.k.get(), s);
+  cuda::gather_bf16(v.data, v.type, c.heads, T, c.dim, v.head_stride, v.token_stride, nc.v.get(), s);
+
+  // ---- plan ----
+  const size_t new_slot = L.chunks.size();
+  auto at = [&](size_t slot) -> const DChunk& { return slot == new_slot ? nc : L.chunks[slot]; };
+  std::vector<ChunkSlot> slots;
+  slots.reserve(new_slot + 1);
+  for (size_t sl = 0; sl <= new_slot; ++sl) slots.push_back({at(sl).index, at(sl).tokens, at(sl).live, at(sl).span >= 0});
+  const AppendPlan plan = plan_append(c.policy, slots);
+
+  // ---- encode the new spans into locals ----
+  AppendReport rep;
+  rep.chunk = nc.index;
+  std::vector<DSpan> new_spans;
+  DeviceEncodedTensor warm_k = L.warm_k, warm_v = L.warm_v;
+  int64_t span_id = L.next_span;
+  for (const auto& g : plan.groups) {
+    DSpan sp;
+    sp.id = span_id++;
+    sp.first_chunk = at(g.front()).index;
+    sp.chunks = static_cast<int64_t>(g.size());
+    sp.first_token = at(g.front()).first_token;
+    for (size_t sl : g) sp.tokens += at(sl).tokens;
+    SpanReport sr;
+    sr.layer = layer;
+    sr.span = sp.id;
+    sr.first_chunk = sp.first_chunk;
+    sr.chunks = sp.chunks;
+    sr.first_token = sp.first_token;
+    sr.tokens = sp.tokens;
+    uint16_t* x = ensure(I.gather, static_cast<size_t>(c.heads) * sp.tokens * c.dim, s);
+    for (const bool key : {true, false}) {
+      int64_t off = 0;
+      for (size_t sl : g) {
+        const DChunk& ch = at(sl);
+        copy_bf16_rows((key ? ch.k : ch.v).get(), ch.tokens, 0, ch.tokens, c.heads, c.dim, x, DeviceElement::bf16,
+                       sp.tokens, off, s);
+        off += ch.tokens;
+      }
+      const TensorRole role = key ? TensorRole::key : TensorRole::value;
+      const DeviceCodec& codec = I.span_codec(role, sp.tokens);
+      const CodecConfig& cc = codec.config();
+      DeviceEncodedTensor& warm = key ? warm_k : warm_v;
+      const bool use_warm = c.warm_start && runs_kmeans(cc) && !warm.empty() &&
+                            warm.config().kmeans.centroids == cc.kmeans.centroids;
+      DeviceEncodedTensor enc =
+          codec.encode(x, DeviceElement::bf16, c.heads, sp.tokens, c.dim, role, stream, use_warm ? &warm : nullptr);
+      if (c.warm_start && runs_kmeans(cc)) warm = enc.warm_state(stream);
+      if (runs_kmeans(cc)) sr.centroids = cc.kmeans.centroids;
+      (key ? sr.k_warm_started : sr.v_warm_started) = use_warm;
+      (key ? sr.k_bytes : sr.v_bytes) = enc.bytes();
+      (key ? sp.k : sp.v) = std::move(enc);
+    }
+    new_spans.push_back(std::move(sp));
+    rep.spans.push_back(std::move(sr));
+  }
+  for (size_t sl : plan.evict) rep.evicted.push_back(at(sl).index);
+
+  // The live positions after this append, in token order: the old buffer's
+  // rows of the chunks that stay live, then the new chunk's.
+  DeviceBuffer<int32_t> live_pos;
+  if (pd > 0) {
+    int64_t n = T;
+    for (size_t sl = 0; sl < new_slot; ++sl) n += L.chunks[sl].live ? L.chunks[sl].tokens : 0;
+    for (size_t sl : plan.evict) n -= at(sl).tokens;
+    live_pos = pooled<int32_t>(static_cast<size_t>(n * pd), s);
+    int64_t from = 0, to = 0;
+    for (size_t sl = 0; sl < new_slot; ++sl) {
+      const DChunk& ch = L.chunks[sl];
+      if (!ch.live) continue;
+      if (std::find(plan.evict.begin(), plan.evict.end(), sl) == plan.evict.end()) {
+        QVG_CUDA_CHECK(cudaMemcpyAsync(live_pos.get() + to * pd, L.live_positions.get() + from * pd,
+                                       static_cast<size_t>(ch.tokens * pd) * sizeof(int32_t),
+                                       cudaMemcpyDeviceToDevice, s));
+        to += ch.tokens;
+      }
+      from += ch.tokens;
+    }
+    if (positions.first < 0)
+      QVG_CUDA_CHECK(cudaMemcpyAsync(live_pos.get() + to * pd, positions.host.data(),
+                                     positions.host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    else
+      cuda::grid_positions(live_pos.get() + to * pd, T, pd, positions.first, positions.height, positions.width, s);
+    I.cover(lo, hi, s);
+  }
+  L.spans.reserve(L.spans.size() + new_spans.size());
+
+  // ---- commit ----
+  L.chunks.push_back(std::move(nc));
+  for (size_t sl : plan.evict) L.chunks[sl].live = false;
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    int64_t off = 0;
+    for (size_t sl : plan.groups[gi]) {
+      DChunk& ch = L.chunks[sl];
+      ch.span = new_spans[gi].id;
+      ch.span_offset = off;
+      off += ch.tokens;
+      ch.k = DeviceBuffer<uint16_t>();
+      ch.v = DeviceBuffer<uint16_t>();
+    }
+    L.spans.push_back(std::move(new_spans[gi]));
+  }
+  L.next_chunk += 1;
+  L.next_token += T;
+  L.next_span = span_id;
+  if (!plan.groups.empty()) {
+    L.warm_k = std::move(warm_k);
+    L.warm_v = std::move(warm_v);
+  }
+  if (pd > 0) L.live_positions = std::move(live_pos);
+  std::erase_if(L.spans, [&](const DSpan& sp) {
+    return std::none_of(L.chunks.begin(), L.chunks.end(),
+                        [&](const DChunk& ch) { return ch.live && ch.span == sp.id; });
+  });
+  std::erase_if(L.chunks, [&](const DChunk& ch) {
+    if (ch.live) return false;
+    if (ch.span < 0) return true;
+    return std::none_of(L.spans.begin(), L.spans.end(), [&](const DSpan& sp) { return sp.id == ch.span; });
+  });
+  return rep;
+}
+
+int64_t DeviceKVCache::read(int layer, void* k_out, void* v_out, DeviceElement type, int64_t row_stride,
+                            void* stream) const {
+  const Impl& I = *impl_;
+  const CacheConfig& c = I.config;
+  const cudaStream_t s = as_stream(stream);
+  check_layer_index(c, layer, "read");
+  const DLayer& L = I.layers[static_cast<size_t>(layer)];
+  QVG_CHECK(L.next_chunk > 0, "read: layer ", layer, " is empty (no chunk has been appended to it)");
+  QVG_CHECK(type == DeviceElement::bf16 || type == DeviceElement::f32, "read: the output must be bf16 or f32");
+  const int64_t n = live_tokens(layer);
+  QVG_CHECK(row_stride >= n, "read: layer ", layer, " holds ", n, " live tokens, the destination has rows for ",
+            row_stride);
+  const size_t elt = element_bytes(type);
+  QVG_CHECK(k_out != nullptr && v_out != nullptr && reinterpret_cast<uintptr_t>(k_out) % 16 == 0 &&
+                reinterpret_cast<uintptr_t>(v_out) % 16 == 0 && (static_cast<size_t>(c.dim) * elt) % 16 == 0,
+            "read: the destinations must be non-null and 16-byte aligned, with rows of a multiple of 16 bytes (dim ",
+            c.dim, ")");
+  const int pd = I.pd();
+  // Keys: straight into k_out, or (bf16 with RoPE) into float rows rotated into k_out.
+  const bool via_float = pd > 0 && type == DeviceElement::bf16;
+  void* k_dst = k_out;
+  DeviceElement k_type = type;
+  int64_t k_stride = row_stride;
+  if (via_float) {
+    k_dst = ensure(I.rotate, static_cast<size_t>(c.heads) * n * c.dim, s);
+    k_type = DeviceElement::f32;
+    k_stride = n;
+  }
+  auto read_role = [&](const DeviceEncodedTensor& e, TensorRole role, int64_t begin, int64_t count, void* dst,
+                       DeviceElement t, int64_t stride, int64_t off) {
+    const DeviceCodec& codec = I.read_codec(role);
+    if (cuda::encodes_on_device(e.config().method)) {
+      codec.decode_rows(e, dst, t, stride, off, stream, begin, count);
+      return;
+    }
+    // A whole decode, then the rows wanted.
+    const size_t row = static_cast<size_t>(c.dim) * element_bytes(t);
+    uint8_t* w = ensure(I.whole, static_cast<size_t>(c.heads) * e.tokens() * row, s);
+    codec.decode(e, w, t, stream);
+    QVG_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(dst) + off * row, stride * row, w + begin * row,
+                                     e.tokens() * row, count * row, static_cast<size_t>(c.heads),
+                                     cudaMemcpyDeviceToDevice, s));
+  };
+  int64_t off = 0;
+  for (size_t i = 0; i < L.chunks.size();) {
+    const DChunk& ch = L.chunks[i];
+    if (!ch.live) {
+      ++i;
+      continue;
+    }
+    if (ch.span < 0) {
+      copy_bf16_rows(ch.k.get(), ch.tokens, 0, ch.tokens, c.heads, c.dim, k_dst, k_type, k_stride, off, s);
+      copy_bf16_rows(ch.v.get(), ch.tokens, 0, ch.tokens, c.heads, c.dim, v_out, type, row_stride, off, s);
+      off += ch.tokens;
+      ++i;
+      continue;
+    }
+    // The run of consecutive live chunks of this span: one ranged decode.
+    size_t j = i;
+    int64_t count = 0;
+    while (j < L.chunks.size() && L.chunks[j].live && L.chunks[j].span == ch.span &&
+           L.chunks[j].span_offset == ch.span_offset + count)
+      count += L.chunks[j++].tokens;
+    const auto sp = std::find_if(L.spans.begin(), L.spans.end(), [&](const DSpan& x) { return x.id == ch.span; });
+    QVG_CHECK(sp != L.spans.end(), "read: layer ", layer, ": span ", ch.span, " is missing (corrupt state)");
+    read_role(sp->k, TensorRole::key, ch.span_offset, count, k_dst, k_type, k_stride, off);
+    read_role(sp->v, TensorRole::value, ch.span_offset, count, v_out, type, row_stride, off);
+    off += count;
+    i = j;
+  }
+  if (pd > 0 && n > 0) {
+    const DeviceRopeTable& t = I.rope;
+    cuda::RopePlanView view;
+    view.a = t.a.get(), view.b = t.b.get(), view.coord = t.coord.get(), view.base = t.base.get();
+    view.cos = t.cos.get(), view.sin = t.sin.get(), view.positions = L.live_positions.get();
+    view.pairs = t.pairs;
+    view.position_dims = t.position_dims;
+    std::copy(t.lo, t.lo + 3, view.lo);
+    view.per_token = false;
+    cuda::rope_rotate_to(static_cast<const float*>(k_dst), k_stride, k_out, type == DeviceElement::bf16, row_stride,
+                         c.heads, n, c.dim, view, s);
+  }
+  return n;
+}
+
+int64_t DeviceKVCache::chunks_appended(int layer) const {
+  check_layer_index(impl_->config, layer, "chunks_appended");
+  return impl_->layers[static_cast<size_t>(layer)].next_chunk;
+}
+
+int64_t DeviceKVCache::tokens_appended(int layer) const {
+  check_layer_index(impl_->config, layer, "tokens_appended");
+  return impl_->layers[static_cast<size_t>(layer)].next_token;
+}
+
+int64_t DeviceKVCache::live_tokens(int layer) const {
+  check_layer_index(impl_->config, layer, "live_tokens");
+  int64_t n = 0;
+  for (const DChunk& ch : impl_->layers[static_cast<size_t>(layer)].chunks) n += ch.live ? ch.tokens : 0;
+  return n;
+}
+
+std::vector<std::pair<int64_t, int64_t>> DeviceKVCache::live_chunks(int layer) const {
+  check_layer_index(impl_->config, layer, "live_chunks");
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const DChunk& ch : impl_->layers[static_cast<size_t>(layer)].chunks)
+    if (ch.live) out.emplace_back(ch.index, ch.tokens);
+  return out;
+}
+
+int64_t DeviceKVCache::spans_encoded(int layer) const {
+  check_layer_index(impl_->config, layer, "spans_encoded");
+  return impl_->layers[static_cast<size_t>(layer)].next_span;
+}
+
+LayerMemory DeviceKVCache::layer_memory(int layer) const {
+  check_layer_index(impl_->config, layer, "layer_memory");
+  const CacheConfig& c = impl_->config;
+  const DLayer& L = impl_->layers[static_cast<size_t>(layer)];
+  LayerMemory m;
+  for (const DChunk& ch : L.chunks) {
+    m.k.tail += ch.k.bytes();
+    m.v.tail += ch.v.bytes();
+    if (ch.live) m.tokens_live += ch.tokens;
+    if (ch.span < 0) m.tokens_held += ch.tokens;
+  }
+  m.positions += L.live_positions.bytes();
+  for (const DSpan& sp : L.spans) {
+    add_parts(m.k.spans, sp.k.bytes());
+    add_parts(m.v.spans, sp.v.bytes());
+    m.tokens_held += sp.tokens;
+    m.tokens_encoded += sp.tokens;
+  }
+  m.spans = static_cast<int64_t>(L.spans.size());
+  if (!L.warm_k.empty()) m.warm_start += L.warm_k.bytes().total();
+  if (!L.warm_v.empty()) m.warm_start += L.warm_v.bytes().total();
+  m.bf16_bytes = static_cast<size_t>(2 * int64_t{c.heads} * m.tokens_live * c.dim * 2);
+  return m;
+}
+
+MemoryStats DeviceKVCache::memory() const {
+  MemoryStats s;
+  for (int l = 0; l < impl_->config.layers; ++l) {
+    s.layers.push_back(layer_memory(l));
+    add_memory(s.total, s.layers.back());
+  }
+  return s;
+}
+
+int64_t DeviceKVCache::scratch_bytes() const {
+  const Impl& I = *impl_;
+  return static_cast<int64_t>(I.gather.bytes() + I.rotate.bytes() + I.whole.bytes()) + I.rope.bytes();
+}
+
+}  // namespace qvg

@@ -1,0 +1,33 @@
+// plan_append (span_plan.h): eviction first, then the grouping of pending chunks.
+#include "cache/span_plan.h"
+
+#include <algorithm>
+
+namespace qvg {
+
+AppendPlan plan_append(const SpanPolicy& p, std::span<const ChunkSlot> chunks) {
+  std::vector<size_t> live_ns;  // live non-sink chunks, oldest first
+  for (size_t s = 0; s < chunks.size(); ++s)
+    if (chunks[s].live && chunks[s].index >= p.sink) live_ns.push_back(s);
+  size_t keep_from = 0;
+  if (p.window_chunks > 0 && live_ns.size() > static_cast<size_t>(p.window_chunks))
+    keep_from = live_ns.size() - static_cast<size_t>(p.window_chunks);
+  if (p.window_tokens > 0 && !live_ns.empty()) {
+    size_t i = live_ns.size() - 1;  // the newest chunk always stays
+    int64_t sum = chunks[live_ns[i]].tokens;
+    while (i > 0 && sum + chunks[live_ns[i - 1]].tokens <= p.window_tokens) sum += chunks[live_ns[--i]].tokens;
+    keep_from = std::max(keep_from, i);
+  }
+  AppendPlan plan;
+  plan.evict.assign(live_ns.begin(), live_ns.begin() + static_cast<std::ptrdiff_t>(keep_from));
+  std::vector<size_t> pending;
+  for (size_t i = keep_from; i < live_ns.size(); ++i)
+    if (!chunks[live_ns[i]].encoded) pending.push_back(live_ns[i]);
+  const size_t q = static_cast<size_t>(p.quant_factor), r = static_cast<size_t>(p.keep_recent);
+  for (size_t used = 0; pending.size() - used >= q + r; used += q)
+    plan.groups.emplace_back(pending.begin() + static_cast<std::ptrdiff_t>(used),
+                             pending.begin() + static_cast<std::ptrdiff_t>(used + q));
+  return plan;
+}
+
+}  // namespace qvg

@@ -1,0 +1,226 @@
+// DeviceKVCache (qvg/device_cache.h) against StreamingKVCache, the host
+// reference (label "gpu"; skipped where no device is usable): the same chunks
+// appended to both, read() after every append bit-identical (f32) or its
+// BF16 rounding (bf16), the same live chunks, spans and bytes; k-means with a
+// fixed iteration count (tol = 0) on inputs without near-ties (tests/blobs.h).
+#include <gtest/gtest.h>
+
+#include "blobs.h"
+#include "gpu_util.h"
+
+#include <cstring>
+
+#include "qvg/cache.h"
+#include "qvg/device_cache.h"
+#include "qvg/half.h"
+#if QVG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace qvg {
+namespace {
+
+#if QVG_WITH_CUDA
+
+constexpr int64_t kGridH = 4, kGridW = 8, kFramesPerChunk = 2;
+constexpr int64_t kChunk = kGridH * kGridW * kFramesPerChunk;  // 64 tokens
+
+std::shared_ptr<void> upload(const void* host, size_t bytes) {
+  auto d = cuda_allocate(bytes);
+  EXPECT_EQ(cudaMemcpy(d.get(), host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+
+template <typename T>
+std::vector<T> download(const void* d, size_t n) {
+  std::vector<T> h(n);
+  cuda_copy_to_host(h.data(), d, n * sizeof(T));
+  return h;
+}
+
+/// x as [tokens, heads, dim] (Self-Forcing's layout, batch 1).
+std::vector<float> token_major(const HeadTensor& x) {
+  std::vector<float> t(x.data.size());
+  for (int64_t h = 0; h < x.heads; ++h)
+    for (int64_t n = 0; n < x.tokens; ++n)
+      std::memcpy(&t[static_cast<size_t>((n * x.heads + h) * x.dim)], x.head(h) + n * x.dim,
+                  static_cast<size_t>(x.dim) * 4);
+  return t;
+}
+
+CacheConfig small_config(const std::string& key_spec, const std::string& value_spec, RopeMode rope) {
+  CacheConfig c;
+  c.layers = 2;
+  c.heads = 2;
+  c.dim = 64;
+  c.key = parse_codec_spec(key_spec);
+  c.value = parse_codec_spec(value_spec);
+  c.key.kmeans.tol = 0;
+  c.value.kmeans.tol = 0;
+  c.chunk_tokens = kChunk;
+  c.policy.quant_factor = 2;
+  c.policy.sink = 1;
+  c.policy.window_chunks = 5;  // evicts single chunks out of 2-chunk spans
+  c.rope.mode = rope;
+  return c;
+}
+
+/// Appends `chunks` chunks to both caches (layer 1 only; layer 0 stays
+/// empty) and compares them after every append.
+void run_against_reference(const CacheConfig& c, int chunks, bool token_major_input, bool host_positions) {
+  StreamingKVCache ref(c);
+  DeviceKVCache dev(c);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const int levels = std::max(1, smoothing_stages(c.key));
+  const int pd = rope_position_dims(c.rope.mode);
+  for (int i = 0; i < chunks; ++i) {
+    const std::string what = "chunk " + std::to_string(i);
+    const HeadTensor k = blobs(c.heads, kChunk, c.dim, levels, c.key.kmeans.centroids, static_cast<unsigned>(10 + i), 77);
+    const HeadTensor v = blobs(c.heads, kChunk, c.dim, levels, c.value.kmeans.centroids, static_cast<unsigned>(50 + i), 78);
+    std::vector<int32_t> pos;
+    if (pd == 3) pos = wan_grid_positions(i * kFramesPerChunk, kFramesPerChunk, kGridH, kGridW);
+    if (pd == 1) pos = positions_1d(i * kChunk + 5, kChunk);
+    const AppendReport want = ref.append(1, k, v, pos);
+
+    const std::vector<float> kh = token_major_input ? token_major(k) : k.data;
+    const std::vector<float> vh = token_major_input ? token_major(v) : v.data;
+    const auto kd = upload(kh.data(), kh.size() * 4), vd = upload(vh.data(), vh.size() * 4);
+    DeviceChunkView kv = DeviceChunkView::head_major(kd.get(), DeviceElement::f32, c.heads, kChunk, c.dim);
+    DeviceChunkView vv = DeviceChunkView::head_major(vd.get(), DeviceElement::f32, c.heads, kChunk, c.dim);
+    if (token_major_input) {
+      kv.head_stride = vv.head_stride = c.dim;
+      kv.token_stride = vv.token_stride = c.heads * c.dim;
+    }
+    ChunkPositions cp;
+    if (host_positions)
+      cp.host = pos;
+    else if (pd == 3)
+      cp = ChunkPositions::wan_grid(i * kFramesPerChunk, kGridH, kGridW);
+    else if (pd == 1)
+      cp = ChunkPositions::sequence(i * kChunk + 5);
+    const AppendReport got = dev.append(1, kv, vv, cp, s);
+    ASSERT_EQ(got.spans.size(), want.spans.size()) << what;
+    for (size_t j = 0; j < got.spans.size(); ++j) {
+      EXPECT_EQ(got.spans[j].first_chunk, want.spans[j].first_chunk) << what;
+      EXPECT_EQ(got.spans[j].tokens, want.spans[j].tokens) << what;
+      EXPECT_EQ(got.spans[j].centroids, want.spans[j].centroids) << what;
+      EXPECT_EQ(got.spans[j].k_warm_started, want.spans[j].k_warm_started) << what;
+      EXPECT_EQ(got.spans[j].k_bytes.total(), want.spans[j].k_bytes.total()) << what;
+    }
+    EXPECT_EQ(got.evicted, want.evicted) << what;
+
+    const CacheRead r = ref.read(1);
+    const int64_t n = r.k.tokens;
+    ASSERT_EQ(dev.live_tokens(1), n) << what;
+    EXPECT_EQ(dev.live_chunks(1), ref.live_chunks(1)) << what;
+    // f32 into a larger destination (row_stride n + 8), then bf16.
+    const int64_t stride = n + 8;
+    const size_t cells = static_cast<size_t>(c.heads * stride * c.dim);
+    auto ko = cuda_allocate(cells * 4), vo = cuda_allocate(cells * 4);
+    ASSERT_EQ(dev.read(1, ko.get(), vo.get(), DeviceElement::f32, stride, s), n);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const auto kf = download<float>(ko.get(), cells), vf = download<float>(vo.get(), cells);
+    ASSERT_EQ(dev.read(1, ko.get(), vo.get(), DeviceElement::bf16, n, s), n);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const auto kb = download<uint16_t>(ko.get(), static_cast<size_t>(c.heads * n * c.dim));
+    const auto vb = download<uint16_t>(vo.get(), static_cast<size_t>(c.heads * n * c.dim));
+    int64_t bad_f32 = 0, bad_bf16 = 0;
+    for (int64_t h = 0; h < c.heads; ++h)
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t q = 0; q < c.dim; ++q) {
+          const float wk = r.k.at(h, t, q), wv = r.v.at(h, t, q);
+          const size_t at = static_cast<size_t>((h * stride + t) * c.dim + q);
+          const size_t at16 = static_cast<size_t>((h * n + t) * c.dim + q);
+          bad_f32 += std::memcmp(&kf[at], &wk, 4) != 0 || std::memcmp(&vf[at], &wv, 4) != 0;
+          bad_bf16 += kb[at16] != bf16_from_float(wk) || vb[at16] != bf16_from_float(wv);
+        }
+    EXPECT_EQ(bad_f32, 0) << what << ": f32 values differing from StreamingKVCache::read";
+    EXPECT_EQ(bad_bf16, 0) << what << ": bf16 values differing from the rounded read";
+
+    const LayerMemory a = ref.layer_memory(1), b = dev.layer_memory(1);
+    EXPECT_EQ(a.k.total(), b.k.total()) << what;
+    EXPECT_EQ(a.v.total(), b.v.total()) << what;
+    EXPECT_EQ(a.warm_start, b.warm_start) << what;
+    EXPECT_EQ(a.tokens_live, b.tokens_live) << what;
+    EXPECT_EQ(a.tokens_held, b.tokens_held) << what;
+    EXPECT_EQ(a.tokens_encoded, b.tokens_encoded) << what;
+    EXPECT_EQ(a.spans, b.spans) << what;
+    EXPECT_EQ(b.positions, static_cast<size_t>(n * pd * 4)) << what;
+  }
+  EXPECT_EQ(dev.spans_encoded(1), ref.spans_encoded(1));
+  EXPECT_EQ(dev.chunks_appended(0), 0);
+  cudaStreamDestroy(s);
+}
+
+TEST(DeviceKVCache, QvgWithWanRopeEqualsStreamingCacheRead) {
+  REQUIRE_GPU();
+  run_against_reference(small_config("qvg:centroids=8,iters=3", "qvg:centroids=8,iters=3", RopeMode::wan_3d), 9,
+                        false, false);
+}
+
+TEST(DeviceKVCache, TokenMajorInputAndHostPositions) {
+  REQUIRE_GPU();
+  run_against_reference(small_config("qvg-pro:centroids=4,iters=2", "rtn", RopeMode::wan_3d), 7, true, true);
+}
+
+TEST(DeviceKVCache, OneDimensionalRope) {
+  REQUIRE_GPU();
+  run_against_reference(small_config("rtn-int4", "qvg:centroids=8,iters=2", RopeMode::rope_1d), 6, true, false);
+}
+
+// Codecs that encode on the host and decode whole tensors (bf16, kivi,
+// quarot): spans partly evicted are read through the whole-span decode.
+TEST(DeviceKVCache, HostEncodedCodecsWithoutRope) {
+  REQUIRE_GPU();
+  run_against_reference(small_config("bf16", "kivi", RopeMode::none), 7, false, false);
+  run_against_reference(small_config("quarot", "bf16", RopeMode::none), 5, true, false);
+}
+
+// A span shorter than C: C clamped to its tokens, as StreamingKVCache does.
+TEST(DeviceKVCache, ShortSpansClampCentroids) {
+  REQUIRE_GPU();
+  CacheConfig c = small_config("qvg:centroids=256,iters=2", "rtn", RopeMode::none);  // spans of 128 tokens
+  run_against_reference(c, 4, false, false);
+}
+
+TEST(DeviceKVCache, BadArgumentsLeaveTheCacheUnchanged) {
+  REQUIRE_GPU();
+  const CacheConfig c = small_config("qvg:centroids=8,iters=2", "qvg:centroids=8,iters=2", RopeMode::wan_3d);
+  DeviceKVCache dev(c);
+  const HeadTensor k = blobs(c.heads, kChunk, c.dim, 1, 8, 1);
+  const auto kd = upload(k.data.data(), k.data.size() * 4);
+  const DeviceChunkView ok = DeviceChunkView::head_major(kd.get(), DeviceElement::f32, c.heads, kChunk, c.dim);
+  const ChunkPositions grid = ChunkPositions::wan_grid(0, kGridH, kGridW);
+  DeviceChunkView wrong = ok;
+  wrong.heads = 3;
+  EXPECT_THROW(dev.append(0, wrong, ok, grid, nullptr), Error);
+  wrong = ok;
+  wrong.tokens = kChunk - 1;
+  EXPECT_THROW(dev.append(0, wrong, wrong, grid, nullptr), Error);  // chunk_tokens is 64
+  EXPECT_THROW(dev.append(0, ok, ok, ChunkPositions{}, nullptr), Error);  // RoPE needs positions
+  EXPECT_THROW(dev.append(0, ok, ok, ChunkPositions::wan_grid(0, 5, 5), nullptr), Error);  // not whole frames
+  EXPECT_THROW(dev.append(2, ok, ok, grid, nullptr), Error);
+  EXPECT_EQ(dev.chunks_appended(0), 0);
+  EXPECT_THROW(dev.read(0, kd.get(), kd.get(), DeviceElement::f32, 64, nullptr), Error);  // empty layer
+  dev.append(0, ok, ok, grid, nullptr);
+  EXPECT_EQ(dev.chunks_appended(0), 1);
+  auto out = cuda_allocate(static_cast<size_t>(c.heads * kChunk * c.dim) * 4);
+  EXPECT_THROW(dev.read(0, out.get(), out.get(), DeviceElement::f32, kChunk - 1, nullptr), Error);  // too few rows
+  EXPECT_THROW(dev.read(0, out.get(), out.get(), DeviceElement::f16, kChunk, nullptr), Error);
+  EXPECT_THROW(DeviceKVCache([&] {
+                 CacheConfig f = c;
+                 f.tail = TailFormat::f32;
+                 return f;
+               }()),
+               Error);
+}
+
+#else
+
+TEST(DeviceKVCache, RefusesWithoutCuda) { EXPECT_THROW(DeviceKVCache(CacheConfig{}), Error); }
+
+#endif
+
+}  // namespace
+}  // namespace qvg
