@@ -1,0 +1,288 @@
+"""qvg's cache inside a causal DiT with Wan2.1-T2V-1.3B's shapes, against Self-Forcing's BF16 cache.
+
+The model (random bf16 weights, fixed seed): 30 blocks of width 1536, 12 heads x 128, FFN 8960,
+RMS-normed Q/K, 3-D RoPE (float32 tables, interleaved pairs), cross-attention to 512 text tokens,
+adaLN modulation; 1,560 tokens per latent frame (30 x 52), chunks of 3 latent frames (4,680 tokens),
+4 denoising passes per chunk and a clean pass that writes the cache. Attention: PyTorch's
+scaled_dot_product_attention. Caches, fed the same noise:
+  bf16     Self-Forcing's per-block dicts (a preallocated BF16 buffer, the chunk written at its
+           position, rolled left past the sink when full, attention over the buffer);
+  SPEC     qvg.torch.SelfForcingKVCache with that codec for K and V (e.g. qvg, qvg-pro).
+Each run is timed per chunk with CUDA events (the harness waits at each chunk's end); runs of the
+modes alternate, --repeats times, and the median run of each mode is reported: ms per chunk, the
+whole run, the steady state (chunks after the first span was encoded), the overhead against BF16
+of both, peak memory, KV bytes, and the latent frames of history a 16 GB KV budget holds.
+
+    PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py [--frames 21] [--quant-factor 2]
+        [--local-attn-size -1] [--sink-size 0] [--modes bf16 qvg qvg-pro] [--repeats 3] [--json F]
+        [--profile] [--longcat-blocks 4]
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+import qvg
+import qvg.torch
+
+WAN = dict(width=1536, heads=12, dim=128, ffn=8960, blocks=30, text=512, grid=(30, 52), frames_per_chunk=3, steps=4)
+GB = 1e9
+
+
+class Rope3D:
+    """Wan's 3-D RoPE (time / height / width parts of d - 4 (d // 6), 2 (d // 6), 2 (d // 6)
+    channels, interleaved pairs, theta 10000) with float32 tables."""
+
+    def __init__(self, dim, max_frames, grid, device):
+        parts = [dim - 4 * (dim // 6), 2 * (dim // 6), 2 * (dim // 6)]
+        h, w = grid
+        ranges = [torch.arange(max_frames), torch.arange(h), torch.arange(w)]
+        self.tables = []
+        for n, r in zip(parts, ranges):
+            freq = 1.0 / (10000.0 ** (torch.arange(0, n, 2, dtype=torch.float64) / n))
+            ang = r[:, None].double() * freq[None]
+            self.tables.append((ang.cos().float().to(device), ang.sin().float().to(device)))
+        self.grid = grid
+
+    def __call__(self, x, start_frame):
+        t = x.shape[1]
+        h, w = self.grid
+        f = t // (h * w)
+        (ct, st), (ch, sh), (cw, sw) = self.tables
+        fr = slice(start_frame, start_frame + f)
+
+        def expand(c, shape_idx):
+            if shape_idx == 0:
+                return c[fr][:, None, None].expand(f, h, w, -1)
+            if shape_idx == 1:
+                return c[:h][None, :, None].expand(f, h, w, -1)
+            return c[:w][None, None, :].expand(f, h, w, -1)
+
+        cos = torch.cat([expand(ct, 0), expand(ch, 1), expand(cw, 2)], -1).reshape(t, 1, -1)
+        sin = torch.cat([expand(st, 0), expand(sh, 1), expand(sw, 2)], -1).reshape(t, 1, -1)
+        xf = x.float().unflatten(-1, (-1, 2))
+        a, b = xf[..., 0], xf[..., 1]
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2).to(x.dtype)
+
+
+class Model:
+    def __init__(self, s, device, seed=0, blocks=None):
+        g = torch.Generator(device=device).manual_seed(seed)
+        W, F_ = s["width"], s["ffn"]
+
+        def p(*shape, scale=None):
+            t = torch.randn(*shape, device=device, generator=g, dtype=torch.float32)
+            return (t * (scale if scale is not None else shape[0] ** -0.5)).to(torch.bfloat16)
+
+        self.s = s
+        self.blocks = []
+        for _ in range(blocks or s["blocks"]):
+            self.blocks.append(dict(qkv=p(W, 3 * W), o=p(W, W), qn=torch.ones(W, device=device, dtype=torch.bfloat16),
+                                    kn=torch.ones(W, device=device, dtype=torch.bfloat16), cq=p(W, W), co=p(W, W),
+                                    text_k=p(1, s["text"], s["heads"], s["dim"], scale=1.0),
+                                    text_v=p(1, s["text"], s["heads"], s["dim"], scale=1.0),
+                                    f1=p(W, F_), f2=p(F_, W), mod=p(6, W, scale=0.02)))
+
+    def block(self, i, x, rope, start_frame, update):
+        b, s = self.blocks[i], self.s
+        T, W, H, D = x.shape[1], s["width"], s["heads"], s["dim"]
+        m = b["mod"]
+        h = F.layer_norm(x, (W,)) * (1 + m[1]) + m[0]
+        q, k, v = (h @ b["qkv"]).view(1, T, 3, W).unbind(2)
+        q = F.rms_norm(q, (W,), b["qn"]).view(1, T, H, D)
+        k = F.rms_norm(k, (W,), b["kn"]).view(1, T, H, D)
+        v = v.reshape(1, T, H, D)
+        q, k = rope(q, start_frame), rope(k, start_frame)
+        ka, va = update(k, v)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), ka.transpose(1, 2), va.transpose(1, 2))
+        x = x + m[2] * (o.transpose(1, 2).reshape(1, T, W) @ b["o"])
+        cq = (F.layer_norm(x, (W,)) @ b["cq"]).view(1, T, H, D)
+        o = F.scaled_dot_product_attention(cq.transpose(1, 2), b["text_k"].transpose(1, 2),
+                                           b["text_v"].transpose(1, 2))
+        x = x + o.transpose(1, 2).reshape(1, T, W) @ b["co"]
+        h = F.layer_norm(x, (W,)) * (1 + m[4]) + m[3]
+        return x + m[5] * (F.gelu(h @ b["f1"], approximate="tanh") @ b["f2"])
+
+
+class DictCache:
+    """Self-Forcing's BF16 cache: per block a buffer of `size` tokens, end indices, a sink."""
+
+    def __init__(self, s, blocks, size, sink_tokens, device):
+        self.size, self.sink = size, sink_tokens
+        self.d = [dict(k=torch.zeros(1, size, s["heads"], s["dim"], device=device, dtype=torch.bfloat16),
+                       v=torch.zeros(1, size, s["heads"], s["dim"], device=device, dtype=torch.bfloat16),
+                       g=0, l=0) for _ in range(blocks)]
+
+    def update(self, i, k, v, start):
+        c, t = self.d[i], k.shape[1]
+        end = start + t
+        if end > c["g"] and t + c["l"] > self.size:
+            ev = t + c["l"] - self.size
+            keep = c["l"] - ev - self.sink
+            for n in ("k", "v"):
+                c[n][:, self.sink:self.sink + keep] = c[n][:, self.sink + ev:self.sink + ev + keep].clone()
+            le = c["l"] + end - c["g"] - ev
+        else:
+            le = c["l"] + end - c["g"]
+        c["k"][:, le - t:le] = k
+        c["v"][:, le - t:le] = v
+        c["g"], c["l"] = end, le
+        return c["k"][:, :le], c["v"][:, :le]
+
+    def kv_bytes(self):
+        return sum(c[n].numel() * 2 for c in self.d for n in ("k", "v"))
+
+
+def generate(model, mode, args, rope, noise, profile=None):
+    """One generation; returns per-chunk ms, the final latents, memory figures, the cache."""
+    s, dev = model.s, noise[0].device
+    fs = s["grid"][0] * s["grid"][1]
+    T = fs * s["frames_per_chunk"]
+    chunks = len(noise)
+    nb = len(model.blocks)
+    total_frames = chunks * s["frames_per_chunk"]
+    size = (args.local_attn_size if args.local_attn_size != -1 else total_frames) * fs
+    if mode == "bf16":
+        cache = DictCache(s, nb, size, args.sink_size * fs, dev)
+        upd = cache.update
+    else:
+        cache = qvg.torch.SelfForcingKVCache(nb, s["heads"], s["dim"], frame_seqlen=fs,
+                                             frames_per_chunk=s["frames_per_chunk"],
+                                             local_attn_size=args.local_attn_size, sink_size=args.sink_size,
+                                             key=mode, value=mode, quant_factor=args.quant_factor)
+        upd = lambda i, k, v, st: cache[i].update(k, v, st)  # noqa: E731
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    free0 = torch.cuda.mem_get_info()[0]
+    low = free0
+    times, outs = [], []
+    for c in range(chunks):
+        start, frame = c * T, c * s["frames_per_chunk"]
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        prof = profile if (profile is not None and c == chunks - 1) else None
+        if prof:
+            prof.__enter__()
+        a.record()
+        x = noise[c]
+        for step in range(s["steps"] + 1):  # denoising passes, then the clean pass that writes the cache
+            h = x
+            for i in range(nb):
+                h = model.block(i, h, rope, frame, lambda k, v, i=i: upd(i, k, v, start))
+            x = 0.5 * x + 0.5 * h if step < s["steps"] else x
+        b.record()
+        b.synchronize()
+        if prof:
+            prof.__exit__(None, None, None)
+        low = min(low, torch.cuda.mem_get_info()[0])
+        times.append(a.elapsed_time(b))
+        outs.append(x.float())
+    mem = dict(torch_peak=torch.cuda.max_memory_allocated(), device_used_delta=free0 - low)
+    if mode == "bf16":
+        mem["kv_bytes"] = cache.kv_bytes()
+    else:
+        m = cache.memory()
+        mem.update(kv_bytes=m["kv_bytes"] + m["pending"], spans_bytes=m["kv_bytes"] - m["k_tail"] - m["v_tail"],
+                   tail_bytes=m["k_tail"] + m["v_tail"] + m["pending"], tokens_encoded=m["tokens_encoded"],
+                   buffers=m["buffers"], scratch=m["scratch"], bits_per_value=m["bits_per_value"])
+    return times, torch.stack(outs), mem, cache
+
+
+def summarize(runs, steady_from):
+    """The median run (by total) of a mode's repeats."""
+    runs = sorted(runs, key=lambda r: sum(r["ms"]))
+    r = runs[len(runs) // 2]
+    return dict(ms=r["ms"], total_ms=sum(r["ms"]), steady_ms=sum(r["ms"][steady_from:]), mem=r["mem"],
+                all_totals=[sum(x["ms"]) for x in runs])
+
+
+def check_profile(prof):
+    """Host<->device copies, synchronizations and cudaMalloc calls in a profiled chunk (CUDA runtime
+    API calls and copy activities; the harness's own cudaEventSynchronize at the chunk's end is not
+    counted)."""
+    names = {}
+    for e in prof.events():
+        n = e.name
+        if any(w in n for w in ("Memcpy HtoD", "Memcpy DtoH", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+                                "cudaMemcpy ")) or n in ("cudaMemcpy", "cudaMalloc"):
+            names[n] = names.get(n, 0) + 1
+    return names
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--frames", type=int, default=21, help="latent frames generated (a multiple of 3)")
+    ap.add_argument("--quant-factor", type=int, default=8, help="chunks per compressed span")
+    ap.add_argument("--local-attn-size", type=int, default=-1, help="frames attended (Self-Forcing's; -1 = all)")
+    ap.add_argument("--sink-size", type=int, default=0, help="sink frames (a multiple of 3)")
+    ap.add_argument("--modes", nargs="+", default=["bf16", "qvg", "qvg-pro"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--blocks", type=int, default=30)
+    ap.add_argument("--profile", action="store_true", help="profile the last chunk of one qvg run")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    s = dict(WAN)
+    fs = s["grid"][0] * s["grid"][1]
+    chunks = args.frames // s["frames_per_chunk"]
+    model = Model(s, dev, blocks=args.blocks)
+    rope = Rope3D(s["dim"], args.frames + 3, s["grid"], dev)
+    g = torch.Generator(device=dev).manual_seed(1)
+    noise = [torch.randn(1, fs * s["frames_per_chunk"], s["width"], device=dev, generator=g).to(torch.bfloat16)
+             for _ in range(chunks)]
+    print(f"Wan-1.3B-shaped causal DiT: {args.blocks} blocks, {chunks} chunks of {fs * 3} tokens, "
+          f"span {args.quant_factor} chunks, local_attn_size {args.local_attn_size}, sink {args.sink_size}", flush=True)
+    generate(model, "bf16", args, rope, noise[:2])  # warm-up (cuBLAS, SDPA kernels)
+    runs, ref = {m: [] for m in args.modes}, None
+    for rep in range(args.repeats):
+        for mode in args.modes:
+            ms, out, mem, _ = generate(model, mode, args, rope, noise)
+            runs[mode].append(dict(ms=ms, mem=mem))
+            if mode == "bf16" and ref is None:
+                ref = out
+            err = ((out - ref).norm() / ref.norm()).item() if ref is not None else float("nan")
+            runs[mode][-1]["rel_err_vs_bf16"] = err
+            print(f"  run {rep + 1} {mode:8s} {sum(ms):9.1f} ms  (rel. L2 of latents vs bf16 {err:.3g})", flush=True)
+    # Steady state: chunks after the first span was encoded (its encode happens at the start of
+    # chunk quant_factor + sink chunks).
+    steady_from = min(chunks - 1, args.quant_factor + args.sink_size // 3 + 1)
+    result = dict(config=dict(vars(args), chunks=chunks, chunk_tokens=fs * 3, steady_from_chunk=steady_from,
+                              device=torch.cuda.get_device_name(), torch=torch.__version__, qvg=qvg.__version__),
+                  modes={m: summarize(r, steady_from) for m, r in runs.items()})
+    base = result["modes"].get("bf16")
+    bf16_frame = 2 * args.blocks * fs * s["heads"] * s["dim"] * 2  # K and V of one latent frame, all blocks
+    print(f"\n{'mode':10s} {'total ms':>10s} {'overhead':>9s} {'steady ms':>10s} {'overhead':>9s} "
+          f"{'KV GB':>7s} {'peak GB':>8s} {'frames in 16 GB':>16s}")
+    for m, r in result["modes"].items():
+        ov = 100 * (r["total_ms"] / base["total_ms"] - 1) if base else float("nan")
+        sov = 100 * (r["steady_ms"] / base["steady_ms"] - 1) if base else float("nan")
+        r["overhead_pct"], r["steady_overhead_pct"] = ov, sov
+        mem = r["mem"]
+        if m == "bf16":
+            frames16 = int(16 * GB // bf16_frame)
+        elif mem.get("tokens_encoded"):
+            per_frame = mem["spans_bytes"] / (mem["tokens_encoded"] / fs)
+            tail_frames = (args.quant_factor + 1) * 3 + args.sink_size  # BF16 at most: pending span + chunk + sink
+            frames16 = int((16 * GB - tail_frames * bf16_frame) // per_frame) + tail_frames
+        else:
+            frames16 = 0
+        r["frames_in_16GB"] = frames16
+        peak = (mem["torch_peak"] + mem.get("spans_bytes", 0) + mem.get("scratch", 0)) / GB
+        print(f"{m:10s} {r['total_ms']:10.1f} {ov:8.2f}% {r['steady_ms']:10.1f} {sov:8.2f}% "
+              f"{mem['kv_bytes'] / GB:7.3f} {peak:8.2f} {frames16:16d}")
+    if args.profile and len(args.modes) > 1:
+        from torch.profiler import ProfilerActivity, profile
+        mode = [m for m in args.modes if m != "bf16"][0]
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        generate(model, mode, args, rope, noise, profile=prof)
+        found = check_profile(prof)
+        result["profile_last_chunk"] = dict(mode=mode, copies_and_syncs=found)
+        print(f"\nprofiled last chunk ({mode}): host<->device copies / synchronizations: {found or 'none'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
