@@ -67,11 +67,10 @@ CacheConfig small_config(const std::string& key_spec, const std::string& value_s
 
 /// Appends `chunks` chunks to both caches (layer 1 only; layer 0 stays
 /// empty) and compares them after every append.
-void run_against_reference(const CacheConfig& c, int chunks, bool token_major_input, bool host_positions) {
+void run_against_reference(const CacheConfig& c, int chunks, bool token_major_input, bool host_positions,
+                           cudaStream_t s) {
   StreamingKVCache ref(c);
   DeviceKVCache dev(c);
-  cudaStream_t s;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   const int levels = std::max(1, smoothing_stages(c.key));
   const int pd = rope_position_dims(c.rope.mode);
   for (int i = 0; i < chunks; ++i) {
@@ -150,6 +149,15 @@ void run_against_reference(const CacheConfig& c, int chunks, bool token_major_in
   }
   EXPECT_EQ(dev.spans_encoded(1), ref.spans_encoded(1));
   EXPECT_EQ(dev.chunks_appended(0), 0);
+}
+
+/// run_against_reference on a stream of its own, which outlives the cache
+/// (the cache's memory is released on the streams that allocated it).
+void run_against_reference(const CacheConfig& c, int chunks, bool token_major_input, bool host_positions) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  run_against_reference(c, chunks, token_major_input, host_positions, s);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   cudaStreamDestroy(s);
 }
 

@@ -24,8 +24,9 @@
 // without waiting for the device, except where a codec encodes on the host
 // (kivi, quarot, bf16: DeviceCodec::encode) and the first k-means++ start of
 // a span shape. The cache's memory comes from the device's stream-ordered
-// pool on the stream of the call that allocates it; use one stream per cache,
-// or order the streams yourself. Not thread-safe (one caller at a time).
+// pool on the stream of the call that allocates it and is released on that
+// stream: every stream given to the cache must outlive it (use one stream per
+// cache, or order the streams yourself). Not thread-safe (one caller at a time).
 #pragma once
 
 #include <cstdint>

@@ -220,6 +220,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=30)
     ap.add_argument("--profile", action="store_true", help="profile the last chunk of one qvg run")
+    ap.add_argument("--profile-rows", type=int, default=18, help="rows of the profiler's table per mode")
     ap.add_argument("--json")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -262,7 +263,7 @@ def main():
         if m == "bf16":
             frames16 = int(16 * GB // bf16_frame)
         elif mem.get("tokens_encoded"):
-            per_frame = mem["spans_bytes"] / (mem["tokens_encoded"] / fs)
+            per_frame = mem["spans_bytes"] / (mem["tokens_encoded"] / fs / args.blocks)  # counts sum over blocks
             tail_frames = (args.quant_factor + 1) * 3 + args.sink_size  # BF16 at most: pending span + chunk + sink
             frames16 = int((16 * GB - tail_frames * bf16_frame) // per_frame) + tail_frames
         else:
@@ -271,14 +272,17 @@ def main():
         peak = (mem["torch_peak"] + mem.get("spans_bytes", 0) + mem.get("scratch", 0)) / GB
         print(f"{m:10s} {r['total_ms']:10.1f} {ov:8.2f}% {r['steady_ms']:10.1f} {sov:8.2f}% "
               f"{mem['kv_bytes'] / GB:7.3f} {peak:8.2f} {frames16:16d}")
-    if args.profile and len(args.modes) > 1:
+    if args.profile:
         from torch.profiler import ProfilerActivity, profile
-        mode = [m for m in args.modes if m != "bf16"][0]
-        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-        generate(model, mode, args, rope, noise, profile=prof)
-        found = check_profile(prof)
-        result["profile_last_chunk"] = dict(mode=mode, copies_and_syncs=found)
-        print(f"\nprofiled last chunk ({mode}): host<->device copies / synchronizations: {found or 'none'}")
+        result["profile_last_chunk"] = {}
+        for mode in args.modes:
+            prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            generate(model, mode, args, rope, noise, profile=prof)
+            found = check_profile(prof)
+            result["profile_last_chunk"][mode] = found
+            print(f"\nprofiled last chunk ({mode}): host<->device copies / synchronizations: {found or 'none'}")
+            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.profile_rows,
+                                            max_name_column_width=60))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
