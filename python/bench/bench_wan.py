@@ -210,6 +210,66 @@ def check_profile(prof):
     return names
 
 
+def longcat(args, dev):
+    """Per-block cost at LongCat-Video's shapes: width 4096, 32 heads x 128, FFN 16384 (4 x width),
+    a context of 29,640 tokens (19 latent frames of 30 x 52) held by the cache, and a chunk of 4,680
+    new tokens attending to it. Times `--longcat-passes` passes over the blocks, per mode."""
+    s = dict(width=4096, heads=32, dim=128, ffn=16384, blocks=args.longcat_blocks, text=512, grid=(30, 52),
+             frames_per_chunk=3, steps=4)
+    fs, ctx_frames, T = 1560, 19, 4680
+    model = Model(s, dev, blocks=args.longcat_blocks, seed=3)
+    rope = Rope3D(s["dim"], ctx_frames + 3, s["grid"], dev)
+    g = torch.Generator(device=dev).manual_seed(4)
+    ctx = [(torch.randn(1, ctx_frames * fs, s["heads"], s["dim"], device=dev, generator=g).to(torch.bfloat16),
+            torch.randn(1, ctx_frames * fs, s["heads"], s["dim"], device=dev, generator=g).to(torch.bfloat16))
+           for _ in range(2)]  # two blocks' worth, shared round-robin (the figures are per block)
+    x = torch.randn(1, T, s["width"], device=dev, generator=g).to(torch.bfloat16)
+    out = {}
+    for mode in args.modes:
+        if mode == "bf16":
+            bufs = []
+            for i in range(args.longcat_blocks):
+                k, v = ctx[i % 2]
+                kb = torch.empty(1, ctx_frames * fs + T, s["heads"], s["dim"], device=dev, dtype=torch.bfloat16)
+                vb = torch.empty_like(kb)
+                kb[:, :ctx_frames * fs] = k
+                vb[:, :ctx_frames * fs] = v
+                bufs.append((kb, vb))
+
+            def upd(i, k, v, bufs=bufs):
+                kb, vb = bufs[i]
+                kb[:, -T:] = k
+                vb[:, -T:] = v
+                return kb, vb
+        else:
+            cache = qvg.torch.KVCache(args.longcat_blocks, s["heads"], s["dim"], key=mode, value=mode,
+                                      quant_factor=1)
+            for i in range(args.longcat_blocks):
+                cache.append(i, *ctx[i % 2])  # one span of 29,640 tokens
+            upd = lambda i, k, v, cache=cache: cache.kv(i, extra=(k, v))  # noqa: E731
+        times = []
+        for rep in range(args.longcat_passes + 1):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            h = x
+            for i in range(args.longcat_blocks):
+                h = model.block(i, h, rope, ctx_frames, lambda k, v, i=i: upd(i, k, v))
+            b.record()
+            b.synchronize()
+            if rep:
+                times.append(a.elapsed_time(b) / args.longcat_blocks)
+        out[mode] = statistics.median(times)
+        if mode != "bf16":
+            out[mode + "_kv_bytes_per_block"] = cache.memory()["kv_bytes"] / args.longcat_blocks
+            del cache
+    base = out.get("bf16")
+    print(f"\nLongCat-shaped blocks ({args.longcat_blocks}, context 29,640 tokens, chunk 4,680): ms per block-pass")
+    for mode in args.modes:
+        ov = f" ({100 * (out[mode] / base - 1):+.2f} %)" if base and mode != "bf16" else ""
+        print(f"  {mode:10s} {out[mode]:8.3f}{ov}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--frames", type=int, default=21, help="latent frames generated (a multiple of 3)")
@@ -220,10 +280,22 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=30)
     ap.add_argument("--profile", action="store_true", help="profile the last chunk of one qvg run")
+    ap.add_argument("--longcat-blocks", type=int, default=0, help="blocks of the LongCat-shaped run (0: skip it)")
+    ap.add_argument("--longcat-passes", type=int, default=5, help="timed passes of the LongCat-shaped run")
+    ap.add_argument("--skip-wan", action="store_true", help="only the LongCat-shaped run")
     ap.add_argument("--profile-rows", type=int, default=18, help="rows of the profiler's table per mode")
     ap.add_argument("--json")
     args = ap.parse_args()
     dev = torch.device("cuda")
+    result = {}
+    if args.longcat_blocks:
+        result["longcat"] = longcat(args, dev)
+        torch.cuda.empty_cache()
+    if args.skip_wan:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        return
     s = dict(WAN)
     fs = s["grid"][0] * s["grid"][1]
     chunks = args.frames // s["frames_per_chunk"]
@@ -248,7 +320,7 @@ def main():
     # Steady state: chunks after the first span was encoded (its encode happens at the start of
     # chunk quant_factor + sink chunks).
     steady_from = min(chunks - 1, args.quant_factor + args.sink_size // 3 + 1)
-    result = dict(config=dict(vars(args), chunks=chunks, chunk_tokens=fs * 3, steady_from_chunk=steady_from,
+    result.update(config=dict(vars(args), chunks=chunks, chunk_tokens=fs * 3, steady_from_chunk=steady_from,
                               device=torch.cuda.get_device_name(), torch=torch.__version__, qvg=qvg.__version__),
                   modes={m: summarize(r, steady_from) for m, r in runs.items()})
     base = result["modes"].get("bf16")
