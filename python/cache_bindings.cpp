@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "cache_queries.h"
 #include "convert.h"
 #include "dlpack.h"
 #include "qvg/cache.h"
@@ -134,18 +135,12 @@ struct PyCache {
 };
 
 /// A binding of a cheap per-layer query of the cache (chunks_appended, ...), under its lock.
-template <int64_t (qvg::StreamingKVCache::*Query)(int) const>
-auto layer_query() {
-  return [](const PyCache& c, int layer) {
-    return c.run([&](const qvg::StreamingKVCache& cc) { return (cc.*Query)(layer); });
-  };
-}
-
 }  // namespace
 
 void bind_cache(py::module_& m) {
-  py::class_<PyCache>(m, "StreamingKVCache", "The streaming KV cache of a chunk-by-chunk generator (docs/PYTHON.md).")
-      .def(py::init([](int layers, int heads, int dim, const std::string& key, const std::string& value,
+  py::class_<PyCache> cls(m, "StreamingKVCache",
+                          "The streaming KV cache of a chunk-by-chunk generator (docs/PYTHON.md).");
+  cls.def(py::init([](int layers, int heads, int dim, const std::string& key, const std::string& value,
                        int64_t chunk_tokens, int quant_factor, int keep_recent, int sink, int64_t window_chunks,
                        int64_t window_tokens, const std::string& rope, double rope_theta,
                        const std::string& rope_pairing, const std::string& tail, bool warm_start, int threads,
@@ -220,32 +215,6 @@ void bind_cache(py::module_& m) {
           "read(layer) into device memory: K and V as float32 qvg.DeviceArray [heads, live tokens, dim] (the same "
           "bits read() returns; qvg and rtn spans are decoded on the device, keys rotated there).")
       .def(
-          "live_chunks",
-          [](const PyCache& c, int layer) {
-            const auto live = c.run([&](const qvg::StreamingKVCache& cc) { return cc.live_chunks(layer); });
-            std::vector<int64_t> chunks, tokens;
-            for (const auto& [index, n] : live) {
-              chunks.push_back(index);
-              tokens.push_back(n);
-            }
-            return py::make_tuple(chunks, tokens);
-          },
-          py::arg("layer"), "(indices of the live chunks, their token counts), in order; decodes nothing.")
-      .def("chunks_appended", layer_query<&qvg::StreamingKVCache::chunks_appended>(), py::arg("layer"))
-      .def("tokens_appended", layer_query<&qvg::StreamingKVCache::tokens_appended>(), py::arg("layer"))
-      .def("live_tokens", layer_query<&qvg::StreamingKVCache::live_tokens>(), py::arg("layer"))
-      .def("spans_encoded", layer_query<&qvg::StreamingKVCache::spans_encoded>(), py::arg("layer"))
-      .def(
-          "memory",
-          [](const PyCache& c, std::optional<int> layer) {
-            const qvg::LayerMemory mem = c.run(
-                [&](const qvg::StreamingKVCache& cc) { return layer ? cc.layer_memory(*layer) : cc.memory().total; });
-            return memory_dict(mem, c.cache.config());
-          },
-          py::arg("layer") = py::none(),
-          "Exact bytes of one layer (or of all layers), by role and part, with token counts, the ratio to a "
-          "BF16 cache and the bits per K/V value.")
-      .def(
           "save",
           [](const PyCache& c, const std::string& path) {
             c.run([&](const qvg::StreamingKVCache& cc) {
@@ -266,6 +235,7 @@ void bind_cache(py::module_& m) {
       .def_property_readonly("layers", [](const PyCache& c) { return c.cache.config().layers; })
       .def_property_readonly("heads", [](const PyCache& c) { return c.cache.config().heads; })
       .def_property_readonly("dim", [](const PyCache& c) { return c.cache.config().dim; });
+  bind_layer_queries<PyCache, qvg::StreamingKVCache>(cls);
 }
 
 }  // namespace qvg::python

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "cache_queries.h"
 #include "convert.h"
 #include "dlpack.h"
 #include "qvg/device_cache.h"
@@ -39,13 +40,6 @@ struct PyDeviceCache {
   }
 };
 
-template <int64_t (qvg::DeviceKVCache::*Query)(int) const>
-auto layer_query() {
-  return [](const PyDeviceCache& c, int layer) {
-    return c.run([&](const qvg::DeviceKVCache& cc) { return (cc.*Query)(layer); });
-  };
-}
-
 /// A read destination: a contiguous CUDA tensor [heads, rows, dim] or [1, heads, rows, dim].
 DeviceInput destination(const py::object& x, void* stream, const qvg::CacheConfig& c, const char* what) {
   const auto t = import_dlpack(x, what, dlpack_stream(stream));
@@ -61,11 +55,11 @@ DeviceInput destination(const py::object& x, void* stream, const qvg::CacheConfi
 }  // namespace
 
 void bind_device_cache(py::module_& m) {
-  py::class_<PyDeviceCache>(m, "DeviceKVCache",
+  py::class_<PyDeviceCache> cls(m, "DeviceKVCache",
                             "The streaming KV cache with its state on the current CUDA device: chunks appended from "
                             "CUDA tensors, the live K and V read into CUDA tensors, on the caller's stream "
-                            "(qvg/device_cache.h; the PyTorch front end is qvg.torch).")
-      .def(py::init([](int layers, int heads, int dim, const std::string& key, const std::string& value,
+                            "(qvg/device_cache.h; the PyTorch front end is qvg.torch).");
+  cls.def(py::init([](int layers, int heads, int dim, const std::string& key, const std::string& value,
                        int64_t chunk_tokens, int quant_factor, int keep_recent, int sink, int64_t window_chunks,
                        int64_t window_tokens, const std::string& rope, double rope_theta,
                        const std::string& rope_pairing, bool warm_start) {
@@ -134,30 +128,6 @@ void bind_device_cache(py::module_& m) {
           "Writes the layer's live K and V into rows 0 .. n-1 of k_out and v_out (contiguous CUDA tensors [heads, "
           "rows, dim] or [1, heads, rows, dim], rows >= n, both bfloat16 or both float32) on `stream`, keys rotated "
           "with RoPE on read; returns n. No synchronization.")
-      .def(
-          "live_chunks",
-          [](const PyDeviceCache& c, int layer) {
-            const auto live = c.run([&](const qvg::DeviceKVCache& cc) { return cc.live_chunks(layer); });
-            std::vector<int64_t> chunks, tokens;
-            for (const auto& [index, n] : live) {
-              chunks.push_back(index);
-              tokens.push_back(n);
-            }
-            return py::make_tuple(chunks, tokens);
-          },
-          py::arg("layer"), "(indices of the live chunks, their token counts), in order.")
-      .def("chunks_appended", layer_query<&qvg::DeviceKVCache::chunks_appended>(), py::arg("layer"))
-      .def("tokens_appended", layer_query<&qvg::DeviceKVCache::tokens_appended>(), py::arg("layer"))
-      .def("live_tokens", layer_query<&qvg::DeviceKVCache::live_tokens>(), py::arg("layer"))
-      .def("spans_encoded", layer_query<&qvg::DeviceKVCache::spans_encoded>(), py::arg("layer"))
-      .def(
-          "memory",
-          [](const PyDeviceCache& c, std::optional<int> layer) {
-            const qvg::LayerMemory mem = c.run(
-                [&](const qvg::DeviceKVCache& cc) { return layer ? cc.layer_memory(*layer) : cc.memory().total; });
-            return memory_dict(mem, c.cache.config());
-          },
-          py::arg("layer") = py::none(), "Exact bytes held (as qvg.StreamingKVCache.memory reports them).")
       .def_property_readonly("scratch_bytes",
                              [](const PyDeviceCache& c) {
                                return c.run([](const qvg::DeviceKVCache& cc) { return cc.scratch_bytes(); });
@@ -170,6 +140,7 @@ void bind_device_cache(py::module_& m) {
       .def_property_readonly("key", [](const PyDeviceCache& c) { return codec_spec(c.cache.config().key); })
       .def_property_readonly("value", [](const PyDeviceCache& c) { return codec_spec(c.cache.config().value); })
       .def_property_readonly("device", [](const PyDeviceCache& c) { return c.cache.device(); });
+  bind_layer_queries<PyDeviceCache, qvg::DeviceKVCache>(cls);
 }
 
 }  // namespace qvg::python

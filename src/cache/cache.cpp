@@ -359,15 +359,7 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
     L.warm_v = std::move(warm_v);
   }
   // Free evicted full-precision chunks, and spans none of whose chunks is live.
-  std::erase_if(L.spans, [&](const CacheSpan& sp) {
-    return std::none_of(L.chunks.begin(), L.chunks.end(),
-                        [&](const CacheChunk& ch) { return ch.live && ch.span == sp.id; });
-  });
-  std::erase_if(L.chunks, [&](const CacheChunk& ch) {
-    if (ch.live) return false;
-    if (ch.span < 0) return true;
-    return std::none_of(L.spans.begin(), L.spans.end(), [&](const CacheSpan& sp) { return sp.id == ch.span; });
-  });
+  drop_unreachable(L.chunks, L.spans);
   return rep;
 }
 

@@ -347,15 +347,7 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
     L.warm_v = std::move(warm_v);
   }
   if (pd > 0) L.live_positions = std::move(live_pos);
-  std::erase_if(L.spans, [&](const DSpan& sp) {
-    return std::none_of(L.chunks.begin(), L.chunks.end(),
-                        [&](const DChunk& ch) { return ch.live && ch.span == sp.id; });
-  });
-  std::erase_if(L.chunks, [&](const DChunk& ch) {
-    if (ch.live) return false;
-    if (ch.span < 0) return true;
-    return std::none_of(L.spans.begin(), L.spans.end(), [&](const DSpan& sp) { return sp.id == ch.span; });
-  });
+  drop_unreachable(L.chunks, L.spans);
   return rep;
 }
 

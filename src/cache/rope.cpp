@@ -99,6 +99,14 @@ RopePlan plan_header(int64_t dim, const RopeConfig& c, std::vector<Pair>& pairs)
   return plan;
 }
 
+/// Pair pr's channels, coordinate and table offset.
+void add_pair(RopePlan& plan, const Pair& pr, size_t at) {
+  plan.a.push_back(pr.a);
+  plan.b.push_back(pr.b);
+  plan.coord.push_back(pr.coord);
+  plan.base.push_back(static_cast<int64_t>(at));
+}
+
 void add_angle(RopePlan& plan, const Pair& pr, int32_t v, double sign) {
   const double angle = static_cast<double>(v) * pr.freq;
   plan.cos.push_back(std::cos(angle));
@@ -116,10 +124,7 @@ RopePlan rope_range_plan(const int32_t lo[3], const int32_t hi[3], int64_t dim, 
   }
   size_t at = 0;
   for (const Pair& pr : pairs) {
-    plan.a.push_back(pr.a);
-    plan.b.push_back(pr.b);
-    plan.coord.push_back(pr.coord);
-    plan.base.push_back(static_cast<int64_t>(at));
+    add_pair(plan, pr, at);
     for (int64_t v = lo[pr.coord]; v <= hi[pr.coord]; ++v) add_angle(plan, pr, static_cast<int32_t>(v), inverse ? -1.0 : 1.0);
     at += static_cast<size_t>(std::max<int64_t>(0, static_cast<int64_t>(hi[pr.coord]) - lo[pr.coord] + 1));
   }
@@ -153,10 +158,7 @@ RopePlan rope_plan(std::span<const int32_t> positions, int64_t tokens, int64_t d
   std::copy(lo, lo + 3, plan.lo);
   size_t at = 0;
   for (const Pair& pr : pairs) {
-    plan.a.push_back(pr.a);
-    plan.b.push_back(pr.b);
-    plan.coord.push_back(pr.coord);
-    plan.base.push_back(static_cast<int64_t>(at));
+    add_pair(plan, pr, at);
     for (int64_t n = 0; n < tokens; ++n) add_angle(plan, pr, positions[static_cast<size_t>(n * pd + pr.coord)], inverse ? -1.0 : 1.0);
     at += static_cast<size_t>(tokens);
   }

@@ -4,6 +4,7 @@
 // DeviceKVCache (device state), so both follow one policy.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -29,6 +30,21 @@ struct AppendPlan {
 /// The plan of an append: `chunks` are the layer's held chunks in index
 /// order followed by the new chunk (live, not encoded).
 AppendPlan plan_append(const SpanPolicy& p, std::span<const ChunkSlot> chunks);
+
+/// After an append's commit: frees the spans none of whose chunks is live,
+/// then the chunks no read needs (evicted in full precision, or inside a
+/// freed span). Chunks have `live` and `span` (-1: full precision), spans `id`.
+template <class Chunk, class Span>
+void drop_unreachable(std::vector<Chunk>& chunks, std::vector<Span>& spans) {
+  std::erase_if(spans, [&](const Span& sp) {
+    return std::none_of(chunks.begin(), chunks.end(), [&](const Chunk& ch) { return ch.live && ch.span == sp.id; });
+  });
+  std::erase_if(chunks, [&](const Chunk& ch) {
+    if (ch.live) return false;
+    if (ch.span < 0) return true;
+    return std::none_of(spans.begin(), spans.end(), [&](const Span& sp) { return sp.id == ch.span; });
+  });
+}
 
 /// Sums of parts and of layer statistics (both caches' memory()).
 void add_parts(PartBytes& a, const PartBytes& b);

@@ -1,0 +1,49 @@
+// The per-layer queries qvg.StreamingKVCache and qvg.DeviceKVCache share
+// (live_chunks, the counters, memory): one binding for both cache types.
+// Py: a holder with `cache` and run(f) (f called under its lock without the GIL).
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <vector>
+
+#include "convert.h"
+
+namespace qvg::python {
+
+template <class Py, class Cache>
+void bind_layer_queries(py::class_<Py>& cls) {
+  auto query = [](int64_t (Cache::*q)(int) const) {
+    return [q](const Py& c, int layer) { return c.run([&](const Cache& cc) { return (cc.*q)(layer); }); };
+  };
+  cls.def(
+         "live_chunks",
+         [](const Py& c, int layer) {
+           const auto live = c.run([&](const Cache& cc) { return cc.live_chunks(layer); });
+           std::vector<int64_t> chunks, tokens;
+           for (const auto& [index, n] : live) {
+             chunks.push_back(index);
+             tokens.push_back(n);
+           }
+           return py::make_tuple(chunks, tokens);
+         },
+         py::arg("layer"), "(indices of the live chunks, their token counts), in order; decodes nothing.")
+      .def("chunks_appended", query(&Cache::chunks_appended), py::arg("layer"))
+      .def("tokens_appended", query(&Cache::tokens_appended), py::arg("layer"))
+      .def("live_tokens", query(&Cache::live_tokens), py::arg("layer"))
+      .def("spans_encoded", query(&Cache::spans_encoded), py::arg("layer"))
+      .def(
+          "memory",
+          [](const Py& c, std::optional<int> layer) {
+            const qvg::LayerMemory mem =
+                c.run([&](const Cache& cc) { return layer ? cc.layer_memory(*layer) : cc.memory().total; });
+            return memory_dict(mem, c.cache.config());
+          },
+          py::arg("layer") = py::none(),
+          "Exact bytes of one layer (or of all layers), by role and part, with token counts, the ratio to a "
+          "BF16 cache and the bits per K/V value.");
+}
+
+}  // namespace qvg::python
