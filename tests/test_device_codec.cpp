@@ -1,7 +1,8 @@
 // Device-resident encoded tensors and the stream-ordered DeviceCodec
 // (qvg/device_codec.h) against the CPU reference (label "gpu"; skipped where
-// no device is usable): encodes byte-identical to the reference with tol = 0
-// (fixed iterations) on inputs without near-ties, warm starts included;
+// no device is usable): encodes byte-identical to the reference (the same
+// stopping rule, decided on the device) on inputs without near-ties, warm
+// starts included;
 // decodes bit-identical; damaged tensors refused on upload.
 #include <gtest/gtest.h>
 
@@ -40,12 +41,6 @@ std::vector<float> download_floats(const void* d, size_t n) {
   return h;
 }
 
-/// The CPU reference's config for a DeviceCodec encode: tol = 0.
-CodecConfig tol0(CodecConfig c) {
-  c.kmeans.tol = 0;
-  return c;
-}
-
 TEST(DeviceCodec, EncodeEqualsTheCpuReferenceAndDecodesBitIdentically) {
   REQUIRE_GPU();
   cudaStream_t s;
@@ -67,7 +62,7 @@ TEST(DeviceCodec, EncodeEqualsTheCpuReferenceAndDecodesBitIdentically) {
       opt.role = TensorRole::value;
       const DeviceEncodedTensor e = codec.encode(xd.get(), DeviceElement::f32, x.heads, x.tokens, x.dim,
                                                  TensorRole::value, s);
-      const EncodedTensor want = make_codec(tol0(c))->encode(x, opt);
+      const EncodedTensor want = make_codec(c)->encode(x, opt);
       const EncodedTensor got = e.to_host(s);
       expect_same_parts(want, got, what);
       EXPECT_EQ(e.bytes().total(), want.bytes().total()) << what;
@@ -103,7 +98,7 @@ TEST(DeviceCodec, WarmStartEqualsTheCpuReference) {
                      span ? &prev : nullptr);
     EncodeOptions opt;
     if (span) opt.warm_start = &prev_host;
-    const EncodedTensor want = make_codec(tol0(c))->encode(x, opt);
+    const EncodedTensor want = make_codec(c)->encode(x, opt);
     expect_same_parts(want, e.to_host(), "span " + std::to_string(span));
     prev = e;
     prev_host = want;

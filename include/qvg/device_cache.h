@@ -6,9 +6,10 @@
 // window, spans of quant_factor chunks, keep_recent, C clamped for short
 // spans, warm-started k-means) and the same read: read() of this cache with
 // f32 output is bit-identical to StreamingKVCache::read() of a cache given
-// the same chunks, when every k-means runs exactly max_iter iterations
-// (kmeans tol = 0: DeviceCodec runs no convergence test) and no assignment
-// has near-ties; with bf16 output it is that read rounded to nearest even.
+// the same chunks where DeviceCodec's encodes equal the CPU reference's (no
+// near-ties in any assignment, no k-means stop decided within rounding of
+// tol: include/qvg/device_codec.h); with bf16 output it is that read
+// rounded to nearest even.
 //
 // Differences from StreamingKVCache:
 //  - Full-precision chunks are held in BF16 (CacheConfig::tail must be bf16).

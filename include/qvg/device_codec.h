@@ -74,10 +74,13 @@ class DeviceCodec {
 
   /// Encode x ([heads, tokens, dim] of `type`, contiguous, 16-byte aligned,
   /// on the current device) on `stream`.
-  /// - qvg, rtn: on the device. k-means runs max_iter iterations for every
-  ///   head (no convergence test, which would read the error back every
-  ///   iteration): the CPU reference with tol = 0 gives the same bytes where
-  ///   no assignment has near-ties. Starts: random rows and a warm start
+  /// - qvg, rtn: on the device. Each head's k-means stops by the CPU
+  ///   reference's rule (relative drop of the error <= tol, or max_iter),
+  ///   decided on the device after every assignment (no host round trip;
+  ///   all max_iter iterations are launched, converged heads skip them): the
+  ///   CPU reference gives the same bytes where no assignment has near-ties
+  ///   and no head's drop lies within rounding of tol (the GPU sums the
+  ///   error in another order). Starts: random rows and a warm start
   ///   (warm_start: a previous encoding of this config with the same heads,
   ///   dim and centroids) run on the device; a k-means++ start is drawn on
   ///   the host once per shape and stage (it depends on tokens, C and the

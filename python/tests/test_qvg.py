@@ -664,7 +664,7 @@ class TorchResident(unittest.TestCase):
                     self.assertIs(dc.decode(e, out=out, stream=s), out)
                 stream.synchronize()
                 self.assertEqual((e.shape, e.role, e.device), ((2, 640, 128), "value", "cuda:0"))
-                # The CPU reference with tol = 0 (fixed iterations) gives the same parts
+                # rtn and kivi encode to the CPU reference's parts on these random inputs;
                 # on these random inputs for rtn and kivi; k-means may differ by near-ties,
                 # so qvg is compared through its own host form's decode.
                 hoste = e.to_host()

@@ -164,7 +164,9 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
         impl_->reference->encode(cuda::download_as_float(x, type, heads, tokens, dim, s), opt), stream);
   }
   const cuda::QvgShape sh = cuda::make_shape(c, heads, tokens, dim);
-  cuda::GpuKMeansOptions km = cuda::GpuKMeansOptions::fixed_iterations(c.kmeans);
+  cuda::GpuKMeansOptions km;  // the CPU's stopping rule, applied on the device
+  km.params = c.kmeans;
+  km.device_convergence = true;
   if (warm_start && !warm_start->empty() && sh.stages > 0) {
     const DeviceEncodedTensor::Impl& w = warm_start->impl();
     QVG_CHECK(w.config.method == Method::qvg && smoothing_stages(w.config) == sh.stages &&

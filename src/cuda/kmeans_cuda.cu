@@ -276,7 +276,23 @@ void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   active_host_.assign(static_cast<size_t>(H), 1);
   mse_host_.assign(static_cast<size_t>(H), 0.0);
   mse_prev_.assign(static_cast<size_t>(H), 0.0);
-  if (km.check_convergence) active_.upload(active_host_.data(), active_host_.size(), stream);
+  const bool on_device = km.check_convergence && km.device_convergence && !stats;
+  if (on_device) {
+    mse_prev_dev_.resize(static_cast<size_t>(H));
+    start_convergence_kernel<<<blocks_for(H), kThreads, 0, stream>>>(active_.get(), mse_prev_dev_.get(), H);
+    QVG_CUDA_CHECK(cudaGetLastError());
+  } else if (km.check_convergence) {
+    active_.upload(active_host_.data(), active_host_.size(), stream);
+  }
+  auto converged = [&](int it) {
+    if (on_device) {
+      convergence_kernel<<<blocks_for(H), kThreads, 0, stream>>>(mse_.get(), mse_prev_dev_.get(), active_.get(),
+                                                                 km.params.tol, it, H);
+      QVG_CUDA_CHECK(cudaGetLastError());
+    } else if (km.check_convergence) {
+      kmeans_converged(sh, stage, it, km, stream, stats);
+    }
+  };
   const int* active = km.check_convergence ? active_.get() : nullptr;
   QVG_CUDA_CHECK(cudaMemsetAsync(reseeded_.get(), 0, sizeof(int) * H, stream));
   // Exact distances of every row: the convergence check's mean. Otherwise
@@ -307,16 +323,17 @@ void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
     }
   };
   assign();
-  if (km.check_convergence) kmeans_converged(sh, stage, 0, km, stream, stats);
+  converged(0);
   // Sums and counts start at 0 once a stage: each update's mean kernel
   // clears the sums it reads, the reseed kernel the counts.
   if (km.params.max_iter > 0) QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
   for (int it = 1; it <= km.params.max_iter; ++it) {
-    if (km.check_convergence && std::none_of(active_host_.begin(), active_host_.end(), [](int a) { return a != 0; }))
+    if (km.check_convergence && !on_device &&
+        std::none_of(active_host_.begin(), active_host_.end(), [](int a) { return a != 0; }))
       break;
     kmeans_update(data, sh, here.ids, active, dist_in_assign, stream);
     assign();
-    if (km.check_convergence) kmeans_converged(sh, stage, it, km, stream, stats);
+    converged(it);
   }
   if (stats) {
     std::vector<int> re(static_cast<size_t>(H));

@@ -644,6 +644,25 @@ static __global__ void head_mse_kernel(const float* __restrict__ dist, int64_t n
   if (threadIdx.x == 0) mse[h] = s[0] / static_cast<double>(n_tokens * d);
 }
 
+/// Device-side convergence (GpuKMeansOptions::device_convergence): every
+/// head active, no previous error.
+static __global__ void start_convergence_kernel(int* __restrict__ active, double* __restrict__ prev, int heads) {
+  const int h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= heads) return;
+  active[h] = 1;
+  prev[h] = 0.0;
+}
+
+/// The CPU's rule after assignment `it` (kmeans_converged's): an active head
+/// stops once it > 0 and its error fell by at most tol of the last one.
+static __global__ void convergence_kernel(const double* __restrict__ mse, double* __restrict__ prev,
+                                          int* __restrict__ active, double tol, int it, int heads) {
+  const int h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= heads || !active[h]) return;
+  if (it > 0 && __dsub_rn(prev[h], mse[h]) <= __dmul_rn(tol, prev[h])) active[h] = 0;
+  prev[h] = mse[h];
+}
+
 /// The rows kmeans_random_rows(n, C, seed_base + h) draws, for every head h:
 /// the same partial Fisher-Yates shuffle of 0..n-1 (SplitMix64), in
 /// parallel. rows: [H][C]. One block of 256 per head, thread i for step i;

@@ -79,6 +79,12 @@ struct GpuKMeansOptions {
   /// the CPU (relative drop <= tol) and the statistics are filled. Off: every
   /// head runs max_iter iterations with no host synchronisation.
   bool check_convergence = true;
+  /// With check_convergence: decide on the device (a kernel applies the
+  /// CPU's rule to the per-head error after every assignment and clears
+  /// the head's active flag), so nothing waits for the host; every one of
+  /// max_iter iterations is still launched, converged heads' blocks return
+  /// at once. Ignored when statistics are asked for (they need the host).
+  bool device_convergence = false;
   /// Warm start: BF16 centroids [S][H][C][D] on the device (or null).
   const uint16_t* warm_bf16 = nullptr;
 
@@ -194,6 +200,7 @@ class Encoder {
                         std::vector<KMeansStats>* stats);
   std::vector<int> active_host_;   // heads still iterating (kmeans_converged)
   std::vector<double> mse_host_, mse_prev_;
+  DeviceBuffer<double> mse_prev_dev_;  // device_convergence: the last error of each head
   DeviceBuffer<uint16_t> points_, next_points_;  // BF16 points of stages 1..S-1
   DeviceBuffer<float> cent_, dist_;
   DeviceBuffer<uint32_t> head_max_, kmeans_max_;
