@@ -665,7 +665,7 @@ class TorchResident(unittest.TestCase):
                 stream.synchronize()
                 self.assertEqual((e.shape, e.role, e.device), ((2, 640, 128), "value", "cuda:0"))
                 # rtn and kivi encode to the CPU reference's parts on these random inputs;
-                # on these random inputs for rtn and kivi; k-means may differ by near-ties,
+                # k-means may differ by near-ties there,
                 # so qvg is compared through its own host form's decode.
                 hoste = e.to_host()
                 self.assertEqual(e.nbytes, hoste.nbytes)
