@@ -11,12 +11,15 @@ OUT=${OUT:-/tmp/qvg-gpu-out}
 mkdir -p "$OUT"
 step() { echo "== $(date +%T) $*"; }
 step "build"
-scripts/gpu_build.sh "$OUT/build.log" test_device_cache test_device_codec qvg_python || exit 1
+scripts/gpu_build.sh "$OUT/build.log" test_device_cache test_device_codec test_cuda qvg_python || exit 1
 rc=0
 step "tests"
 for t in test_device_cache test_device_codec; do
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
 done
+# The GPU k-means against the CPU reference (convergence, reseeds, warm starts, k-means++).
+build-gpu/tests/test_cuda --gtest_brief=1 --gtest_filter='*KMeans*:*FixedIteration*:*WarmStart*:*MultiStage*:*EncodeEquals*' \
+  >>"$OUT/tests.log" 2>&1 || { rc=1; echo "test_cuda (k-means) FAILED"; }
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual|error" "$OUT/tests.log" | head -40
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device_cache --gtest_brief=1 \
   >"$OUT/sanitizer.log" 2>&1 || rc=1

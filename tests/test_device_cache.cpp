@@ -68,15 +68,17 @@ CacheConfig small_config(const std::string& key_spec, const std::string& value_s
 /// Appends `chunks` chunks to both caches (layer 1 only; layer 0 stays
 /// empty) and compares them after every append.
 void run_against_reference(const CacheConfig& c, int chunks, bool token_major_input, bool host_positions,
-                           cudaStream_t s) {
+                           cudaStream_t s, int directions) {
   StreamingKVCache ref(c);
   DeviceKVCache dev(c);
   const int levels = std::max(1, smoothing_stages(c.key));
   const int pd = rope_position_dims(c.rope.mode);
   for (int i = 0; i < chunks; ++i) {
     const std::string what = "chunk " + std::to_string(i);
-    const HeadTensor k = blobs(c.heads, kChunk, c.dim, levels, c.key.kmeans.centroids, static_cast<unsigned>(10 + i), 77);
-    const HeadTensor v = blobs(c.heads, kChunk, c.dim, levels, c.value.kmeans.centroids, static_cast<unsigned>(50 + i), 78);
+    const HeadTensor k = blobs(c.heads, kChunk, c.dim, levels, directions ? directions : c.key.kmeans.centroids,
+                               static_cast<unsigned>(10 + i), 77);
+    const HeadTensor v = blobs(c.heads, kChunk, c.dim, levels, directions ? directions : c.value.kmeans.centroids,
+                               static_cast<unsigned>(50 + i), 78);
     std::vector<int32_t> pos;
     if (pd == 3) pos = wan_grid_positions(i * kFramesPerChunk, kFramesPerChunk, kGridH, kGridW);
     if (pd == 1) pos = positions_1d(i * kChunk + 5, kChunk);
@@ -153,10 +155,12 @@ void run_against_reference(const CacheConfig& c, int chunks, bool token_major_in
 
 /// run_against_reference on a stream of its own, which outlives the cache
 /// (the cache's memory is released on the streams that allocated it).
-void run_against_reference(const CacheConfig& c, int chunks, bool token_major_input, bool host_positions) {
+/// directions: blob directions of the data (0: the codec's C).
+void run_against_reference(const CacheConfig& c, int chunks, bool token_major_input, bool host_positions,
+                           int directions = 0) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-  run_against_reference(c, chunks, token_major_input, host_positions, s);
+  run_against_reference(c, chunks, token_major_input, host_positions, s, directions);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   cudaStreamDestroy(s);
 }
@@ -186,10 +190,13 @@ TEST(DeviceKVCache, HostEncodedCodecsWithoutRope) {
 }
 
 // A span shorter than C: C clamped to its tokens, as StreamingKVCache does.
+// Every token is then a cluster of its own: tokens drawn from 2^16 blob
+// directions are far apart (with the codec's 256 directions, tokens of one
+// blob sit within BF16 rounding of each other's centroids: near-ties).
 TEST(DeviceKVCache, ShortSpansClampCentroids) {
   REQUIRE_GPU();
   CacheConfig c = small_config("qvg:centroids=256,iters=2", "rtn", RopeMode::none);  // spans of 128 tokens
-  run_against_reference(c, 4, false, false);
+  run_against_reference(c, 4, false, false, 1 << 16);
 }
 
 TEST(DeviceKVCache, BadArgumentsLeaveTheCacheUnchanged) {

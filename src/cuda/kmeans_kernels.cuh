@@ -570,6 +570,18 @@ static __global__ void centroid_mean_kernel(unsigned long long* __restrict__ sum
   }
 }
 
+/// The (value, index) pair that is largest in the order (value desc, index
+/// asc) across a warp, index -1 = none; every lane gets it.
+__device__ inline void reseed_argmax_warp(float& v, int64_t& i) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_down_sync(0xffffffffu, v, off);
+    const int64_t oi = __shfl_down_sync(0xffffffffu, i, off);
+    if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
+  }
+  v = __shfl_sync(0xffffffffu, v, 0);
+  i = __shfl_sync(0xffffffffu, i, 0);
+}
+
 /// Empty-cluster rule (kmeans.h): each empty cluster, in index order, takes
 /// the point farthest from its centroid (lowest index on ties) not taken by
 /// an earlier empty cluster of this iteration. One block of 1024 per head.
@@ -583,8 +595,9 @@ __global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, i
                                     int* __restrict__ reseeded) {
   const int h = blockIdx.x;
   if (active && !active[h]) return;
-  __shared__ float sv[1024];
-  __shared__ int64_t si[1024];
+  __shared__ float sv[32];
+  __shared__ int64_t si[32];
+  __shared__ int64_t far_s;
   __shared__ int empty[256];  // c_count <= 256
   for (int c = threadIdx.x; c < c_count; c += blockDim.x) {  // each count read and cleared by one thread
     empty[c] = counts[h * c_count + c] == 0;
@@ -595,6 +608,11 @@ __global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, i
   uint8_t* th = taken + static_cast<int64_t>(h) * n_tokens;
   for (int64_t i = threadIdx.x; i < n_tokens; i += blockDim.x) th[i] = 0;
   __syncthreads();
+  // The farthest untaken row (ties: the lowest index) of each empty cluster,
+  // in cluster order: a maximum over the total order (dist desc, index asc),
+  // so any reduction order gives the same row. Warp shuffles, then one warp
+  // over the warps' results: two barriers per empty cluster.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (int c = 0; c < c_count; ++c) {
     const int slot = h * c_count + c;
     if (!empty[c]) continue;  // uniform across the block
@@ -602,21 +620,18 @@ __global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, i
     int64_t bi = -1;
     for (int64_t i = threadIdx.x; i < n_tokens; i += blockDim.x)
       if (!th[i] && dh[i] > bv) bv = dh[i], bi = i;  // i increases: strict keeps the lowest
-    sv[threadIdx.x] = bv;
-    si[threadIdx.x] = bi;
+    reseed_argmax_warp(bv, bi);
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
     __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-      if (threadIdx.x < w) {
-        const float ov = sv[threadIdx.x + w];
-        const int64_t oi = si[threadIdx.x + w];
-        if (oi >= 0 && (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && (si[threadIdx.x] < 0 || oi < si[threadIdx.x]))))
-          sv[threadIdx.x] = ov, si[threadIdx.x] = oi;
-      }
-      __syncthreads();
+    if (warp == 0) {
+      bv = lane < warps ? sv[lane] : -1.0f;
+      bi = lane < warps ? si[lane] : -1;
+      reseed_argmax_warp(bv, bi);
+      if (lane == 0) far_s = bi;  // written again only after the next cluster's first barrier
     }
-    const int64_t far = si[0];
     __syncthreads();
-    if (far < 0) continue;
+    const int64_t far = far_s;
+    if (far < 0) continue;  // uniform: every row taken
     for (int k = threadIdx.x; k < d; k += blockDim.x)
       cent[static_cast<int64_t>(slot) * d + k] =
           round_bf16(load_as_float(x + (static_cast<int64_t>(h) * n_tokens + far) * d + k));
@@ -624,7 +639,7 @@ __global__ void reseed_empty_kernel(const T* __restrict__ x, int64_t n_tokens, i
       th[far] = 1;
       ++reseeded[h];
     }
-    __syncthreads();
+    __syncthreads();  // th[far] before the next cluster's scan
   }
 }
 
