@@ -337,7 +337,7 @@ def main():
             frames16 = int(16 * GB // bf16_frame)
         elif mem.get("tokens_encoded"):
             per_frame = mem["spans_bytes"] / (mem["tokens_encoded"] / fs / args.blocks)  # counts sum over blocks
-            tail_frames = (args.quant_factor + 1) * 3 + args.sink_size  # BF16 at most: pending span + chunk + sink
+            tail_frames = args.quant_factor * 3 + args.sink_size  # BF16 at most: the chunks before a span, the sink
             frames16 = int((16 * GB - tail_frames * bf16_frame) // per_frame) + tail_frames
         else:
             frames16 = 0
