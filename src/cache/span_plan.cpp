@@ -1,4 +1,5 @@
-// plan_append (span_plan.h): eviction first, then the grouping of pending chunks.
+// plan_append (span_plan.h): eviction first, then the grouping of pending
+// chunks; the memory sums both caches report.
 #include "cache/span_plan.h"
 
 #include <algorithm>
@@ -28,6 +29,30 @@ AppendPlan plan_append(const SpanPolicy& p, std::span<const ChunkSlot> chunks) {
     plan.groups.emplace_back(pending.begin() + static_cast<std::ptrdiff_t>(used),
                              pending.begin() + static_cast<std::ptrdiff_t>(used + q));
   return plan;
+}
+
+void add_parts(PartBytes& a, const PartBytes& b) {
+  a.codes += b.codes;
+  a.scales += b.scales;
+  a.zero_points += b.zero_points;
+  a.span_scales += b.span_scales;
+  a.centroids += b.centroids;
+  a.ids += b.ids;
+  a.full_precision += b.full_precision;
+}
+
+void add_memory(LayerMemory& a, const LayerMemory& b) {
+  add_parts(a.k.spans, b.k.spans);
+  add_parts(a.v.spans, b.v.spans);
+  a.k.tail += b.k.tail;
+  a.v.tail += b.v.tail;
+  a.positions += b.positions;
+  a.warm_start += b.warm_start;
+  a.tokens_live += b.tokens_live;
+  a.tokens_held += b.tokens_held;
+  a.tokens_encoded += b.tokens_encoded;
+  a.spans += b.spans;
+  a.bf16_bytes += b.bf16_bytes;
 }
 
 }  // namespace qvg
