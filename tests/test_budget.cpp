@@ -220,12 +220,18 @@ TEST(Budget, KnownChoicesOnTheDemoSpan) {
   EXPECT_FALSE(pick("quarot", 2.0).reachable);  // 2.25 > 2.06
   EXPECT_NEAR(pick("quarot", 2.0).bits, 2.25, 1e-12);
   EXPECT_FALSE(pick("kivi", 2.0).reachable);
-  // A budget equal to a spec's own bits gives the spec itself.
-  for (const char* spec : {"qvg", "qvg-pro", "rtn", "kivi", "qvg-int4"}) {
+  // A budget equal to a spec's own bits gives the spec itself, unless a
+  // configuration with more code bits has exactly its size: QVG's INT2 C256
+  // (4.854 bits) ties INT4 C64 (192 centroids = 2 bits a value).
+  for (const char* spec : {"rtn", "rtn-int4", "kivi", "kivi-int4", "quarot", "qvg-int4", "qvg-pro-int4", "qvg:centroids=64"}) {
     const CodecConfig c = parse_codec_spec(spec);
     const BudgetChoice self = pick(spec, span_bits_per_value(c, 1536, 128));
     EXPECT_TRUE(same_codec(self.config, c)) << spec << " -> " << describe(self.config);
   }
+  EXPECT_EQ(describe(pick("qvg", span_bits_per_value(parse_codec_spec("qvg"), 1536, 128)).config),
+            "INT4 B64 fp8 S1 C64");
+  // 5 bits: INT4 B64 C78 and INT2 B16 C234 are both 5 + 32 / (1536 * 128); INT4 wins.
+  EXPECT_EQ(describe(pick("qvg", 5).config), "INT4 B64 fp8 S1 C78");
   // bf16 is a family of one.
   EXPECT_TRUE(pick("bf16", 16).reachable);
   EXPECT_FALSE(pick("bf16", 8).reachable);

@@ -281,7 +281,7 @@ void add_demo_command(CLI::App& app) {
   a->run.start = 192;
   a->run.frames = 12;
   a->run.quant_factor = 2;
-  a->rd_bits = {"2", "3", "4", "5"};
+  a->rd_bits = {"2.25", "3", "4", "5"};
   auto out = std::make_shared<std::string>("qvg-demo");
   auto quick = std::make_shared<bool>(false);
   auto* s = app.add_subcommand(
@@ -297,7 +297,7 @@ void add_demo_command(CLI::App& app) {
   s->add_option("--quant-factor", a->run.quant_factor, "chunks per encoded span, default 2")
       ->check(CLI::Range(1, 1 << 20));
   add_common_options(s, *a);
-  s->add_option("--rd-bits", a->rd_bits, "more budgets for the rate-distortion sweep, default 2 3 4 5 (none: no sweep)");
+  s->add_option("--rd-bits", a->rd_bits, "more budgets for the rate-distortion sweep, default 2.25 3 4 5 (none: no sweep)");
   s->add_option("--out", *out,
                 "folder of the demo's files (rate-distortion and PSNR-per-frame CSV + PNG, the labelled video), "
                 "default qvg-demo; none: no files");

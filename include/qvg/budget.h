@@ -42,10 +42,12 @@ struct BudgetChoice {
 /// family's configs whose span_bits_per_value is at most budget * (1 +
 /// tolerance), the one whose bits are closest to budget (above or below).
 /// Stages: c's count; fewer only when no config with c's count is within the
-/// limit, then the most stages that are. Ties (bits equally close within
-/// 1e-9) go to the config that changes fewer of c's budget fields, then to
-/// the lower bits, then field by field (budget_fields order) to the value
-/// nearest c's on a log scale, then the larger value.
+/// limit, then the most stages that are. Ties (bits per value equally close
+/// within 1e-9) go to the config with more code bits (INT4 before INT2: at
+/// equal size INT4 with fewer centroids measured better than INT2 with more,
+/// docs/BENCHMARKS.md), then the one that changes fewer of c's budget fields,
+/// then the lower bits per value, then field by field (budget_fields order)
+/// to the value nearest c's on a log scale, then the larger value.
 /// centroids=auto stays auto: centroid_bits is set to (C + 1/2) * cb / tokens
 /// (cb = 16 BF16, 8 FP8) so that auto_centroid_count gives the chosen C on
 /// spans of `tokens` tokens.

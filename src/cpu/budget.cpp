@@ -156,6 +156,7 @@ class Search {
   bool better(const Candidate& a, const Candidate& b) const {
     const double da = std::fabs(a.bits - budget_), db = std::fabs(b.bits - budget_);
     if (std::fabs(da - db) > 1e-9) return da < db;
+    if (a.config.bits != b.config.bits) return a.config.bits > b.config.bits;
     const int ca = changed(a.config), cb = changed(b.config);
     if (ca != cb) return ca < cb;
     if (std::fabs(a.bits - b.bits) > 1e-9) return a.bits < b.bits;
