@@ -281,7 +281,7 @@ void add_demo_command(CLI::App& app) {
   a->run.start = 192;
   a->run.frames = 12;
   a->run.quant_factor = 2;
-  a->rd_bits = {"2.25", "3", "4", "5"};
+  a->rd_bits = {"3", "5"};
   auto out = std::make_shared<std::string>("qvg-demo");
   auto quick = std::make_shared<bool>(false);
   auto* s = app.add_subcommand(
@@ -297,7 +297,7 @@ void add_demo_command(CLI::App& app) {
   s->add_option("--quant-factor", a->run.quant_factor, "chunks per encoded span, default 2")
       ->check(CLI::Range(1, 1 << 20));
   add_common_options(s, *a);
-  s->add_option("--rd-bits", a->rd_bits, "more budgets for the rate-distortion sweep, default 2.25 3 4 5 (none: no sweep)");
+  s->add_option("--rd-bits", a->rd_bits, "more budgets for the rate-distortion sweep, default 3 5 (none: no sweep)");
   s->add_option("--out", *out,
                 "folder of the demo's files (rate-distortion and PSNR-per-frame CSV + PNG, the labelled video), "
                 "default qvg-demo; none: no files");
@@ -314,7 +314,7 @@ void add_demo_command(CLI::App& app) {
     if (d.rd_bits.size() == 1 && d.rd_bits[0] == "none") d.rd_bits.clear();
     if (*out != "none") {
       std::filesystem::create_directories(*out);
-      const std::filesystem::path dir(*out);
+      const std::filesystem::path dir = std::filesystem::absolute(*out);  // the paths printed are absolute
       d.csv = (dir / "psnr_per_frame.csv").string();
       d.rd_csv = (dir / "rate_distortion.csv").string();
       d.side_by_side = (dir / "side_by_side.mp4").string();

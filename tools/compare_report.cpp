@@ -99,6 +99,23 @@ void print_table(const Outcome& o, double budget) {
       note = "  (" + budget_gap(p->span_bits, budget) + " the budget: its family has nothing closer)";
     row(p->label, config_text(p->config, o.span_tokens), o.runs[o.run_of.at(p->canonical)], p->span_bits, note);
   }
+  // The ranking in one line: the best PSNR and its margin over the next method.
+  const PlannedMethod* best = nullptr;
+  const PlannedMethod* next = nullptr;
+  auto psnr_of = [&](const PlannedMethod* p) { return o.runs[o.run_of.at(p->canonical)].psnr; };
+  for (const PlannedMethod* p : rows) {
+    if (!p->reachable || !std::isfinite(psnr_of(p))) continue;
+    if (!best || psnr_of(p) > psnr_of(best)) {
+      next = best;
+      best = p;
+    } else if (!next || psnr_of(p) > psnr_of(next)) {
+      next = p;
+    }
+  }
+  if (best && next)
+    std::printf("best: %s, %.2f dB at %.3f bits, %.2f dB above the next, %s (%.2f dB at %.3f bits)\n",
+                best->label.c_str(), psnr_of(best), o.runs[o.run_of.at(best->canonical)].bits, psnr_of(best) - psnr_of(next),
+                next->label.c_str(), psnr_of(next), o.runs[o.run_of.at(next->canonical)].bits);
   if (tail_note)
     std::printf("* the measured bits include the K/V of chunks not yet encoded (BF16); on the spans alone: the "
                 "budget's formula\n");
