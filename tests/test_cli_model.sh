@@ -83,6 +83,7 @@ else
 fi
 expect_status1 "numbers > 0" compare $SHORT --bits 0 --methods rtn
 expect_status1 "got 'x'" compare $SHORT --bits 2.5 x --methods rtn
+expect_status1 "--rd-bits needs --bits" compare $SHORT --bits none --rd-bits 3 --methods rtn
 # --bits none: the specs as given.
 "$qvg" compare $SHORT --bits none --methods qvg:centroids=8 >"$tmp/none.txt" 2>"$tmp/err" &&
   grep -q "as given" "$tmp/none.txt" && grep -q "^qvg:centroids=8 .*C8 " "$tmp/none.txt" && ok || bad "--bits none: $(cat "$tmp/none.txt" "$tmp/err")"

@@ -105,6 +105,7 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
   if (!a.rd_bits.empty())
     for (double b : parse_budget_option(a.rd_bits, "--rd-bits"))
       if (std::find(o.budgets.begin(), o.budgets.end(), b) == o.budgets.end()) o.rd_budgets.push_back(b);
+  QVG_CHECK(o.rd_budgets.empty() || !o.budgets.empty(), "--rd-bits needs --bits budgets (not none)");
   std::vector<double> all = o.budgets;
   all.insert(all.end(), o.rd_budgets.begin(), o.rd_budgets.end());
   o.plan = plan_budgets(a.methods, all, o.span_tokens, mc.head_dim);
@@ -312,6 +313,7 @@ void add_demo_command(CLI::App& app) {
       d.rd_bits.clear();
     }
     if (d.rd_bits.size() == 1 && d.rd_bits[0] == "none") d.rd_bits.clear();
+    if (d.bits.size() == 1 && d.bits[0] == "none") d.rd_bits.clear();  // the specs as given: no sweep
     if (*out != "none") {
       std::filesystem::create_directories(*out);
       const std::filesystem::path dir = std::filesystem::absolute(*out);  // the paths printed are absolute

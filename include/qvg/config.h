@@ -70,6 +70,10 @@ struct CodecConfig {
   /// stage: C = clamp(floor(centroid_bits * N / cb), 1, min(256, N)), cb = 16
   /// (BF16) or 8 (FP8) bits per centroid value (FP8's per-stage FP32 scale is
   /// not counted). span_config resolves it; an encoding holds the resolved C.
+  /// Known gap: a streaming cache saved with warm start holds the last span's
+  /// C, and its load checks that C against span_config(config, C) (the rule
+  /// for a span of C tokens), which refuses it; save such caches without
+  /// warm start until the cache's loader takes the stored C as it is.
   bool auto_centroids = false;
   double centroid_bits = 0.125;  ///< with auto_centroids: bits per value per stage, > 0
   int group = 32;                         ///< G: KIVI group size (tokens for keys, channels for values)
