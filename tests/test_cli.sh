@@ -54,6 +54,43 @@ else
   bad "--write-rec run failed: $(cat "$tmp/err")"
 fi
 
+# Budgets (eval --bits): every reachable method's K and V together within +3 % of
+# the budget, the unreachable ones reported as such (their cheapest above the
+# limit), the rate-distortion CSV; bad budgets named.
+if "$qvg" eval --heads 1 --frames 1 --queries 0 --bits 2.5 2 --methods rtn kivi quarot qvg qvg-pro qvg:centroids=auto \
+     --json --quiet --rd-csv "$tmp/rd.csv" >"$tmp/b.json" 2>"$tmp/err"; then
+  python3 - "$tmp/b.json" <<'PY' && ok || bad "eval --bits: budget rule violated"
+import collections, json, sys
+rows = json.load(open(sys.argv[1]))
+bits = collections.defaultdict(list)
+for r in rows:
+    if r["reachable"]:
+        bits[(r["label"], r["budget"])].append(r["bits_per_value"])
+    else:
+        assert r["bits_per_value"] > r["budget"] * 1.03, r
+for (label, budget), b in bits.items():
+    assert len(b) == 2, (label, budget)
+    assert sum(b) / 2 <= budget * 1.03 + 1e-12, (label, budget, b)
+unreachable = {(r["label"], r["budget"]) for r in rows if not r["reachable"]}
+assert ("quarot", 2.0) in unreachable and ("qvg", 2.0) in unreachable, unreachable
+assert ("rtn", 2.5) not in unreachable and ("qvg", 2.5) not in unreachable, unreachable
+PY
+  [ "$(wc -l <"$tmp/rd.csv")" -eq 25 ] && ok || bad "rd CSV rows: $(wc -l <"$tmp/rd.csv")"  # header + 2 x 6 x 2
+else
+  bad "eval --bits failed: $(cat "$tmp/err")"
+fi
+"$qvg" eval --heads 1 --frames 1 --queries 0 --bits 2 --methods quarot --quiet >"$tmp/b.txt" 2>"$tmp/err" &&
+  grep -q "quarot cannot reach 2 bits: .*stores 2.250" "$tmp/b.txt" && ok || bad "unreachable budget not reported: $(cat "$tmp/b.txt" "$tmp/err")"
+expect_fail "numbers > 0" eval --heads 1 --frames 1 --bits 0
+expect_fail "got 'abc'" eval --heads 1 --frames 1 --bits 2.5,abc
+expect_fail "need --bits" eval --heads 1 --frames 1 --rd-csv "$tmp/x.csv"
+# centroids=auto: C per span = floor(centroid_bits * N / 16), here N = 1,560 and 3,120 tokens.
+for f in 1 2; do
+  "$qvg" eval --heads 1 --frames $f --queries 0 --methods qvg:centroids=auto,iters=2 --json --quiet >"$tmp/a.json" 2>"$tmp/err" &&
+    [ "$(grep -c "\"centroids\": $((f * 12))," "$tmp/a.json")" -eq 2 ] && ok || bad "centroids=auto on $f frames: $(grep centroids "$tmp/a.json") $(cat "$tmp/err")"
+done
+expect_fail "centroid_bits must be" eval --heads 1 --frames 1 --queries 0 --methods qvg:centroids=auto,centroid_bits=-1 --quiet
+
 # qvg stream: stopping, saving and resuming gives the same cache as one uninterrupted
 # run (the digest of every layer's read()); a damaged cache file is refused.
 S="--heads 1 --frames 4 --chunk-frames 1 --quant-factor 2 --key qvg:centroids=16 --value rtn --quiet"

@@ -1,10 +1,13 @@
 // `qvg compare`: the same continuation (same context, same noise) with a BF16
-// cache and with each chosen cache; a table of KV bytes, ratio, PSNR / SSIM
-// against the BF16 video (overall and per chunk) and time per chunk, and
-// optionally the PSNR per frame as CSV and a plot, and the methods' frames
-// side by side. `qvg demo`: compare on a held-out clip with the demo's
-// defaults and a header that explains the table. Thin: the model runtime
-// (include/qvg/model.h), the cache and the video metrics do the work.
+// cache and with each method's cache at equal memory: at each budget of bits
+// per value (--bits) every method gets the configuration of its own family
+// closest to it (qvg/budget.h); a table per budget of the chosen
+// configuration, measured bits, ratio, PSNR / SSIM against the BF16 video
+// (overall and per chunk); optionally a rate-distortion sweep (--rd-bits; CSV
+// and plot), the PSNR per frame (CSV and plot) and the frames side by side.
+// `qvg demo`: compare on a held-out clip with the demo's defaults, writing
+// its files into one folder. Thin: the model runtime (include/qvg/model.h),
+// the cache, the budget rule and the video metrics do the work.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -13,18 +16,24 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "budget_plan.h"
 #include "commands.h"
+#include "compare_report.h"
 #include "model_run.h"
 #include "plot.h"
+#include "progress.h"
 #include "qvg/cache.h"
+#include "qvg/methods.h"
 #include "qvg/model.h"
 #include "qvg/video.h"
 #include "qvg/video_metrics.h"
 #include "qvg/video_writer.h"
+#include "side_by_side.h"
 
 namespace qvg_cli {
 namespace {
@@ -33,26 +42,22 @@ namespace {
 struct CompareArgs {
   ModelRunArgs run;
   std::vector<std::string> methods = {"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"};  ///< caches (codec specs)
+  std::vector<std::string> bits = {"2.5"};  ///< budgets of the tables; "none": the specs as given
+  std::vector<std::string> rd_bits;         ///< budgets run only for the rate-distortion CSV / plot
   bool as_json = false;
-  std::string side_by_side;  ///< MP4 of every method's frames side by side ("" = none)
+  std::string side_by_side;  ///< MP4 of the first budget's frames side by side ("" = none)
   std::string plot;          ///< PNG of PSNR per generated frame (gnuplot; "" = none)
   std::string csv;           ///< PSNR per generated frame, one column per method ("" = none)
-};
-
-struct RunResult {
-  std::string method;
-  std::vector<uint8_t> frames;   ///< generated frames, uint8 [frames, 64, 64, 3]
-  std::vector<double> chunk_seconds;
-  qvg::LayerMemory memory;       ///< all layers, at the end
-  double bits = 0;
+  std::string rd_csv;        ///< rate-distortion rows: budget, method, config, bits, PSNR ("" = none)
+  std::string rd_plot;       ///< PNG of PSNR against measured bits, one line per method ("" = none)
 };
 
 qvg::CacheConfig cache_config_for(const ModelRunArgs& run, const qvg::ModelConfig& mc, const std::string& spec) {
   return qvg::model_cache_config(mc, spec, spec, !run.post_rope, span_policy(run));
 }
 
-RunResult run_method(const CompareArgs& a, const qvg::Model& model, const std::string& spec,
-                     std::span<const float> ctx_x, std::span<const float> noise, int gen_chunks) {
+RunResult run_method(const CompareArgs& a, const qvg::Model& model, const std::string& spec, const std::string& label,
+                     std::span<const float> ctx_x, std::span<const float> noise, int gen_chunks, JobProgress& progress) {
   const qvg::ModelConfig& mc = model.config();
   qvg::StreamingKVCache cache(cache_config_for(a.run, mc, spec), cache_options(a.run));
   qvg::Sampler sampler(model, cache, sampler_config(a.run));
@@ -60,15 +65,12 @@ RunResult run_method(const CompareArgs& a, const qvg::Model& model, const std::s
   for (size_t i = 0; i * cv < ctx_x.size(); ++i) sampler.add_context(ctx_x.subspan(i * cv, cv));
   const size_t nv = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
   RunResult r;
-  r.method = spec;
+  r.spec = spec;
   std::vector<float> gen;
   for (int i = 0; i < gen_chunks; ++i) {
-    qvg::ChunkReport rep;
-    const std::vector<float> f = sampler.generate(noise.subspan(i * nv, nv), &rep);
+    const std::vector<float> f = sampler.generate(noise.subspan(i * nv, nv));
     gen.insert(gen.end(), f.begin(), f.end());
-    r.chunk_seconds.push_back(rep.read_seconds + rep.forward_seconds + rep.append_seconds);
-    if (!a.as_json)
-      std::fprintf(stderr, "qvg: %-10s chunk %d/%d %.2f s\n", spec.c_str(), i + 1, gen_chunks, r.chunk_seconds.back());
+    progress.step(label + " chunk " + std::to_string(i + 1) + "/" + std::to_string(gen_chunks));
   }
   r.frames = qvg::model_to_pixels(gen);
   r.memory = cache.memory().total;
@@ -76,170 +78,170 @@ RunResult run_method(const CompareArgs& a, const qvg::Model& model, const std::s
   return r;
 }
 
+/// The clip's frames that follow the context (what the model continues), as
+/// the model sees them; empty where the clip ends before `frames` of them.
+std::vector<uint8_t> real_frames(const ModelRunArgs& run, const qvg::ModelConfig& mc, int frames) {
+  ModelRunArgs next = run;
+  next.start = run.start + run.context_frames;
+  next.context_frames = frames;
+  double fps = 0;
+  try {
+    return load_context(next, mc, &fps).rgb;
+  } catch (const qvg::Error&) {
+    return {};
+  }
+}
+
 /// compare; `before_runs` (if set) is called once every argument, the model
 /// and the clip have been checked, right before the runs (the demo's header).
-void compare(const CompareArgs& a, const std::function<void()>& before_runs) {
+void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConfig&)>& before_runs) {
   const qvg::Model model = load_model(a.run.model);
   const qvg::ModelConfig& mc = model.config();
   QVG_CHECK(a.run.context_frames % mc.chunk_frames == 0, "--context-frames must be a multiple of ", mc.chunk_frames,
             ", got ", a.run.context_frames);
-  std::vector<std::string> methods = a.methods;
-  methods.erase(std::remove(methods.begin(), methods.end(), "bf16"), methods.end());
-  methods.insert(methods.begin(), "bf16");  // the reference, run first
-  for (const std::string& m : methods) {  // every spec is checked before minutes of runs
+  Outcome o;
+  o.span_tokens = static_cast<int64_t>(mc.tokens_per_chunk()) * a.run.quant_factor;
+  o.budgets = parse_budget_option(a.bits, "--bits");
+  if (!a.rd_bits.empty())
+    for (double b : parse_budget_option(a.rd_bits, "--rd-bits"))
+      if (std::find(o.budgets.begin(), o.budgets.end(), b) == o.budgets.end()) o.rd_budgets.push_back(b);
+  QVG_CHECK(o.rd_budgets.empty() || !o.budgets.empty(), "--rd-bits needs --bits budgets (not none)");
+  std::vector<double> all = o.budgets;
+  all.insert(all.end(), o.rd_budgets.begin(), o.rd_budgets.end());
+  o.plan = plan_budgets(a.methods, all, o.span_tokens, mc.head_dim);
+  // The runs: BF16 (the reference) first, then each distinct reachable configuration once.
+  std::vector<std::pair<std::string, std::string>> specs = {{"bf16", "bf16"}};  // spec, label
+  for (const PlannedMethod& p : o.plan)
+    if (p.reachable && !o.run_of.count(p.canonical)) {
+      o.run_of[p.canonical] = specs.size();
+      char b[64];
+      std::snprintf(b, sizeof b, p.budget > 0 ? "%s at %.3g bits" : "%s", p.label.c_str(), p.budget);
+      specs.emplace_back(p.spec, b);
+    }
+  for (const auto& [spec, label] : specs) {  // every cache is checked before minutes of runs
     try {
-      cache_config_for(a.run, mc, m);
+      cache_config_for(a.run, mc, spec);
     } catch (const qvg::Error& e) {
-      QVG_CHECK(false, "cache '", m, "': ", e.what());
+      QVG_CHECK(false, "cache '", label, "' (", spec, "): ", e.what());
     }
   }
-  QVG_CHECK(a.plot.empty() || methods.size() > 1, "--plot needs a method besides the bf16 reference");
-  if (!a.plot.empty()) require_gnuplot();
+  const bool several = all.size() > 1;
+  QVG_CHECK(a.plot.empty() || specs.size() > 1, "--plot needs a method besides the bf16 reference");
+  QVG_CHECK(a.rd_plot.empty() || specs.size() > 1, "--rd-plot needs a method besides the bf16 reference");
+  if (!a.plot.empty()) require_gnuplot("--plot");
+  if (!a.rd_plot.empty()) require_gnuplot("--rd-plot");
   double fps = 0;
   const qvg::Video ctx = load_context(a.run, mc, &fps);
   const std::vector<float> ctx_x = qvg::pixels_to_model(ctx.rgb);
-  const int gen_chunks = (a.run.frames + mc.chunk_frames - 1) / mc.chunk_frames;
-  const int gen_frames = gen_chunks * mc.chunk_frames;
+  o.gen_chunks = (a.run.frames + mc.chunk_frames - 1) / mc.chunk_frames;
+  const int gen_frames = o.gen_chunks * mc.chunk_frames;
   const size_t nv = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
-  const std::vector<float> noise = qvg::gaussian_noise(static_cast<int64_t>(nv) * gen_chunks, a.run.seed);
-  if (before_runs) before_runs();
-  std::vector<RunResult> runs;
-  for (const std::string& m : methods) runs.push_back(run_method(a, model, m, ctx_x, noise, gen_chunks));
-  const RunResult& ref = runs.front();
-  auto mean = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-  };
-  const double ref_ms = 1000 * mean(ref.chunk_seconds);
-  const size_t frame_bytes = static_cast<size_t>(mc.frame_values());
-  const size_t chunk_bytes = static_cast<size_t>(mc.chunk_frames) * frame_bytes;
-  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
-  nlohmann::json rows = nlohmann::json::array();
-  std::vector<std::vector<double>> per_frame_all;
-  if (!a.as_json) {
+  const std::vector<float> noise = qvg::gaussian_noise(static_cast<int64_t>(nv) * o.gen_chunks, a.run.seed);
+  if (before_runs) before_runs(mc);
+  JobProgress progress(static_cast<int64_t>(specs.size()) * o.gen_chunks, a.as_json);
+  for (const auto& [spec, label] : specs)
+    o.runs.push_back(run_method(a, model, spec, label, ctx_x, noise, o.gen_chunks, progress));
+  for (RunResult& r : o.runs) measure(r, o.runs.front(), mc, o.gen_chunks);
+  if (a.as_json) {
+    std::cout << json_rows(o, a.run.context_frames).dump(2) << std::endl;
+  } else {
     std::printf("qvg compare: %s frames %d..%d as context, %d generated frames (%d chunks), noise seed %" PRIu64
-                ", spans of %d chunks, keys %s RoPE; PSNR/SSIM against the BF16-cache video\n\n",
-                a.run.context.c_str(), a.run.start, a.run.start + a.run.context_frames - 1, gen_frames, gen_chunks,
-                a.run.seed, a.run.quant_factor, a.run.post_rope ? "after" : "before");
-    std::printf("%-12s %6s %7s %10s %8s %7s %9s %8s  %s\n", "method", "bits", "ratio", "kv_bytes", "psnr", "ssim",
-                "ms/chunk", "overhead", "psnr / ssim per chunk");
+                ", spans of %d chunks, keys %s RoPE; PSNR/SSIM against the BF16-cache video; %zu runs in %s\n",
+                a.run.context.c_str(), a.run.start, a.run.start + a.run.context_frames - 1, gen_frames, o.gen_chunks,
+                a.run.seed, a.run.quant_factor, a.run.post_rope ? "after" : "before", specs.size(),
+                clock_text(progress.elapsed()).c_str());
+    if (o.budgets.empty()) print_table(o, 0);
+    for (double b : o.budgets) print_table(o, b);
+    if (several) print_rd_table(o, all);
   }
-  for (const RunResult& r : runs) {
-    const double psnr = qvg::psnr_u8(r.frames, ref.frames);
-    const double ssim = qvg::ssim_rgb(r.frames, ref.frames, gen_frames, mc.frame, mc.frame);
-    std::vector<double> per_chunk, ssim_chunk, per_frame, ssim_frame;
-    for (int i = 0; i < gen_chunks; ++i) {
-      const auto x = std::span<const uint8_t>(r.frames).subspan(i * chunk_bytes, chunk_bytes);
-      const auto y = std::span<const uint8_t>(ref.frames).subspan(i * chunk_bytes, chunk_bytes);
-      per_chunk.push_back(qvg::psnr_u8(x, y));
-      ssim_chunk.push_back(qvg::ssim_rgb(x, y, mc.chunk_frames, mc.frame, mc.frame));
-    }
-    for (int i = 0; i < gen_frames; ++i) {
-      const auto x = std::span<const uint8_t>(r.frames).subspan(i * frame_bytes, frame_bytes);
-      const auto y = std::span<const uint8_t>(ref.frames).subspan(i * frame_bytes, frame_bytes);
-      per_frame.push_back(qvg::psnr_u8(x, y));
-      ssim_frame.push_back(qvg::ssim_rgb(x, y, 1, mc.frame, mc.frame));
-    }
-    const double ms = 1000 * mean(r.chunk_seconds), overhead = 100 * (ms / ref_ms - 1);
-    nlohmann::json pc = nlohmann::json::array(), pf = nlohmann::json::array(), sc = nlohmann::json::array();
-    for (double x : per_chunk) pc.push_back(num(x));
-    for (double x : ssim_chunk) sc.push_back(x);
-    nlohmann::json sf = nlohmann::json::array();
-    for (double x : ssim_frame) sf.push_back(x);
-    for (double x : per_frame) pf.push_back(num(x));
-    rows.push_back({{"method", r.method}, {"bits", r.bits}, {"ratio", r.memory.ratio()},
-                    {"kv_bytes", r.memory.kv_bytes()}, {"psnr", num(psnr)}, {"ssim", ssim},
-                    {"psnr_per_chunk", pc}, {"ssim_per_chunk", sc}, {"psnr_per_frame", pf}, {"ssim_per_frame", sf}, {"first_generated_frame", a.run.context_frames},
-                    {"ms_per_chunk", ms}, {"overhead_pct", overhead}});
-    per_frame_all.push_back(per_frame);
-    if (!a.as_json) {
-      std::string pcs;
-      for (size_t i = 0; i < per_chunk.size(); ++i) {
-        char b[40];
-        if (std::isfinite(per_chunk[i]))
-          std::snprintf(b, sizeof b, "%.2f/%.4f ", per_chunk[i], ssim_chunk[i]);
-        else
-          std::snprintf(b, sizeof b, "inf/%.4f ", ssim_chunk[i]);
-        pcs += b;
-      }
-      std::printf("%-12s %6.3f %6.2fx %10zu %8.2f %7.4f %9.0f %7.1f%%  %s\n", r.method.c_str(), r.bits,
-                  r.memory.ratio(), r.memory.kv_bytes(), psnr, ssim, ms, overhead, pcs.c_str());
-    }
-  }
-  if (a.as_json) std::cout << rows.dump(2) << std::endl;
   std::fflush(stdout);
-  if (!a.csv.empty()) {
-    std::ofstream f(a.csv);
-    QVG_CHECK(f.good(), "cannot write ", a.csv);
-    f << "frame,clip_frame";
-    for (const std::string& m : methods) f << "," << m;
-    f << "\n";
-    for (int i = 0; i < gen_frames; ++i) {
-      f << a.run.context_frames + i << "," << a.run.start + a.run.context_frames + i;
-      for (const auto& pf : per_frame_all) {
-        const double x = pf[static_cast<size_t>(i)];
-        if (std::isfinite(x)) {
-          char b[32];
-          std::snprintf(b, sizeof b, ",%.4f", x);
-          f << b;
-        } else {
-          f << ",inf";
-        }
-      }
-      f << "\n";
+  auto say = [&](const std::string& s) {
+    if (!a.as_json) std::printf("wrote %s\n", s.c_str());
+  };
+  // Per frame and side by side: the first table's runs (BF16 first).
+  const double first = o.budgets.empty() ? 0.0 : o.budgets.front();
+  std::vector<std::string> labels = {"bf16"};
+  std::vector<const RunResult*> first_runs = {&o.runs.front()};
+  std::vector<std::string> panel_titles = {"BF16 cache, 16 bits"};
+  for (const PlannedMethod* p : at_budget(o, first))
+    if (p->reachable) {
+      labels.push_back(p->label);
+      first_runs.push_back(&o.runs[o.run_of.at(p->canonical)]);
+      char t[96];
+      std::snprintf(t, sizeof t, "%s, %.2f bits", p->label.c_str(), first_runs.back()->bits);
+      panel_titles.push_back(t);
     }
-    f.close();
-    QVG_CHECK(f.good(), "cannot write ", a.csv);
-    if (!a.as_json) std::printf("wrote %s (PSNR against BF16 per generated frame; inf = identical)\n", a.csv.c_str());
+  const std::string clip = std::filesystem::path(a.run.context).filename().string();
+  if (!a.csv.empty()) {
+    write_frame_csv(labels, first_runs, a.run.context_frames, a.run.start + a.run.context_frames, a.csv);
+    say(a.csv + " (PSNR against BF16 per generated frame; inf = identical)");
   }
   if (!a.plot.empty()) {
     char title[512];
-    std::snprintf(title, sizeof title, "%s, context frames %d..%d, %d generated frames, spans of %d chunks%s",
-                  std::filesystem::path(a.run.context).filename().string().c_str(), a.run.start,
-                  a.run.start + a.run.context_frames - 1, gen_frames, a.run.quant_factor,
-                  a.run.window > 0 ? (", window " + std::to_string(a.run.window) + " chunks").c_str() : "");
-    write_psnr_plot(a.plot, methods, per_frame_all, a.run.context_frames, title);
-    if (!a.as_json) std::printf("wrote %s (PSNR against BF16 per generated frame, one line per method)\n",
-                                 a.plot.c_str());
+    std::snprintf(title, sizeof title, "%s, context frames %d..%d, %d generated frames, spans of %d chunks%s%s",
+                  clip.c_str(), a.run.start, a.run.start + a.run.context_frames - 1, gen_frames, a.run.quant_factor,
+                  a.run.window > 0 ? (", window " + std::to_string(a.run.window) + " chunks").c_str() : "",
+                  first > 0 ? (", budget " + psnr_text(first, "%.3g") + " bits").c_str() : "");
+    std::vector<std::vector<double>> per_frame;
+    for (const RunResult* r : first_runs) per_frame.push_back(r->psnr_frame);
+    write_psnr_plot(a.plot, labels, per_frame, a.run.context_frames, title);
+    say(a.plot + " (PSNR against BF16 per generated frame, one line per method)");
+  }
+  if (!a.rd_csv.empty()) {
+    write_rd_csv(o, a.rd_csv);
+    say(a.rd_csv + " (rate-distortion: one row per budget and method)");
+  }
+  if (!a.rd_plot.empty()) {
+    char title[256];
+    std::snprintf(title, sizeof title, "%s from frame %d, %d generated frames, spans of %" PRId64 " tokens", clip.c_str(),
+                  a.run.start, gen_frames, o.span_tokens);
+    write_rd_plot(o, a.rd_plot, title);
+    say(a.rd_plot + " (PSNR against BF16 over measured bits per value, one line per method)");
   }
   if (!a.side_by_side.empty()) {
-    qvg::Video sbs;
-    const int F = mc.frame, M = static_cast<int>(runs.size());
-    sbs.width = F * M;
-    sbs.height = F;
+    SideBySide sbs;
+    sbs.side = mc.frame;
     sbs.frames = gen_frames;
-    sbs.rgb.resize(static_cast<size_t>(sbs.frames) * F * F * M * 3);
-    for (int f = 0; f < sbs.frames; ++f)
-      for (int m = 0; m < M; ++m)
-        for (int y = 0; y < F; ++y)
-          std::copy_n(runs[static_cast<size_t>(m)].frames.data() + ((static_cast<size_t>(f) * F + y) * F) * 3, F * 3,
-                      sbs.rgb.data() + ((static_cast<size_t>(f) * F + y) * F * M + static_cast<size_t>(m) * F) * 3);
-    qvg::VideoWriteOptions wo;
-    wo.fps = fps > 0 ? fps : 8.0;
-    wo.upscale = 3;
-    qvg::write_video(a.side_by_side, sbs, wo);
-    if (!a.as_json) std::printf("wrote %s (left to right: the methods in table order)\n", a.side_by_side.c_str());
+    sbs.fps = fps > 0 ? fps : 8.0;
+    sbs.real = {"real frames", "real", real_frames(a.run, mc, gen_frames)};
+    sbs.reference = {panel_titles[0], "BF16", first_runs[0]->frames};
+    for (size_t i = 1; i < first_runs.size(); ++i)
+      sbs.methods.push_back({panel_titles[i], labels[i], first_runs[i]->frames});
+    write_side_by_side(a.side_by_side, sbs);
+    say(a.side_by_side + " (titled panels: " + (sbs.real.frames.empty() ? "" : "the real frames, ") +
+        "BF16, each method; below each method |method - BF16| x " + std::to_string(sbs.amplify) + ")");
   }
 }
 
-void run_demo(const CompareArgs& a) {
+void add_common_options(CLI::App* s, CompareArgs& a) {
+  s->add_option("--methods", a.methods, "caches (codec specs), default bf16 rtn kivi quarot qvg qvg-pro");
+  s->add_option("--bits", a.bits,
+                "budgets of bits per value, one table each (default 2.5; a list, e.g. 2 2.5 3, runs a sweep; none: "
+                "the specs as given): every method gets the configuration of its own family closest to the "
+                "budget, at most 3 % above it");
+  s->add_option("--model", a.run.model, "weights (.safetensors)");
+  s->add_option("--threads", a.run.threads,
+                "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it")
+      ->check(CLI::Range(0, 1 << 16));
+  add_device_options(s, a.run);
+  s->add_flag("--json", a.as_json, "print one JSON row per method and budget");
+}
+
+/// The demo's header: what it runs and how to read the table.
+void print_demo_header(const CompareArgs& a, int tokens_per_chunk) {
   const ModelRunArgs& r = a.run;
-  auto header = [&] {
-    if (a.as_json) return;
-    std::printf(
-        "qvg demo: the reference video model (docs/MODEL.md) continues frames %d..%d of %s (held out from its\n"
-        "training) by %d frames, chunk by chunk (3 frames = 768 tokens), with its KV cache held in BF16 and in each\n"
-        "method. Every %d chunks of K/V are encoded as one span (%d tokens per layer and head), so the generated\n"
-        "chunks attend to compressed K/V. psnr / ssim: the generated frames against the BF16-cache run (higher =\n"
-        "closer; inf = identical). bits: stored bits per K/V value, every byte counted; ratio: BF16 bytes / bytes.\n"
-        "Short spans make QVG's 256 BF16 centroids per stage expensive (16 x 256 / %d = %.2f bits per value per\n"
-        "stage; a Self-Forcing span of 37,440 tokens pays 0.11). Progress on stderr.\n\n",
-        r.start, r.start + r.context_frames - 1, std::filesystem::path(r.context).filename().string().c_str(),
-        r.frames, r.quant_factor, r.quant_factor * 768, r.quant_factor * 768, 16.0 * 256 / (r.quant_factor * 768));
-    std::fflush(stdout);
-  };
-  compare(a, header);  // the header only once the arguments have passed
+  std::printf(
+      "qvg demo: the reference video model (docs/MODEL.md) continues frames %d..%d of %s (held out from its\n"
+      "training) by %d frames, chunk by chunk (3 frames = %d tokens), with its KV cache held in BF16 and in each\n"
+      "method at equal memory. Every %d chunks of K/V are encoded as one span (%d tokens per layer and head), so\n"
+      "the generated chunks attend to compressed K/V. Each method runs the configuration of its own family\n"
+      "(bits, block or group size, centroids, stages) closest to the budget of bits per value, at most 3 %%\n"
+      "above it; a method whose family cannot get there is listed as such. bits: measured, every byte of K/V\n"
+      "counted; ratio: BF16 bytes / bytes; psnr / ssim: the generated frames against the BF16-cache run\n"
+      "(higher = closer; inf = identical). Progress on stderr.\n",
+      r.start, r.start + r.context_frames - 1, std::filesystem::path(r.context).filename().string().c_str(), r.frames,
+      tokens_per_chunk, r.quant_factor, r.quant_factor * tokens_per_chunk);
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -247,15 +249,15 @@ void run_demo(const CompareArgs& a) {
 void add_compare_command(CLI::App& app) {
   auto a = std::make_shared<CompareArgs>();
   auto* s = app.add_subcommand("compare",
-                               "continue a clip with a BF16 cache and with each chosen cache; PSNR/SSIM vs BF16, "
-                               "KV bytes, time per chunk");
+                               "continue a clip with a BF16 cache and with each method's cache at equal memory; "
+                               "PSNR/SSIM vs BF16, bits, rate-distortion sweeps");
   s->add_option("--context", a->run.context, "video clip whose frames are the context")->required();
-  s->add_option("--methods", a->methods, "caches (codec specs), default bf16 rtn kivi quarot qvg qvg-pro");
+  add_common_options(s, *a);
+  s->add_option("--rd-bits", a->rd_bits, "more budgets, run for the rate-distortion CSV / plot only (e.g. 3 4)");
   s->add_option("--frames", a->run.frames, "frames to generate (whole chunks of 3), default 9")->check(CLI::Range(1, 100000));
   s->add_option("--context-frames", a->run.context_frames, "context frames, a multiple of 3, default 6")
       ->check(CLI::Range(3, 100000));
   s->add_option("--start", a->run.start, "first context frame in the clip, default 0")->check(CLI::Range(0, 1000000));
-  s->add_option("--model", a->run.model, "weights (.safetensors)");
   s->add_option("--quant-factor", a->run.quant_factor, "chunks per encoded span, default 4")->check(CLI::Range(1, 1 << 20));
   s->add_option("--keep-recent", a->run.keep_recent, "newest chunks kept in BF16, default 0")->check(CLI::Range(0, 1 << 20));
   s->add_option("--sink", a->run.sink, "first chunks never encoded nor evicted, default 0")->check(CLI::Range(0, 1 << 20));
@@ -264,13 +266,14 @@ void add_compare_command(CLI::App& app) {
   s->add_flag("--post-rope", a->run.post_rope, "cache keys after RoPE (default: before RoPE)");
   s->add_option("--steps", a->run.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
   s->add_option("--seed", a->run.seed, "noise seed, default 2026");
-  s->add_option("--threads", a->run.threads, "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it")->check(CLI::Range(0, 1 << 16));
-  add_device_options(s, a->run);
-  s->add_option("--side-by-side", a->side_by_side, "write an MP4 with every method's frames side by side");
+  s->add_option("--side-by-side", a->side_by_side,
+                "write an MP4 of labelled panels: the real frames, BF16 and each method at the first budget, and "
+                "their amplified differences from BF16");
   s->add_option("--plot", a->plot, "write a PNG of PSNR against BF16 per generated frame, one line per method (gnuplot)");
   s->add_option("--csv", a->csv, "write PSNR against BF16 per generated frame as CSV (one column per method; inf = identical)");
-  s->add_flag("--json", a->as_json, "print one JSON row per method");
-  s->callback([a] { compare(*a, {}); });
+  s->add_option("--rd-csv", a->rd_csv, "write the rate-distortion rows (budget, method, config, bits, PSNR) as CSV");
+  s->add_option("--rd-plot", a->rd_plot, "write a PNG of PSNR against measured bits, one line per method (gnuplot)");
+  s->callback([a] { compare(*a, nullptr); });
 }
 
 void add_demo_command(CLI::App& app) {
@@ -279,9 +282,13 @@ void add_demo_command(CLI::App& app) {
   a->run.start = 192;
   a->run.frames = 12;
   a->run.quant_factor = 2;
+  a->rd_bits = {"3", "5"};
+  auto out = std::make_shared<std::string>("qvg-demo");
+  auto quick = std::make_shared<bool>(false);
   auto* s = app.add_subcommand(
       "demo", "the main job: the reference video model continues a held-out clip with its KV cache in BF16 and in "
-              "each INT2 method; table of bits, ratio, PSNR/SSIM vs BF16, time (a few minutes on 2 cores)");
+              "each method at equal memory; table, rate-distortion sweep, plots and a labelled video (about 5 "
+              "minutes on 2 cores; --quick: under a minute)");
   s->add_option("--context", a->run.context, "clip (default data/clips/vtest.mp4; held-out frames start at 192)");
   s->add_option("--start", a->run.start, "first context frame, default 192 (held out from training)")
       ->check(CLI::Range(0, 1000000));
@@ -290,15 +297,41 @@ void add_demo_command(CLI::App& app) {
       ->check(CLI::Range(3, 100000));
   s->add_option("--quant-factor", a->run.quant_factor, "chunks per encoded span, default 2")
       ->check(CLI::Range(1, 1 << 20));
-  s->add_option("--methods", a->methods, "caches (codec specs), default bf16 rtn kivi quarot qvg qvg-pro");
-  s->add_option("--model", a->run.model, "weights (.safetensors)");
-  s->add_option("--threads", a->run.threads, "threads (0 = all cores, the default); results do not depend on it")->check(CLI::Range(0, 1 << 16));
-  s->add_option("--plot", a->plot, "also write the PSNR-per-frame plot (PNG, gnuplot)");
-  s->add_option("--csv", a->csv, "also write PSNR per generated frame as CSV");
-  s->add_option("--side-by-side", a->side_by_side, "also write the methods' frames side by side (MP4)");
-  s->add_flag("--json", a->as_json, "print one JSON row per method");
-  add_device_options(s, a->run);
-  s->callback([a] { run_demo(*a); });
+  add_common_options(s, *a);
+  s->add_option("--rd-bits", a->rd_bits, "more budgets for the rate-distortion sweep, default 3 5 (none: no sweep)");
+  s->add_option("--out", *out,
+                "folder of the demo's files (rate-distortion and PSNR-per-frame CSV + PNG, the labelled video), "
+                "default qvg-demo; none: no files");
+  s->add_flag("--quick", *quick,
+              "a short run (3 context frames, 3 generated, spans of 1 chunk, no sweep): under a minute on 2 cores");
+  s->callback([a, out, quick] {
+    CompareArgs d = *a;
+    if (*quick) {
+      d.run.context_frames = 3;
+      d.run.frames = 3;
+      d.run.quant_factor = 1;
+      d.rd_bits.clear();
+    }
+    if (d.rd_bits.size() == 1 && d.rd_bits[0] == "none") d.rd_bits.clear();
+    if (d.bits.size() == 1 && d.bits[0] == "none") d.rd_bits.clear();  // the specs as given: no sweep
+    if (*out != "none") {
+      std::filesystem::create_directories(*out);
+      const std::filesystem::path dir = std::filesystem::absolute(*out);  // the paths printed are absolute
+      d.csv = (dir / "psnr_per_frame.csv").string();
+      d.rd_csv = (dir / "rate_distortion.csv").string();
+      d.side_by_side = (dir / "side_by_side.mp4").string();
+      try {
+        require_gnuplot("the demo's plots");
+        d.plot = (dir / "psnr_per_frame.png").string();
+        if (!d.rd_bits.empty()) d.rd_plot = (dir / "rate_distortion.png").string();
+      } catch (const qvg::Error& e) {
+        std::fprintf(stderr, "qvg: no plots: %s\n", e.what());
+      }
+    }
+    compare(d, [&](const qvg::ModelConfig& mc) {
+      if (!d.as_json) print_demo_header(d, mc.tokens_per_chunk());
+    });
+  });
 }
 
 }  // namespace qvg_cli

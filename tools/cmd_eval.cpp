@@ -10,8 +10,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "budget_plan.h"
 #include "commands.h"
 #include "data_options.h"
+#include "eval_sweep.h"
+#include "plot.h"
 #include "device.h"
 #include "qvg/eval.h"
 #include "qvg/io.h"
@@ -31,6 +34,8 @@ struct EvalArgs {
   std::string device = "cpu";  ///< where the codecs encode and decode: cpu or cuda
   std::string write_rec;       ///< directory for the reconstructions ("" = none)
   std::vector<std::string> methods = kDefaultMethods;
+  std::vector<std::string> bits;  ///< budgets of bits per value (empty: the methods as given)
+  std::string rd_csv, rd_plot;    ///< with --bits: rate-distortion CSV / PNG ("" = none)
   bool as_json = false, quiet = false;
 };
 
@@ -82,7 +87,7 @@ json row_json(const qvg::EvalRow& r) {
             {"bytes", bytes}};
   // The configuration: every field the method reads, under its spec key.
   qvg::for_each_field(c, [&](const qvg::CodecField& f, const std::string& v) {
-    j[f.key] = f.is_number ? json::parse(v) : json(v);
+    j[f.key] = f.is_number && json::accept(v) ? json::parse(v) : json(v);  // centroids=auto: "auto"
   });
   j["stages"] = qvg::smoothing_stages(c);
   if (j["stages"] > 0) {
@@ -106,6 +111,10 @@ void print_rows(const std::vector<qvg::EvalRow>& rows, const qvg::EvalInput& in)
 void run_eval(const EvalArgs& a) {
   qvg::EvalOptions opt;
   opt.backend = require_backend(a.device);  // before any data are made
+  const std::vector<double> budgets = a.bits.empty() ? std::vector<double>{} : parse_budget_option(a.bits, "--bits");
+  QVG_CHECK(!budgets.empty() || (a.rd_csv.empty() && a.rd_plot.empty()), "--rd-csv and --rd-plot need --bits");
+  QVG_CHECK(budgets.empty() || a.write_rec.empty(), "--write-rec and --bits cannot be combined");
+  if (!a.rd_plot.empty()) require_gnuplot("--rd-plot");
   KvData data = load_data(a.data, a.threads, [&](const std::string& s) { progress(a.quiet, s); });
   const qvg::KvFileInfo info = data.info;
   const std::string ext = data.ext;
@@ -129,6 +138,10 @@ void run_eval(const EvalArgs& a) {
       qvg::save_kv(path, x, layout, info.dtype, ext == ".npy" ? "" : tensor, info.leading_batch);
       progress(a.quiet, "wrote " + path);
     };
+  }
+  if (!budgets.empty()) {
+    run_eval_sweep(in, a.methods, opt, {budgets, a.rd_csv, a.rd_plot, a.as_json, row_json});
+    return;
   }
   const auto rows = qvg::evaluate(in, a.methods, opt);
   if (a.as_json) {
@@ -216,6 +229,11 @@ void add_eval_command(CLI::App& app) {
                 "write each method's K/V reconstructions into this directory, in the input's format, "
                 "dtype and layout (built-in data: .npy f32, htd)");
   s->add_option("--methods", a->methods, "methods/presets with optional overrides (see `qvg methods`)");
+  s->add_option("--bits", a->bits,
+                "budgets of bits per value (e.g. 2 2.5 3 4): every method runs the configuration of its own family "
+                "closest to each, at most 3 % above it (K and V together; the tensor is one span)");
+  s->add_option("--rd-csv", a->rd_csv, "with --bits: write the rate-distortion rows (budget, method, tensor, bits, MSE)");
+  s->add_option("--rd-plot", a->rd_plot, "with --bits: write a PNG of key and value MSE against bits (gnuplot)");
   s->add_flag("--json", a->as_json, "print one JSON row per method and tensor");
   s->add_flag("--quiet", a->quiet, "no progress output");
   s->callback([a] { run_eval(*a); });

@@ -24,9 +24,28 @@ std::string shell_quote(const std::string& s) {
   return r + "'";
 }
 
+/// A gnuplot double-quoted string.
+std::string gnuplot_string(const std::string& s) {
+  std::string r = "\"";
+  for (char ch : s) r += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
+  return r + "\"";
+}
+
+/// Runs gnuplot on `script`, which draws into `path`.
+void run_gnuplot(const std::string& script, const std::string& path) {
+  const std::string cmd = shell_quote(gnuplot_program());
+  FILE* p = popen(cmd.c_str(), "w");
+  QVG_CHECK(p != nullptr, "cannot start gnuplot ('", gnuplot_program(), "')");
+  const bool wrote = std::fwrite(script.data(), 1, script.size(), p) == script.size();
+  const int status = pclose(p);
+  QVG_CHECK(wrote && status == 0, "gnuplot failed to draw ", path, " (exit status ", status, ")");
+  std::error_code ec;
+  QVG_CHECK(std::filesystem::file_size(path, ec) > 0 && !ec, "gnuplot wrote no ", path);
+}
+
 }  // namespace
 
-void require_gnuplot() {
+void require_gnuplot(const std::string& option) {
   const std::string cmd = shell_quote(gnuplot_program()) + " --version 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
@@ -35,9 +54,9 @@ void require_gnuplot() {
     while (std::fgets(buf, sizeof buf, p)) out += buf;
   }
   const int status = p ? pclose(p) : -1;
-  QVG_CHECK(status == 0 && out.rfind("gnuplot", 0) == 0, "--plot needs gnuplot, and '", gnuplot_program(),
+  QVG_CHECK(status == 0 && out.rfind("gnuplot", 0) == 0, option, " needs gnuplot, and '", gnuplot_program(),
             "' does not run (install the Debian package gnuplot-nox, e.g. bash scripts/install_deps.sh, or "
-            "drop --plot; --csv / --json carry the per-frame PSNR to draw it elsewhere)");
+            "drop ", option, "; the CSV / JSON output carries the same numbers to draw them elsewhere)");
 }
 
 void write_psnr_plot(const std::string& path, const std::vector<std::string>& methods,
@@ -58,14 +77,9 @@ void write_psnr_plot(const std::string& path, const std::vector<std::string>& me
     }
     script += "EOD\n";
   }
-  auto quoted = [](std::string s) {  // a gnuplot double-quoted string
-    std::string r = "\"";
-    for (char ch : s) r += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
-    return r + "\"";
-  };
   script += "set terminal pngcairo size 1000,560 enhanced font 'sans,11'\n";
-  script += "set output " + quoted(path) + "\n";
-  script += "set title " + quoted(title) + " noenhanced\n";
+  script += "set output " + gnuplot_string(path) + "\n";
+  script += "set title " + gnuplot_string(title) + " noenhanced\n";
   script += "set xlabel 'frame of the video (context frames first)'\nset ylabel 'PSNR against the BF16 cache (dB)'\n";
   script += "set grid\nset key outside right top noenhanced\n";
   std::snprintf(buf, sizeof buf, "set yrange [0:%g]\n", cap + 5);
@@ -79,17 +93,39 @@ void write_psnr_plot(const std::string& path, const std::vector<std::string>& me
       label += buf;
     }
     script += (m > 1 ? ", " : "") + std::string("$m") + std::to_string(m) + " using 1:2 with linespoints lw 2 pt 7 ps 0.6 title " +
-              quoted(label);
+              gnuplot_string(label);
   }
   script += "\n";
-  const std::string cmd = shell_quote(gnuplot_program());
-  FILE* p = popen(cmd.c_str(), "w");
-  QVG_CHECK(p != nullptr, "cannot start gnuplot ('", gnuplot_program(), "')");
-  const bool wrote = std::fwrite(script.data(), 1, script.size(), p) == script.size();
-  const int status = pclose(p);
-  QVG_CHECK(wrote && status == 0, "gnuplot failed to draw ", path, " (exit status ", status, ")");
-  std::error_code ec;
-  QVG_CHECK(std::filesystem::file_size(path, ec) > 0 && !ec, "gnuplot wrote no ", path);
+  run_gnuplot(script, path);
+}
+
+void write_lines_plot(const std::string& path, const std::vector<PlotSeries>& series, const PlotAxes& axes) {
+  std::string script, plot;
+  char buf[96];
+  int n = 0;
+  for (const PlotSeries& s : series) {
+    if (s.points.empty()) continue;
+    ++n;
+    script += "$s" + std::to_string(n) + " << EOD\n";
+    for (const auto& [x, y] : s.points) {
+      std::snprintf(buf, sizeof buf, "%.6g %.6g\n", x, y);
+      script += buf;
+    }
+    script += "EOD\n";
+    plot += (n > 1 ? ", " : "") + std::string("$s") + std::to_string(n) + " using 1:2 with linespoints lw 2 pt 7 ps 0.8" +
+            " lc " + std::to_string(s.color > 0 ? s.color : n) + " dt " + (s.dashed ? "2" : "1") + " title " +
+            gnuplot_string(s.label);
+  }
+  QVG_CHECK(n > 0, "plot ", path, ": no points to draw");
+  script += "set terminal pngcairo size 1000,560 enhanced font 'sans,11'\n";
+  script += "set output " + gnuplot_string(path) + "\n";
+  script += "set title " + gnuplot_string(axes.title) + " noenhanced\n";
+  script += "set xlabel " + gnuplot_string(axes.xlabel) + " noenhanced\n";
+  script += "set ylabel " + gnuplot_string(axes.ylabel) + " noenhanced\n";
+  script += "set grid\nset key outside right top noenhanced\n";
+  if (axes.log_y) script += "set logscale y\n";
+  script += "plot " + plot + "\n";
+  run_gnuplot(script, path);
 }
 
 }  // namespace qvg_cli

@@ -64,6 +64,18 @@ struct CodecConfig {
   int stages = 1;                         ///< S smoothing stages, 0..8 (qvg)
   KMeansParams kmeans;                    ///< qvg
   CentroidFormat centroid_format = CentroidFormat::bf16;  ///< qvg
+  /// centroids=auto (qvg): C is chosen per span from its length N, not fixed:
+  /// the most centroids (at most kmeans.centroids = 256, at most N, at least
+  /// 1) whose stored values cost at most centroid_bits bits per value per
+  /// stage: C = clamp(floor(centroid_bits * N / cb), 1, min(256, N)), cb = 16
+  /// (BF16) or 8 (FP8) bits per centroid value (FP8's per-stage FP32 scale is
+  /// not counted). span_config resolves it; an encoding holds the resolved C.
+  /// Known gap: a streaming cache saved with warm start holds the last span's
+  /// C, and its load checks that C against span_config(config, C) (the rule
+  /// for a span of C tokens), which refuses it; save such caches without
+  /// warm start until the cache's loader takes the stored C as it is.
+  bool auto_centroids = false;
+  double centroid_bits = 0.125;  ///< with auto_centroids: bits per value per stage, > 0
   int group = 32;                         ///< G: KIVI group size (tokens for keys, channels for values)
   int residual = 32;                      ///< R: KIVI newest tokens kept in bf16
 };
@@ -74,7 +86,7 @@ struct CodecConfig {
 struct CodecField {
   const char* key;     ///< spec key: "bits"
   const char* values;  ///< accepted values, for help: "2|4"
-  bool is_number;      ///< a number in JSON (else a string)
+  bool is_number;      ///< a number in JSON (else a string); centroids=auto is the string "auto"
   /// The value as canonical text ("2", "fp8", "0.0001" to 17 digits).
   std::string (*get)(const CodecConfig& c);
   /// Parses text into c; throws qvg::Error naming the key and the value.

@@ -24,7 +24,7 @@ struct EvalRow {
   std::string dataset;
   std::string method;  ///< the spec as given ("qvg-pro:block=32")
   std::string tensor;  ///< "k" or "v"
-  CodecConfig config;
+  CodecConfig config;  ///< the encoding's (centroids=auto: the C chosen for the tensor's length)
   ErrorStats error;
   PartBytes bytes;
   double bits_per_value = 0;

@@ -21,6 +21,9 @@ struct MethodTraits {
   const char* summary;  ///< one line for `qvg methods`
   /// The configuration fields it reads (codec_fields keys, in spec order).
   std::vector<std::string> fields;
+  /// The fields a bit budget may change (qvg/budget.h); empty: none (the
+  /// method has one size).
+  std::vector<std::string> budget_fields;
   /// Runs k-means stages: in a span of N tokens C is clamped to N
   /// (span_config), and a streaming cache warm-starts the next span from the
   /// last span's centroids.
@@ -48,8 +51,15 @@ const MethodTraits& method_traits(Method m);
 /// The bytes each part of an encoding of c (valid for dim) must have.
 PartBytes expected_part_bytes(const CodecConfig& c, TensorRole role, int64_t heads, int64_t tokens, int64_t dim);
 
-/// The config of a span of `tokens` tokens: for clustered methods C is
-/// clamped to the tokens (k-means needs C <= N); else c unchanged.
+/// The config of a span of `tokens` tokens: for clustered methods with
+/// centroids=auto, C resolved for the span (auto_centroid_count; the result
+/// has a fixed C); else C clamped to the tokens (k-means needs C <= N); for
+/// other methods c unchanged.
 CodecConfig span_config(const CodecConfig& c, int64_t tokens);
+
+/// centroids=auto's C for a span of `tokens` tokens (CodecConfig::
+/// auto_centroids): clamp(floor(centroid_bits * tokens / cb), 1, min(
+/// kmeans.centroids, tokens)), cb = 16 for BF16 centroids, 8 for FP8.
+int auto_centroid_count(const CodecConfig& c, int64_t tokens);
 
 }  // namespace qvg

@@ -3,6 +3,7 @@
 #include "qvg/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <vector>
 
@@ -115,9 +116,22 @@ PartBytes expected_part_bytes(const CodecConfig& c, TensorRole role, int64_t hea
   return method_traits(c.method).expected_bytes(c, role, heads, tokens, dim);
 }
 
+int auto_centroid_count(const CodecConfig& c, int64_t tokens) {
+  const double value_bits = c.centroid_format == CentroidFormat::fp8 ? 8.0 : 16.0;
+  const double most = std::floor(c.centroid_bits * static_cast<double>(tokens) / value_bits);
+  const int64_t cap = std::min<int64_t>(c.kmeans.centroids, tokens);
+  return static_cast<int>(std::clamp<double>(most, 1.0, static_cast<double>(std::max<int64_t>(cap, 1))));
+}
+
 CodecConfig span_config(const CodecConfig& c, int64_t tokens) {
   CodecConfig s = c;
-  if (smoothing_stages(c) > 0 && tokens < c.kmeans.centroids) s.kmeans.centroids = static_cast<int>(tokens);
+  if (smoothing_stages(c) == 0) return s;
+  if (c.auto_centroids) {
+    s.kmeans.centroids = auto_centroid_count(c, tokens);
+    s.auto_centroids = false;
+  } else if (tokens < c.kmeans.centroids) {
+    s.kmeans.centroids = static_cast<int>(tokens);
+  }
   return s;
 }
 

@@ -71,7 +71,11 @@ void check_stages(const CodecConfig& c, int64_t) {
 }
 void check_centroids(const CodecConfig& c, int64_t) {
   QVG_CHECK(c.kmeans.centroids >= 1 && c.kmeans.centroids <= 256, c.name,
-            ": centroids must be 1..256 (ids are uint8), got ", c.kmeans.centroids);
+            ": centroids must be 1..256 (ids are uint8) or auto, got ", c.kmeans.centroids);
+}
+void check_centroid_bits(const CodecConfig& c, int64_t) {
+  QVG_CHECK(std::isfinite(c.centroid_bits) && c.centroid_bits > 0 && c.centroid_bits <= 4096, c.name,
+            ": centroid_bits must be a number in (0, 4096], got ", c.centroid_bits);
 }
 void check_iters(const CodecConfig& c, int64_t) {
   QVG_CHECK(c.kmeans.max_iter >= 0 && c.kmeans.max_iter <= 10000, c.name, ": iters must be 0..10000, got ",
@@ -110,8 +114,13 @@ const std::vector<CodecField>& codec_fields() {
        check_nothing},
       {"stages", "0..8", true, [](const CodecConfig& c) { return int_text(c.stages); },
        [](CodecConfig& c, const std::string& v) { c.stages = parse_int("stages", v); }, check_stages},
-      {"centroids", "1..256", true, [](const CodecConfig& c) { return int_text(c.kmeans.centroids); },
-       [](CodecConfig& c, const std::string& v) { c.kmeans.centroids = parse_int("centroids", v); }, check_centroids},
+      {"centroids", "1..256|auto", true,
+       [](const CodecConfig& c) { return c.auto_centroids ? std::string("auto") : int_text(c.kmeans.centroids); },
+       [](CodecConfig& c, const std::string& v) {
+         c.auto_centroids = v == "auto";
+         c.kmeans.centroids = c.auto_centroids ? 256 : parse_int("centroids", v);  // auto: at most 256
+       },
+       check_centroids},
       {"iters", "N", true, [](const CodecConfig& c) { return int_text(c.kmeans.max_iter); },
        [](CodecConfig& c, const std::string& v) { c.kmeans.max_iter = parse_int("iters", v); }, check_iters},
       {"tol", "X", true,
@@ -142,6 +151,14 @@ const std::vector<CodecField>& codec_fields() {
          c.centroid_format = static_cast<CentroidFormat>(parse_choice("centroid_format", v, kCentroidNames));
        },
        check_nothing},
+      {"centroid_bits", "X", true,
+       [](const CodecConfig& c) {
+         char v[32];
+         std::snprintf(v, sizeof v, "%.17g", c.centroid_bits);
+         return std::string(v);
+       },
+       [](CodecConfig& c, const std::string& v) { c.centroid_bits = parse_double("centroid_bits", v); },
+       check_centroid_bits},
       {"group", "G", true, [](const CodecConfig& c) { return int_text(c.group); },
        [](CodecConfig& c, const std::string& v) { c.group = parse_int("group", v); }, check_group},
       {"residual", "R", true, [](const CodecConfig& c) { return int_text(c.residual); },
@@ -161,9 +178,15 @@ std::string describe_bf16(const CodecConfig&) { return "BF16"; }
 std::string describe_rtn(const CodecConfig& c) {
   return "INT" + std::to_string(c.bits) + " B" + std::to_string(c.block) + ' ' + scale_name(c) + level_suffix(c);
 }
+std::string centroid_text(const CodecConfig& c) {
+  if (!c.auto_centroids) return std::to_string(c.kmeans.centroids);
+  char v[48];
+  std::snprintf(v, sizeof v, "auto(%.4g b)", c.centroid_bits);
+  return v;
+}
 std::string describe_qvg(const CodecConfig& c) {
   return "INT" + std::to_string(c.bits) + " B" + std::to_string(c.block) + ' ' + scale_name(c) + " S" +
-         std::to_string(c.stages) + " C" + std::to_string(c.kmeans.centroids) +
+         std::to_string(c.stages) + " C" + centroid_text(c) +
          (c.centroid_format == CentroidFormat::fp8 ? " fp8c" : "") + level_suffix(c);
 }
 std::string describe_kivi(const CodecConfig& c) {
@@ -211,18 +234,20 @@ const Preset kPresets[] = {
 
 const std::vector<MethodTraits>& method_table() {
   static const std::vector<MethodTraits> table = {
-      {Method::bf16, "bf16", "values stored as bfloat16 (uncompressed reference)", {}, false, nullptr, bf16_bytes,
+      {Method::bf16, "bf16", "values stored as bfloat16 (uncompressed reference)", {}, {}, false, nullptr, bf16_bytes,
        describe_bf16, make_bf16_codec, make_cuda_method_codec},
-      {Method::rtn, "rtn", "symmetric absmax per block of B along dim", {"bits", "block", "scale", "levels"}, false,
-       nullptr, qvg_bytes, describe_rtn, make_qvg_codec, make_cuda_method_codec},
+      {Method::rtn, "rtn", "symmetric absmax per block of B along dim", {"bits", "block", "scale", "levels"},
+       {"bits", "block"}, false, nullptr, qvg_bytes, describe_rtn, make_qvg_codec, make_cuda_method_codec},
       {Method::kivi, "kivi", "KIVI: per-channel keys, per-token values, asymmetric, bf16 window",
-       {"bits", "group", "residual"}, false, validate_kivi, kivi_expected_bytes, describe_kivi, make_kivi_codec,
-       make_cuda_method_codec},
-      {Method::quarot, "quarot", "QuaRot: Hadamard rotation + asymmetric per-token quantization", {"bits"}, false,
-       validate_quarot, quarot_bytes, describe_quarot, make_quarot_codec, make_cuda_method_codec},
+       {"bits", "group", "residual"}, {"bits", "group"}, false, validate_kivi, kivi_expected_bytes, describe_kivi,
+       make_kivi_codec, make_cuda_method_codec},
+      {Method::quarot, "quarot", "QuaRot: Hadamard rotation + asymmetric per-token quantization", {"bits"}, {"bits"},
+       false, validate_quarot, quarot_bytes, describe_quarot, make_quarot_codec, make_cuda_method_codec},
       {Method::qvg, "qvg", "Quant VideoGen: k-means smoothing stages + group quantization",
-       {"bits", "block", "scale", "levels", "stages", "centroids", "iters", "tol", "init", "seed", "centroid_format"},
-       true, nullptr, qvg_bytes, describe_qvg, make_qvg_codec, make_cuda_method_codec},
+       {"bits", "block", "scale", "levels", "stages", "centroids", "iters", "tol", "init", "seed", "centroid_format",
+        "centroid_bits"},
+       {"bits", "block", "stages", "centroids"}, true, nullptr, qvg_bytes, describe_qvg, make_qvg_codec,
+       make_cuda_method_codec},
   };
   return table;
 }

@@ -13,6 +13,7 @@
 #include "qvg/fp8.h"
 #include "qvg/group_quant.h"
 #include "qvg/half.h"
+#include "qvg/methods.h"
 #include "qvg/qvg.h"
 #include "util/parallel.h"
 
@@ -81,7 +82,8 @@ void put_stage_centroids(EncodedTensor& e, int s, int64_t h, const std::vector<f
 
 }  // namespace
 
-PartBytes qvg_expected_bytes(const CodecConfig& c, int64_t h, int64_t n, int64_t d) {
+PartBytes qvg_expected_bytes(const CodecConfig& config, int64_t h, int64_t n, int64_t d) {
+  const CodecConfig c = config.auto_centroids ? span_config(config, n) : config;  // C of a span of n tokens
   const int64_t s = smoothing_stages(c);
   const int64_t cents = s > 0 ? c.kmeans.centroids : 0;
   PartBytes b;
@@ -161,6 +163,9 @@ class QvgCodec final : public Codec {
 
   EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
     check_encode_input(config_, x);
+    // centroids=auto: the span's C, chosen from its length; the encoding holds it.
+    if (config_.auto_centroids && smoothing_stages(config_) > 0)
+      return QvgCodec(span_config(config_, x.tokens)).encode(x, opt, report);
     const int s_count = smoothing_stages(config_);
     const int64_t cn = config_.kmeans.centroids;
     if (s_count > 0)
@@ -274,7 +279,8 @@ uint64_t qvg_kmeans_seed(const CodecConfig& c, int stage, int64_t head) {
   return c.kmeans.seed + 1000003ull * static_cast<uint64_t>(stage) + static_cast<uint64_t>(head);
 }
 
-double qvg_bits_per_value_formula(const CodecConfig& c, int64_t tokens, int64_t dim) {
+double qvg_bits_per_value_formula(const CodecConfig& config, int64_t tokens, int64_t dim) {
+  const CodecConfig c = config.auto_centroids ? span_config(config, tokens) : config;
   const double s = smoothing_stages(c);
   const double n = static_cast<double>(tokens), d = static_cast<double>(dim);
   const double centroid_bits = fp8_centroids(c) ? 8.0 : 16.0;  // + an FP32 scale per stage and head with fp8

@@ -73,6 +73,9 @@ class CudaCodec final : public Codec {
   /// values), whose shape `host` carries. The input is finite (checked).
   EncodedTensor encode_on_device(const void* x, DeviceElement dtype, const HeadTensor& host, const EncodeOptions& opt,
                                  EncodeReport* report) const {
+    // centroids=auto: the span's C, chosen from its length; the encoding holds it.
+    if (config_.auto_centroids && smoothing_stages(config_) > 0)
+      return CudaCodec(span_config(config_, host.tokens)).encode_on_device(x, dtype, host, opt, report);
     const cuda::QvgShape sh = cuda::make_shape(config_, host.heads, host.tokens, host.dim);
     cuda::GpuKMeansOptions km;
     km.params = config_.kmeans;

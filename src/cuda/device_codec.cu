@@ -151,7 +151,8 @@ const CodecConfig& DeviceCodec::config() const { return impl_->config; }
 
 DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim,
                                         TensorRole role, void* stream, const DeviceEncodedTensor* warm_start) const {
-  const CodecConfig& c = impl_->config;
+  // centroids=auto: the span's C, chosen from its length; the encoding holds it.
+  const CodecConfig c = impl_->config.auto_centroids ? span_config(impl_->config, tokens) : impl_->config;
   QVG_CHECK(x != nullptr, c.name, ": null input");
   QVG_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, c.name,
             ": the input must be 16-byte aligned (the encode reads 16 bytes at a time)");

@@ -68,7 +68,7 @@ std::vector<EvalRow> evaluate(const EvalInput& in, const std::vector<std::string
       row.dataset = in.name;
       row.method = methods[mi];
       row.tensor = label;
-      row.config = codec.config();
+      row.config = e.config;  // as encoded: centroids=auto holds the span's C
       row.error = compare(x, rec[t]);
       row.bytes = e.bytes();
       row.bits_per_value = e.bits_per_value();

@@ -1,0 +1,324 @@
+// The budget rule (qvg/budget.h) against a brute-force enumeration with the
+// formulas of DESIGN.md / docs/FORMAT.md written out here, and centroids=auto
+// (CodecConfig::auto_centroids): its C per span, its bytes, its spec.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "error_util.h"
+#include "qvg/budget.h"
+#include "qvg/codec.h"
+#include "qvg/methods.h"
+
+namespace qvg {
+namespace {
+
+using test::error_of;
+
+// ---- the reference: bits per value by formula, every family member by loops ----------
+
+/// QVG / RTN (DESIGN.md "Size"): b + 8 sb / B + 8 S / D + cb S C / N + per-head
+/// FP32 span scale (and FP32 centroid scale per stage with FP8 centroids).
+double ref_qvg_bits(int bits, int block, int sb, int stages, int cents, bool fp8c, double n, double d) {
+  const double cb = fp8c ? 8 : 16;
+  return bits + 8.0 * sb / block + 8.0 * stages / d + cb * stages * cents / n +
+         (32.0 + (fp8c ? 32.0 * stages : 0.0)) / (n * d);
+}
+
+/// KIVI (docs/FORMAT.md): groups of G keys along the tokens (whole groups of
+/// the first N - R tokens), values in groups of G channels of the first N - R
+/// tokens; per group ceil(G b / 8) code bytes + FP16 scale + FP16 zero; the
+/// rest BF16. K and V averaged.
+double ref_kivi_bits(int bits, int g, int r, int64_t n, int64_t d) {
+  const int64_t nq_k = n >= r ? (n - r) / g * g : 0, nq_v = n >= r ? n - r : 0;
+  const double group_bytes = static_cast<double>((g * bits + 7) / 8 + 4);
+  const double k = (nq_k / g) * d * group_bytes + (n - nq_k) * d * 2.0;
+  const double v = nq_v * (d / g) * group_bytes + (n - nq_v) * d * 2.0;
+  return 8.0 * (k + v) / (2.0 * n * d);
+}
+
+/// QuaRot: ceil(D b / 8) code bytes + FP16 scale + FP16 zero per token.
+double ref_quarot_bits(int bits, int64_t d) { return 8.0 * ((d * bits + 7) / 8 + 4) / static_cast<double>(d); }
+
+struct Member {
+  CodecConfig c;  // a fixed C
+  double bits;
+};
+
+/// Every configuration of c's family with `stages` stages, by nested loops.
+std::vector<Member> brute_family(const CodecConfig& c, int stages, int64_t n, int64_t d) {
+  std::vector<Member> out;
+  const int sb = c.scale_format == ScaleFormat::fp16 ? 2 : 1;
+  for (int bits : {2, 4}) {
+    switch (c.method) {
+      case Method::rtn:
+      case Method::qvg:
+        for (int block : {16, 32, 64, 128}) {
+          if (d % block) continue;
+          const int c_max = stages > 0 ? static_cast<int>(std::min<int64_t>(256, n)) : 1;
+          for (int cents = 1; cents <= c_max; ++cents) {
+            CodecConfig m = c;
+            m.bits = bits;
+            m.block = block;
+            m.auto_centroids = false;
+            if (c.method == Method::qvg) {
+              m.stages = stages;
+              m.kmeans.centroids = cents;
+            }
+            const int s = c.method == Method::qvg ? stages : 0;
+            out.push_back({m, ref_qvg_bits(bits, block, sb, s, s ? cents : 0,
+                                           c.centroid_format == CentroidFormat::fp8, double(n), double(d))});
+          }
+        }
+        break;
+      case Method::kivi:
+        for (int g = 1; g <= d; ++g) {
+          if (d % g) continue;
+          CodecConfig m = c;
+          m.bits = bits;
+          m.group = g;
+          out.push_back({m, ref_kivi_bits(bits, g, c.residual, n, d)});
+        }
+        break;
+      case Method::quarot: {
+        CodecConfig m = c;
+        m.bits = bits;
+        out.push_back({m, ref_quarot_bits(bits, d)});
+        break;
+      }
+      case Method::bf16:
+        if (bits == 2) out.push_back({c, 16.0});
+        break;
+    }
+  }
+  return out;
+}
+
+/// The centroid count a (possibly auto) config has on spans of n tokens.
+int centroids_on(const CodecConfig& c, int64_t n) { return span_config(c, n).kmeans.centroids; }
+
+// ---- the budget rule against the brute force -------------------------------------------
+
+// For every spec, span shape and budget: the choice is within budget * 1.03;
+// no member of the brute-force family (at the chosen stage count) is closer
+// to the budget; the stage count is the spec's unless the spec's cannot
+// reach; unreachable exactly when no member of any allowed stage count is
+// within the limit; the library's bits are the reference formula's.
+TEST(Budget, ClosestOfItsFamilyWithinThreePercentAgainstBruteForce) {
+  const std::vector<std::string> specs = {"rtn", "rtn:scale=fp16", "kivi", "kivi:residual=0", "kivi-int4",
+                                          "quarot", "qvg", "qvg-pro", "qvg:centroid_format=fp8",
+                                          "qvg:centroids=auto", "qvg-pro:centroid_format=fp8,centroids=auto",
+                                          "qvg:stages=2,block=32"};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{37440, 128}, {1536, 128}, {768, 128}, {301, 64},
+                                                           {100, 128}};
+  int reachable = 0, unreachable = 0;
+  for (const auto& spec : specs)
+    for (const auto& [n, d] : shapes)
+      for (double budget = 1.75; budget <= 17.0; budget += 0.25) {
+        SCOPED_TRACE(spec + " N=" + std::to_string(n) + " D=" + std::to_string(d) + " budget " +
+                     std::to_string(budget));
+        const CodecConfig c = parse_codec_spec(spec);
+        const BudgetChoice got = choose_for_budget(c, budget, n, d);
+        const double limit = budget * 1.03;
+        // The stage counts allowed, the spec's first.
+        const int s0 = c.method == Method::qvg ? c.stages : 0;
+        int s_ok = -1;
+        std::vector<Member> fam;
+        for (int s = s0; s >= std::min(s0, 1); --s) {
+          fam = brute_family(c, s, n, d);
+          if (std::any_of(fam.begin(), fam.end(), [&](const Member& m) { return m.bits <= limit; })) {
+            s_ok = s;
+            break;
+          }
+        }
+        ASSERT_EQ(got.reachable, s_ok >= 0);
+        const CodecConfig fixed = span_config(got.config, n);  // auto resolved
+        // The library's bits are the formula's for the chosen config.
+        const double want_bits =
+            c.method == Method::kivi     ? ref_kivi_bits(fixed.bits, fixed.group, fixed.residual, n, d)
+            : c.method == Method::quarot ? ref_quarot_bits(fixed.bits, d)
+                                         : ref_qvg_bits(fixed.bits, fixed.block,
+                                                        fixed.scale_format == ScaleFormat::fp16 ? 2 : 1,
+                                                        smoothing_stages(fixed),
+                                                        smoothing_stages(fixed) ? fixed.kmeans.centroids : 0,
+                                                        fixed.centroid_format == CentroidFormat::fp8, double(n),
+                                                        double(d));
+        EXPECT_NEAR(got.bits, want_bits, 1e-9);
+        EXPECT_NEAR(span_bits_per_value(got.config, n, d), got.bits, 1e-12);
+        // Fields outside the budget fields are the spec's.
+        EXPECT_EQ(got.config.scale_format, c.scale_format);
+        EXPECT_EQ(got.config.residual, c.residual);
+        EXPECT_EQ(got.config.centroid_format, c.centroid_format);
+        EXPECT_EQ(got.config.auto_centroids, c.auto_centroids && smoothing_stages(got.config) > 0);
+        if (!got.reachable) {
+          ++unreachable;
+          // The family's cheapest, at the fewest stages tried.
+          double cheapest = 1e9;
+          for (int s = s0; s >= std::min(s0, 1); --s)
+            for (const Member& m : brute_family(c, s, n, d)) cheapest = std::min(cheapest, m.bits);
+          EXPECT_NEAR(got.bits, cheapest, 1e-9);
+          EXPECT_GT(got.bits, limit);
+          continue;
+        }
+        ++reachable;
+        EXPECT_LE(got.bits, limit);
+        if (c.method == Method::qvg) EXPECT_EQ(got.config.stages, s_ok);
+        for (const Member& m : fam)
+          if (m.bits <= limit)
+            EXPECT_GE(std::fabs(m.bits - budget), std::fabs(got.bits - budget) - 1e-9)
+                << describe(m.c) << " (" << m.bits << " bits) is closer than " << describe(fixed) << " ("
+                << got.bits << ")";
+      }
+  // The grid exercises both outcomes.
+  EXPECT_GT(reachable, 1000);
+  EXPECT_GT(unreachable, 50);
+}
+
+// Chosen bits are what an encode stores: K and V encoded on a span of the
+// shape, bytes counted.
+TEST(Budget, ChosenBitsAreTheEncodedBits) {
+  std::mt19937 gen(3);
+  std::normal_distribution<float> nd;
+  HeadTensor x(2, 301, 64);
+  for (auto& v : x.data) v = nd(gen);
+  for (const char* spec : {"rtn", "kivi", "quarot", "qvg", "qvg-pro", "qvg:centroids=auto,centroid_format=fp8"})
+    for (double budget : {2.5, 3.0, 4.5}) {
+      SCOPED_TRACE(std::string(spec) + " at " + std::to_string(budget));
+      const BudgetChoice got = choose_for_budget(parse_codec_spec(spec), budget, x.tokens, x.dim);
+      if (!got.reachable) continue;
+      CodecConfig c = got.config;
+      c.kmeans.max_iter = 2;
+      const auto codec = make_codec(c);
+      EncodeOptions ko, vo;
+      vo.role = TensorRole::value;
+      const size_t bytes = codec->encode(x, ko).bytes().total() + codec->encode(x, vo).bytes().total();
+      EXPECT_NEAR(8.0 * static_cast<double>(bytes) / (2.0 * static_cast<double>(x.data.size())), got.bits, 1e-12);
+    }
+}
+
+// Hand-checked cases of the rule and its tie-break (the demo's span: 1,536
+// tokens, D = 128).
+TEST(Budget, KnownChoicesOnTheDemoSpan) {
+  auto pick = [](const char* spec, double budget) { return choose_for_budget(parse_codec_spec(spec), budget, 1536, 128); };
+  // 2.5 = 2 + 8/64 + 8/128 + 16 * 30 / 1536 (+ the span scale): B64 C30
+  // ties B32 C18 and B128 C36 in bits; fewer changed fields wins.
+  const BudgetChoice q = pick("qvg", 2.5);
+  EXPECT_TRUE(q.reachable);
+  EXPECT_EQ(describe(q.config), "INT2 B64 fp8 S1 C30");
+  EXPECT_NEAR(q.bits, 2.5 + 32.0 / (1536 * 128), 1e-12);
+  // QVG-Pro keeps its four stages: INT2 B64 S4 C3 = 2 + 0.125 + 0.25 + 64 * 3 / 1536.
+  EXPECT_EQ(describe(pick("qvg-pro", 2.5).config), "INT2 B64 fp8 S4 C3");
+  // ... and drops to three where four cannot reach (2.25 * 1.03 < 2.354, the cheapest S4).
+  const BudgetChoice p3 = pick("qvg-pro", 2.25);
+  EXPECT_TRUE(p3.reachable);
+  EXPECT_EQ(p3.config.stages, 3);
+  EXPECT_EQ(describe(pick("rtn", 2.5).config), "INT2 B16 fp8");
+  EXPECT_EQ(describe(pick("rtn", 4.5).config), "INT4 B16 fp8");
+  // QuaRot has 2.25 and 4.25 only: 2.25 is the closest within 2.575.
+  EXPECT_EQ(describe(pick("quarot", 2.5).config), "INT2 per-token");
+  EXPECT_FALSE(pick("quarot", 2.0).reachable);  // 2.25 > 2.06
+  EXPECT_NEAR(pick("quarot", 2.0).bits, 2.25, 1e-12);
+  EXPECT_FALSE(pick("kivi", 2.0).reachable);
+  // A budget equal to a spec's own bits gives the spec itself, unless a
+  // configuration with more code bits has exactly its size: QVG's INT2 C256
+  // (4.854 bits) ties INT4 C64 (192 centroids = 2 bits a value).
+  for (const char* spec : {"rtn", "rtn-int4", "kivi", "kivi-int4", "quarot", "qvg-int4", "qvg-pro-int4", "qvg:centroids=64"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    const BudgetChoice self = pick(spec, span_bits_per_value(c, 1536, 128));
+    EXPECT_TRUE(same_codec(self.config, c)) << spec << " -> " << describe(self.config);
+  }
+  EXPECT_EQ(describe(pick("qvg", span_bits_per_value(parse_codec_spec("qvg"), 1536, 128)).config),
+            "INT4 B64 fp8 S1 C64");
+  // 5 bits: INT4 B64 C78 and INT2 B16 C234 are both 5 + 32 / (1536 * 128); INT4 wins.
+  EXPECT_EQ(describe(pick("qvg", 5).config), "INT4 B64 fp8 S1 C78");
+  // bf16 is a family of one.
+  EXPECT_TRUE(pick("bf16", 16).reachable);
+  EXPECT_FALSE(pick("bf16", 8).reachable);
+}
+
+TEST(Budget, BadArgumentsAreErrors) {
+  const CodecConfig c = parse_codec_spec("qvg");
+  EXPECT_NE(error_of([&] { choose_for_budget(c, 0, 100, 128); }).find("> 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { choose_for_budget(c, NAN, 100, 128); }).find("bits per value"), std::string::npos);
+  EXPECT_NE(error_of([&] { choose_for_budget(c, 2.5, 0, 128); }).find("token"), std::string::npos);
+  EXPECT_NE(error_of([&] { choose_for_budget(c, 2.5, 100, 128, -1); }).find("tolerance"), std::string::npos);
+  EXPECT_NE(error_of([&] { choose_for_budget(c, 2.5, 100, 100); }).find("block"), std::string::npos);
+  EXPECT_NE(error_of([&] { budget_field_values(c, "levels", 100, 128); }).find("levels"), std::string::npos);
+}
+
+// ---- centroids=auto --------------------------------------------------------------------
+
+// C = clamp(floor(centroid_bits * N / cb), 1, min(256, N)).
+TEST(AutoCentroids, CountPerSpanLength) {
+  const CodecConfig a = parse_codec_spec("qvg:centroids=auto");
+  EXPECT_TRUE(a.auto_centroids);
+  EXPECT_EQ(auto_centroid_count(a, 37440), 256);  // 0.125 * 37440 / 16 = 292: the paper's 256
+  EXPECT_EQ(auto_centroid_count(a, 1536), 12);
+  EXPECT_EQ(auto_centroid_count(a, 768), 6);
+  EXPECT_EQ(auto_centroid_count(a, 100), 1);      // 0.78 -> at least one
+  EXPECT_EQ(auto_centroid_count(a, 1), 1);
+  const CodecConfig f = parse_codec_spec("qvg:centroids=auto,centroid_format=fp8");
+  EXPECT_EQ(auto_centroid_count(f, 1536), 24);  // FP8 values cost half
+  const CodecConfig h = parse_codec_spec("qvg-pro:centroids=auto,centroid_bits=2");
+  EXPECT_EQ(auto_centroid_count(h, 1536), 192);
+  EXPECT_EQ(auto_centroid_count(h, 100), 12);
+  EXPECT_EQ(auto_centroid_count(h, 10), 1);  // floor(1.25) = 1
+  EXPECT_EQ(auto_centroid_count(parse_codec_spec("qvg:centroids=auto,centroid_bits=64"), 100), 100);  // <= N
+  // span_config resolves it (a fixed C); fixed counts are only clamped.
+  const CodecConfig s = span_config(a, 1536);
+  EXPECT_FALSE(s.auto_centroids);
+  EXPECT_EQ(s.kmeans.centroids, 12);
+  EXPECT_EQ(span_config(parse_codec_spec("qvg"), 100).kmeans.centroids, 100);
+  EXPECT_EQ(span_config(parse_codec_spec("qvg"), 1536).kmeans.centroids, 256);
+}
+
+// An auto encoding holds the C of its span's length; its bytes are those of
+// that fixed C; decode needs nothing else.
+TEST(AutoCentroids, EncodingHoldsTheSpansCount) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd;
+  const auto codec = make_codec("qvg:centroids=auto,centroid_bits=0.5,iters=2");
+  for (int64_t n : {40, 333, 1024}) {
+    HeadTensor x(2, n, 64);
+    for (auto& v : x.data) v = nd(gen);
+    const EncodedTensor e = codec->encode(x);
+    const int want = std::clamp(static_cast<int>(std::floor(0.5 * n / 16)), 1, 256);
+    EXPECT_FALSE(e.config.auto_centroids);
+    EXPECT_EQ(e.config.kmeans.centroids, want) << n;
+    const CodecConfig fixed = span_config(codec->config(), n);
+    const PartBytes b = e.bytes(), w = expected_part_bytes(fixed, TensorRole::key, 2, n, 64);
+    EXPECT_EQ(b.total(), w.total());
+    EXPECT_EQ(b.centroids, static_cast<size_t>(2 * want * 64 * 2));
+    EXPECT_EQ(expected_part_bytes(codec->config(), TensorRole::key, 2, n, 64).total(), w.total());
+    // The same bytes as the fixed-C codec of that count (same seed, same k-means).
+    const EncodedTensor f = make_codec(fixed)->encode(x);
+    EXPECT_EQ(e.codes, f.codes);
+    EXPECT_EQ(e.centroids, f.centroids);
+    EXPECT_EQ(e.ids, f.ids);
+    HeadTensor out;
+    codec->decode(e, out);
+    EXPECT_EQ(out.tokens, n);
+  }
+}
+
+TEST(AutoCentroids, SpecRoundTripsAndBadValuesAreErrors) {
+  const CodecConfig a = parse_codec_spec("qvg-pro:centroids=auto,centroid_bits=0.3");
+  const std::string spec = codec_spec(a);
+  EXPECT_NE(spec.find("centroids=auto"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("centroid_bits=0.29999999999999999"), std::string::npos) << spec;
+  const CodecConfig b = parse_codec_spec(spec);
+  EXPECT_TRUE(same_codec(a, b));
+  EXPECT_TRUE(b.auto_centroids);
+  EXPECT_EQ(b.centroid_bits, 0.3);
+  EXPECT_FALSE(same_codec(a, parse_codec_spec("qvg-pro:centroids=256,centroid_bits=0.3")));
+  EXPECT_EQ(describe(a), "INT2 B16 fp8 S4 Cauto(0.3 b)");
+  EXPECT_NE(error_of([] { parse_codec_spec("qvg:centroids=many"); }).find("'centroids'"), std::string::npos);
+  EXPECT_NE(error_of([] { validate(parse_codec_spec("qvg:centroids=auto,centroid_bits=0"), 128); })
+                .find("centroid_bits"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_codec_spec("qvg:centroid_bits=lots"); }).find("'centroid_bits'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qvg
