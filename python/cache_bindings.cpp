@@ -110,29 +110,7 @@ qvg::CacheConfig make_cache_config(int layers, int heads, int dim, const std::st
 
 namespace {
 
-/// The cache and its lock. StreamingKVCache has one writer at a time, and its
-/// methods run with the GIL released, so every call holds `mu` (taken after
-/// the GIL is released and let go before it is taken back: no lock order to
-/// deadlock on) while it touches the cache.
-struct PyCache {
-  qvg::StreamingKVCache cache;
-  mutable std::mutex mu;
-  explicit PyCache(qvg::StreamingKVCache c) : cache(std::move(c)) {}
-
-  /// f(cache) without the GIL, under the lock; its result is plain C++.
-  template <typename F>
-  auto run(F&& f) const {
-    py::gil_scoped_release unlocked;
-    const std::lock_guard<std::mutex> lock(mu);
-    return f(cache);
-  }
-  template <typename F>
-  auto run_mut(F&& f) {
-    py::gil_scoped_release unlocked;
-    const std::lock_guard<std::mutex> lock(mu);
-    return f(cache);
-  }
-};
+using PyCache = LockedCache<qvg::StreamingKVCache>;
 
 /// A binding of a cheap per-layer query of the cache (chunks_appended, ...), under its lock.
 }  // namespace

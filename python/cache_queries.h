@@ -1,17 +1,47 @@
-// The per-layer queries qvg.StreamingKVCache and qvg.DeviceKVCache share
-// (live_chunks, the counters, memory): one binding for both cache types.
-// Py: a holder with `cache` and run(f) (f called under its lock without the GIL).
+// What the bindings of qvg.StreamingKVCache and qvg.DeviceKVCache share: the
+// cache held with its lock, and the per-layer queries (live_chunks, the
+// counters, memory), bound once for both cache types.
 #pragma once
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "convert.h"
 
 namespace qvg::python {
+
+/// A cache and its lock. The caches have one writer at a time, and their
+/// methods run with the GIL released, so every call holds `mu` (taken after
+/// the GIL is released and let go before it is taken back: no lock order to
+/// deadlock on) while it touches the cache.
+template <class Cache>
+struct LockedCache {
+  Cache cache;
+  mutable std::mutex mu;
+  template <class Arg>
+    requires(!std::is_same_v<std::decay_t<Arg>, LockedCache>)  // not a copy: the lock is not copyable
+  explicit LockedCache(Arg&& arg) : cache(std::forward<Arg>(arg)) {}
+
+  /// f(cache) without the GIL, under the lock; its result is plain C++.
+  template <typename F>
+  auto run(F&& f) const {
+    py::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(mu);
+    return f(cache);
+  }
+  template <typename F>
+  auto run_mut(F&& f) {
+    py::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(mu);
+    return f(cache);
+  }
+};
 
 template <class Py, class Cache>
 void bind_layer_queries(py::class_<Py>& cls) {

@@ -21,24 +21,7 @@ namespace {
 
 using PositionArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
-/// The cache and its lock: every call takes `mu` with the GIL released.
-struct PyDeviceCache {
-  qvg::DeviceKVCache cache;
-  mutable std::mutex mu;
-  explicit PyDeviceCache(qvg::CacheConfig c) : cache(std::move(c)) {}
-  template <typename F>
-  auto run(F&& f) const {
-    py::gil_scoped_release unlocked;
-    const std::lock_guard<std::mutex> lock(mu);
-    return f(cache);
-  }
-  template <typename F>
-  auto run_mut(F&& f) {
-    py::gil_scoped_release unlocked;
-    const std::lock_guard<std::mutex> lock(mu);
-    return f(cache);
-  }
-};
+using PyDeviceCache = LockedCache<qvg::DeviceKVCache>;
 
 /// A read destination: a contiguous CUDA tensor [heads, rows, dim] or [1, heads, rows, dim].
 DeviceInput destination(const py::object& x, void* stream, const qvg::CacheConfig& c, const char* what) {
