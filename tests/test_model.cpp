@@ -290,6 +290,7 @@ TEST(Model, ForwardRejectsBadInput) {
 // 32..95): read_video with a centered crop gives the golden file's context_u8
 // (vtest frames 192..197) byte for byte.
 TEST(VideoReader, CropScaleMatchesPrepareData) {
+  if (!qvg::video_support()) GTEST_SKIP() << "built without FFmpeg";
   const qvg::RawTensor golden = qvg::read_safetensors_tensor(kGolden, "context_u8");
   ASSERT_EQ(golden.bytes.size(), 6u * 64 * 64 * 3);
   qvg::VideoReadOptions o;
