@@ -120,7 +120,7 @@ TEST(CacheKill, SigkillDuringSavesLeavesOneWholeCache) {
 
   std::mt19937_64 rng(20261203);
   std::uniform_real_distribution<double> delay(0.0, 3.0 * save_s);
-  int done = 0, seen_a = 0, seen_b = 0, changed = 0, corrupt = 0, max_temp = 0;
+  int done = 0, seen_a = 0, seen_b = 0, changed = 0, corrupt = 0, max_temp = 0, mid_save = 0;
   std::string first_problem;
   std::vector<uint8_t> before = want_a;
   const auto start = Clock::now();
@@ -150,7 +150,9 @@ TEST(CacheKill, SigkillDuringSavesLeavesOneWholeCache) {
     seen_b += is_b;
     changed += bytes != before;
     before = bytes;
-    max_temp = std::max(max_temp, temp_files_of(path));
+    const int temps = temp_files_of(path);  // > 0: killed inside a save (or before its cleanup ran)
+    max_temp = std::max(max_temp, temps);
+    mid_save += temps > 0;
     std::string problem;
     if (!is_a && !is_b) {
       problem = "the file is neither cache (" + std::to_string(bytes.size()) + " bytes)";
@@ -168,13 +170,14 @@ TEST(CacheKill, SigkillDuringSavesLeavesOneWholeCache) {
     }
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("%d kills in %.1f s: %d left cache a, %d cache b, %d corrupt; %d changed the file; at most %d "
-              "temporary files left by killed saves\n",
-              done, elapsed, seen_a, seen_b, corrupt, changed, max_temp);
+  std::printf("%d kills in %.1f s: %d left cache a, %d cache b, %d corrupt; %d left the file as it was (old), %d "
+              "changed it (new); %d left a temporary file (killed inside a save), at most %d at once\n",
+              done, elapsed, seen_a, seen_b, corrupt, done - changed, changed, mid_save, max_temp);
   EXPECT_EQ(corrupt, 0) << first_problem;
   EXPECT_EQ(seen_a + seen_b, done);
   EXPECT_GE(done, std::min(kills, 50)) << "too few kills in " << seconds << " s";
   EXPECT_GT(changed, 0) << "no kill came after a completed save";
+  EXPECT_GT(mid_save, 0) << "no kill landed inside a save";
   // The next save removes what killed saves left.
   a.save(path);
   EXPECT_EQ(temp_files_of(path), 0);
