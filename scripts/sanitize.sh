@@ -10,13 +10,14 @@
 #   scripts/sanitize.sh all    both
 # CPU only: no CUDA, no FFmpeg, no Python module (python3 would need the
 # sanitizer runtime preloaded), no benchmarks. QVG_SANITIZE_CXX picks the
-# compiler (default g++). Every report is also written to a log under the
+# compiler (default clang++ where installed, else g++; clang builds this
+# configuration in less than half of g++'s time). Every report is also written to a log under the
 # build directory, and the run fails if any log exists: a report in a process
 # whose failure a test expects (the CLI's bad-input checks) still fails it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-asan}
-cxx=${QVG_SANITIZE_CXX:-g++}
+cxx=${QVG_SANITIZE_CXX:-$(command -v clang++ || echo g++)}
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 

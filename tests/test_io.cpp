@@ -587,9 +587,9 @@ TEST_F(IoTest, OverflowingShapesAreErrorsNotUndefinedBehaviour) {
   for (KvLayout layout : {KvLayout::thd, KvLayout::htd})
     expect_error([&] { load_kv(p, layout, "k"); }, p, {"shape [9223372036854775807, 255, 0]", "is empty"});
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  for (const auto& [h, n, d] : std::vector<std::array<int64_t, 3>>{
+  for (const auto& s : std::vector<std::array<int64_t, 3>>{
            {kMax, 255, 0}, {255, kMax, 0}, {0, 1ll << 32, 1ll << 32}, {1ll << 31, 1ll << 31, 4}, {1ll << 61, 1, 1}})
-    expect_error([&] { HeadTensor x(h, n, d); }, "", {"is too large"});
+    expect_error([&] { HeadTensor x(s[0], s[1], s[2]); }, "", {"is too large"});  // (clang 14 cannot capture bindings)
   expect_error([] { HeadTensor x(-1, 2, 3); }, "", {"non-negative"});
   HeadTensor y(2, 0, 32);  // empty but indexable: fine (the codecs refuse it)
   EXPECT_EQ(y.numel(), 0);
