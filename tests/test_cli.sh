@@ -181,6 +181,25 @@ fi
 "$qvg" stream $S --save "$tmp/s.qvgc" >/dev/null 2>"$tmp/err" && [ -f "$tmp/s.qvgc" ] &&
   [ -z "$(ls "$tmp" | grep 's\.qvgc\.tmp')" ] && ok || bad "stream --save left a temporary file: $(ls "$tmp")"
 
+# A FIFO given as input blocked forever (its open waits for a writer): every reader
+# refuses it at once, naming it (a 60 s timeout stands for "forever").
+mkfifo "$tmp/fifo.npy" "$tmp/fifo.safetensors" "$tmp/fifo.qvgc"
+expect_fail_soon() {
+  local pat=$1
+  shift
+  timeout 60 "$qvg" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -eq 124 ]; then bad "qvg $* blocked"; return; fi
+  if [ $rc -eq 0 ]; then bad "qvg $* exited 0"; return; fi
+  if ! grep -qi -- "$pat" "$tmp/err"; then bad "qvg $*: stderr lacks '$pat':"; cat "$tmp/err"; return; fi
+  ok
+}
+expect_fail_soon "fifo.npy: cannot read: is a FIFO" eval --k "$tmp/fifo.npy" --v "$tmp/fifo.npy" --methods rtn --quiet
+expect_fail_soon "fifo.safetensors: cannot read: is a FIFO" stream --k "$tmp/fifo.safetensors" --v "$tmp/fifo.safetensors" --quiet
+expect_fail_soon "fifo.qvgc: cannot read: is a FIFO" stream $S --load "$tmp/fifo.qvgc"
+expect_fail_soon "fifo.qvgc: cannot read: is a FIFO" inspect "$tmp/fifo.qvgc"
+expect_fail_soon "fifo.npy: cannot read: is a FIFO" inspect "$tmp/fifo.npy"
+
 # --device on eval and stream: cpu gives the default's output (timings aside);
 # cuda without a usable GPU (CI: no GPU, a build without CUDA) fails before any
 # data are made, naming the problem, with status 1. With a GPU it must run:

@@ -121,6 +121,9 @@ TEST(Fp8, MatchesCudaSatfiniteConversion) {
 TEST(Half, Fp16MatchesCompilerConversion) {
   // _Float16 conversions in GCC round to nearest even (IEEE); compare on a
   // stride through all float bit patterns.
+#if !defined(__FLT16_MAX__)
+  GTEST_SKIP() << "this compiler has no _Float16 for this target (clang 14 on x86-64)";
+#else
   for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4099) {
     float x;
     const uint32_t b = static_cast<uint32_t>(u);
@@ -136,6 +139,7 @@ TEST(Half, Fp16MatchesCompilerConversion) {
     ASSERT_EQ(got, ref) << "bits 0x" << std::hex << b;
     ASSERT_EQ(fp16_to_float(got), static_cast<float>(h));
   }
+#endif
 }
 
 TEST(Half, Bf16RoundsToNearestEven) {

@@ -16,11 +16,13 @@
 
 #include <unistd.h>
 
+#include "file_util.h"
 #include "qvg/half.h"
 #include "qvg/io.h"
 
 namespace fs = std::filesystem;
 using namespace qvg;
+using test::le16, test::le32, test::le64, test::npy_file, test::st_file;
 
 namespace {
 
@@ -76,17 +78,6 @@ void expect_error(const std::function<void()>& f, const std::string& path,
   ADD_FAILURE() << "expected qvg::Error mentioning " << path;
 }
 
-std::string le16(uint16_t v) { return {static_cast<char>(v & 0xFF), static_cast<char>(v >> 8)}; }
-std::string le32(uint32_t v) {
-  std::string s;
-  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-  return s;
-}
-std::string le64(uint64_t v) {
-  std::string s;
-  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-  return s;
-}
 std::string f32_bytes(std::initializer_list<float> v) {
   std::string s;
   for (float x : v) {
@@ -95,26 +86,6 @@ std::string f32_bytes(std::initializer_list<float> v) {
     s += le32(u);
   }
   return s;
-}
-
-// A .npy file built by hand: magic, version, header length, dict padded like numpy does
-// (preamble + header a multiple of 64, ending in '\n'), then data.
-std::string npy_file(int major, const std::string& dict, const std::string& data) {
-  const size_t pre = major == 1 ? 10 : 12;
-  const size_t total = (pre + dict.size() + 1 + 63) / 64 * 64;
-  std::string header = dict + std::string(total - pre - dict.size() - 1, ' ') + "\n";
-  std::string s = "\x93NUMPY";
-  s.push_back(static_cast<char>(major));
-  s.push_back('\0');
-  s += major == 1 ? le16(static_cast<uint16_t>(header.size()))
-                  : le32(static_cast<uint32_t>(header.size()));
-  return s + header + data;
-}
-
-// A .safetensors file built by hand: u64 length, JSON padded to 8 bytes, data.
-std::string st_file(std::string json, const std::string& data) {
-  json.append((8 - json.size() % 8) % 8, ' ');
-  return le64(json.size()) + json + data;
 }
 
 HeadTensor random_heads(int64_t h, int64_t n, int64_t d, uint32_t seed) {
@@ -616,9 +587,9 @@ TEST_F(IoTest, OverflowingShapesAreErrorsNotUndefinedBehaviour) {
   for (KvLayout layout : {KvLayout::thd, KvLayout::htd})
     expect_error([&] { load_kv(p, layout, "k"); }, p, {"shape [9223372036854775807, 255, 0]", "is empty"});
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  for (const auto& [h, n, d] : std::vector<std::array<int64_t, 3>>{
+  for (const auto& s : std::vector<std::array<int64_t, 3>>{
            {kMax, 255, 0}, {255, kMax, 0}, {0, 1ll << 32, 1ll << 32}, {1ll << 31, 1ll << 31, 4}, {1ll << 61, 1, 1}})
-    expect_error([&] { HeadTensor x(h, n, d); }, "", {"is too large"});
+    expect_error([&] { HeadTensor x(s[0], s[1], s[2]); }, "", {"is too large"});  // (clang 14 cannot capture bindings)
   expect_error([] { HeadTensor x(-1, 2, 3); }, "", {"non-negative"});
   HeadTensor y(2, 0, 32);  // empty but indexable: fine (the codecs refuse it)
   EXPECT_EQ(y.numel(), 0);

@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <span>
 
 #include "qvg/io.h"
 #include "qvg/model.h"
@@ -183,6 +186,79 @@ TEST(Model, ThreadsGiveIdenticalBytes) {
   }
 }
 
+// The same on a tiny random model (2 layers, dim 32, 192 tokens per chunk: two
+// token blocks, two heads): the shipped model's forward takes minutes under the
+// sanitizers, this one runs the same code (context through a cache, attention,
+// MLP, K/V recording) in well under a second, so scripts/sanitize.sh runs it
+// under ASan + UBSan and ThreadSanitizer.
+TEST(Model, TinyModelThreadsGiveIdenticalBytes) {
+  qvg::ModelConfig c;
+  c.frame = 32;
+  c.patch = 4;
+  c.dim = 32;
+  c.heads = 2;
+  c.head_dim = 16;
+  c.layers = 2;
+  c.mlp_dim = 64;
+  c.chunk_frames = 3;
+  c.freq_dim = 16;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.2f);
+  qvg::NamedTensors w;
+  for (const auto& [name, shape] : qvg::expected_weight_shapes(c)) {
+    qvg::RawTensor t{qvg::DType::f32, shape, {}};
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (float& x : v) x = name.find("norm") != std::string::npos ? 1.0f + nd(rng) : nd(rng);
+    t.bytes.resize(v.size() * 4);
+    std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+    w.push_back({name, std::move(t)});
+  }
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("qvg_tiny_model_" + std::to_string(::getpid()) + ".safetensors"))
+          .string();
+  const std::string config = "{\"frame\": 32, \"patch\": 4, \"dim\": 32, \"heads\": 2, \"head_dim\": 16, "
+                             "\"layers\": 2, \"mlp_dim\": 64, \"chunk_frames\": 3, \"freq_dim\": 16}";
+  qvg::write_safetensors(path, w, {{"config", config}});
+  const qvg::Model m = qvg::Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(m.config().tokens_per_chunk(), 192);
+  const size_t fv = static_cast<size_t>(c.chunk_frames * c.frame_values());
+  const size_t cv = static_cast<size_t>(c.tokens_per_chunk()) * c.patch_dim();
+  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
+  std::vector<float> ctx(2 * fv), noise(cv);
+  for (float& x : ctx) x = pixel(rng);
+  for (float& x : noise) x = nd(rng) * 5.0f;
+  qvg::StreamingKVCache cache(qvg::model_cache_config(c, "none", "none"));
+  qvg::Sampler s(m, cache);
+  s.add_context(std::span<const float>(ctx).first(fv));
+  s.add_context(std::span<const float>(ctx).subspan(fv, fv));
+  const qvg::KVContext kv = qvg::read_context(cache, c);
+  ASSERT_EQ(kv.tokens(), 2 * c.tokens_per_chunk());
+  auto run = [&](int threads, std::vector<qvg::LayerKV>& layers) {
+    qvg::ForwardOptions fo;
+    fo.record_q = true;
+    fo.threads = threads;
+    return m.forward(noise, 0.75f, 2 * c.chunk_frames, kv, &layers, fo);
+  };
+  auto bytes_equal = [](std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  std::vector<qvg::LayerKV> l1;
+  const std::vector<float> v1 = run(1, l1);
+  ASSERT_EQ(v1.size(), cv);
+  EXPECT_TRUE(std::all_of(v1.begin(), v1.end(), [](float x) { return std::isfinite(x); }));
+  for (int threads : {2, 3}) {
+    std::vector<qvg::LayerKV> ln;
+    const std::vector<float> vn = run(threads, ln);
+    EXPECT_TRUE(bytes_equal(v1, vn)) << threads << " threads";
+    ASSERT_EQ(ln.size(), l1.size());
+    for (size_t i = 0; i < l1.size(); ++i)
+      for (auto [a, b] : {std::pair{&l1[i].q, &ln[i].q}, {&l1[i].k_pre, &ln[i].k_pre}, {&l1[i].k, &ln[i].k},
+                          {&l1[i].v, &ln[i].v}})
+        EXPECT_TRUE(bytes_equal(a->data, b->data)) << "layer " << i << ", " << threads << " threads";
+  }
+}
+
 TEST(Model, NoiseIsDeterministic) {
   const auto a = qvg::gaussian_noise(10001, 7), b = qvg::gaussian_noise(10001, 7), c = qvg::gaussian_noise(10001, 8);
   EXPECT_EQ(a, b);
@@ -214,6 +290,7 @@ TEST(Model, ForwardRejectsBadInput) {
 // 32..95): read_video with a centered crop gives the golden file's context_u8
 // (vtest frames 192..197) byte for byte.
 TEST(VideoReader, CropScaleMatchesPrepareData) {
+  if (!qvg::video_support()) GTEST_SKIP() << "built without FFmpeg";
   const qvg::RawTensor golden = qvg::read_safetensors_tensor(kGolden, "context_u8");
   ASSERT_EQ(golden.bytes.size(), 6u * 64 * 64 * 3);
   qvg::VideoReadOptions o;

@@ -131,6 +131,7 @@ json memory_json(const qvg::LayerMemory& m, int heads, int dim) {
 }
 
 void inspect_cache(const InspectArgs& args) {
+  qvg::check_regular_file(args.path);  // (a FIFO would block the fopen below)
   {  // Not a cache at all: say what inspect reads (load would report a bad magic or a short file).
     std::FILE* f = std::fopen(args.path.c_str(), "rb");
     char magic[8] = {};

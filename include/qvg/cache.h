@@ -235,7 +235,8 @@ class StreamingKVCache {
   /// file". Written to a unique temporary file (path + ".tmp.XXXXXX"), fsynced
   /// and renamed over path (then the directory fsynced), so a failed or killed
   /// save leaves the older file at path intact, and concurrent saves of one path
-  /// leave one whole file.
+  /// leave one whole file. A save also removes the temporary files of path that
+  /// killed saves left (those no living writer holds an flock on).
   void save(const std::string& path) const;
 
   /// Reads a cache written by save(). Validates everything (magic, version,

@@ -36,7 +36,9 @@ struct EncodedTensor {
   std::vector<uint8_t> codes, scales, zero_points, span_scales, centroids, ids, full_precision;
 
   PartBytes bytes() const;
-  int64_t values() const { return heads * tokens * dim; }
+  /// heads x tokens x dim; throws qvg::Error for a negative dim or a shape whose
+  /// float32 decode would not fit int64 bytes (HeadTensor::checked_numel).
+  int64_t values() const { return HeadTensor::checked_numel(heads, tokens, dim); }
   /// Total bits stored per value (all parts counted).
   double bits_per_value() const;
   /// BF16 size / encoded size.

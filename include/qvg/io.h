@@ -71,6 +71,14 @@ struct RawTensor {
 /// Several named tensors, in a stable (file) order.
 using NamedTensors = std::vector<std::pair<std::string, RawTensor>>;
 
+/// Throws qvg::Error unless `path` names a regular file (symbolic links followed). The
+/// message starts with the path and names what it is instead: "cannot open: file not
+/// found", "... is a directory", "... is a FIFO (named pipe)", "... is a socket",
+/// "... is a character device" / "block device". Every reader (tensor files, model
+/// weights, cache files) calls it before opening: a FIFO would block the open until
+/// a writer appears, a device has no size, and a directory has no bytes.
+void check_regular_file(const std::string& path);
+
 /// Largest header (npy dict or safetensors JSON) a reader accepts: 100 MiB. Larger
 /// length fields are treated as corruption rather than allocated.
 inline constexpr uint64_t kMaxTensorHeaderBytes = 100ull << 20;

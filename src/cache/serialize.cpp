@@ -2,7 +2,6 @@
 // "Streaming cache file"). Little-endian; a 20-byte header, then sections
 // (tag, length, payload, CRC-32), each checked before it is parsed.
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -439,9 +438,7 @@ StreamingKVCache StreamingKVCache::load(const std::string& path, const CacheConf
 
 StreamingKVCache StreamingKVCache::load_file(const std::string& path, const CacheOptions& options,
                                              const CacheConfig* expected) {
-  std::error_code ec;
-  (void)std::filesystem::file_size(path, ec);  // (its error names why: missing, a directory, ...)
-  QVG_CHECK(!ec, path, ": cannot open streaming cache file (", ec.message(), ")");
+  check_regular_file(path);  // missing, a directory, a FIFO (whose open would block), a device: named
   std::ifstream f(path, std::ios::binary);
   QVG_CHECK(f.is_open(), path, ": cannot open streaming cache file");
   // The size of the file opened, not of the path: a save may rename another file over

@@ -20,9 +20,10 @@ class Bf16Codec final : public Codec {
   }
 
   void decode(const EncodedTensor& e, HeadTensor& out, int) const override {
+    check_decode_header(config_, e);  // (bounds the shape before its size is computed)
     PartBytes need;
     need.full_precision = static_cast<size_t>(e.values()) * 2;
-    check_decode_input(config_, e, need);
+    check_decode_parts(e, need);
     out = HeadTensor(e.heads, e.tokens, e.dim);
     for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = bf16_to_float(get_u16(e.full_precision, i));
   }

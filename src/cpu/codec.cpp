@@ -41,6 +41,14 @@ void check_decode_header(const CodecConfig& c, const EncodedTensor& e) {
             " tensor with a ", method_name(c.method), " codec");
   QVG_CHECK(e.heads > 0 && e.tokens > 0 && e.dim > 0, "encoded tensor has an empty shape [",
             e.heads, ", ", e.tokens, ", ", e.dim, "]");
+  // A shape whose float32 decode fits int64 bytes (what HeadTensor holds), so the
+  // part sizes computed from it do not overflow (issue 27: a pickled shape such as
+  // [2^62, 4, 64] overflowed them, undefined behaviour, before any check).
+  int64_t bytes = 4;
+  QVG_CHECK(!__builtin_mul_overflow(bytes, e.heads, &bytes) && !__builtin_mul_overflow(bytes, e.tokens, &bytes) &&
+                !__builtin_mul_overflow(bytes, e.dim, &bytes),
+            "encoded tensor shape [", e.heads, ", ", e.tokens, ", ", e.dim,
+            "] is too large (its decoded size overflows 64 bits)");
   validate(e.config, e.dim);
 }
 

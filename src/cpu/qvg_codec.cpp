@@ -90,7 +90,12 @@ PartBytes qvg_expected_bytes(const CodecConfig& config, int64_t h, int64_t n, in
   b.codes = static_cast<size_t>(h * n * (d * c.bits / 8));
   b.scales = static_cast<size_t>(h * n * (d / c.block) * scale_bytes(c.scale_format));
   b.span_scales = static_cast<size_t>(h * 4);
-  b.centroids = static_cast<size_t>(s * h * cents * d * centroid_value_bytes(c));
+  // S x C x value bytes (<= 8 x 256 x 2) times h x d: a shape whose decode fits
+  // int64 bounds h x n x d, not this when n < 4,096; checked.
+  int64_t centroid_bytes = 0;
+  QVG_CHECK(!__builtin_mul_overflow(s * cents * centroid_value_bytes(c), h * d, &centroid_bytes),
+            "encoded tensor shape [", h, ", ", n, ", ", d, "] is too large (its centroid bytes overflow 64 bits)");
+  b.centroids = static_cast<size_t>(centroid_bytes);
   if (fp8_centroids(c) && s > 0) b.centroids += static_cast<size_t>(s * h * 4);
   b.ids = static_cast<size_t>(s * h * n);
   return b;

@@ -50,11 +50,13 @@ class InFile {
   uint64_t size_ = 0;
 };
 
-/// A file replaced crash-safely: the bytes go to a new temporary file in the same
-/// directory (path + ".tmp.XXXXXX", created exclusively, so concurrent writers of one
-/// path never share it); close() fsyncs it, renames it over `path` and fsyncs the
-/// directory. Until close() returns, `path` keeps its old contents; a failure, or
-/// destruction without close(), removes the temporary file. Errors name `path`.
+/// A file replaced crash-safely (src/io/out_file.cpp): the bytes go to a new temporary
+/// file in the same directory (path + ".tmp.XXXXXX", created exclusively, so concurrent
+/// writers of one path never share it, and flock()ed until renamed); close() fsyncs it,
+/// renames it over `path` and fsyncs the directory. Until close() returns, `path` keeps
+/// its old contents; a failure, or destruction without close(), removes the temporary
+/// file. The constructor also removes the temporary files of `path` that no living
+/// writer holds (remove_stale_temp_files). Errors name `path`.
 class OutFile {
  public:
   explicit OutFile(const std::string& path);
@@ -72,6 +74,16 @@ class OutFile {
   int fd_ = -1;
   bool done_ = false;
 };
+
+/// The directory holding `path` ("." for a bare file name).
+std::string parent_dir(const std::string& path);
+
+/// Removes the files `path` + ".tmp.XXXXXX" (six characters of [A-Za-z0-9]) in the
+/// directory of `path` that no process holds a flock() on, i.e. temporary files of
+/// OutFile writers that died (a SIGKILL, a crash, a power loss) before renaming them;
+/// `keep` (a full path) is skipped. Best effort: entries that cannot be opened or
+/// locked are left. Returns how many files it removed.
+int remove_stale_temp_files(const std::string& path, const std::string& keep = "");
 
 inline void put_u16(std::string& s, uint16_t v) {
   s.push_back(static_cast<char>(v & 0xFF));

@@ -21,8 +21,10 @@ struct PyValue {
   std::string str;
   bool flag = false;
   int64_t num = 0;
-  std::vector<PyValue> items;                            // tuple, list
-  std::vector<std::pair<std::string, PyValue>> entries;  // dict
+  std::vector<PyValue> items;     // tuple, list; dict: the values
+  std::vector<std::string> keys;  // dict: the keys (items[i] is the value of keys[i])
+  // (Not a vector of pair<string, PyValue>: pair needs PyValue complete, which
+  // clang's checks of libstdc++'s vector enforce.)
 };
 
 class PyLiteralParser {
@@ -79,9 +81,9 @@ class PyLiteralParser {
       while (!eat('}')) {
         skip_ws();
         if (pos_ >= s_.size() || (s_[pos_] != '\'' && s_[pos_] != '"')) bad("expected a string key");
-        std::string key = string_literal();
+        v.keys.push_back(string_literal());
         if (!eat(':')) bad("expected ':'");
-        v.entries.emplace_back(std::move(key), value(depth + 1));
+        v.items.push_back(value(depth + 1));
         if (!eat(',')) {
           if (!eat('}')) bad("expected ',' or '}'");
           break;
@@ -243,7 +245,9 @@ RawTensor read_npy(const std::string& path, std::optional<DType> raw16_as) {
   const PyValue* descr = nullptr;
   const PyValue* fortran = nullptr;
   const PyValue* shape = nullptr;
-  for (const auto& [k, v] : dict.entries) {
+  for (size_t i = 0; i < dict.keys.size(); ++i) {
+    const std::string& k = dict.keys[i];
+    const PyValue& v = dict.items[i];
     if (k == "descr") descr = &v;
     else if (k == "fortran_order") fortran = &v;
     else if (k == "shape") shape = &v;

@@ -1,17 +1,10 @@
 // DType / KvLayout / RawTensor basics, file helpers, and the K/V conversions
 // (to_head_tensor, from_head_tensor, load_kv, save_kv).
 #include <algorithm>
-#include <atomic>
 #include <cctype>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <random>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "io/io_util.h"
 #include "qvg/half.h"
@@ -71,6 +64,30 @@ KvLayout parse_layout(const std::string& name) {
   return KvLayout::thd;
 }
 
+void check_regular_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) {
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      io_detail::file_fail(path, "cannot open: ", ec.message());
+    io_detail::file_fail(path, "cannot open: file not found");
+  }
+  switch (st.type()) {
+    case fs::file_type::regular: return;
+    case fs::file_type::directory: io_detail::file_fail(path, "cannot open: is a directory");
+    case fs::file_type::fifo:
+      io_detail::file_fail(path, "cannot read: is a FIFO (named pipe); qvg reads regular files only (write the "
+                                 "data to a file first)");
+    case fs::file_type::socket: io_detail::file_fail(path, "cannot read: is a socket; qvg reads regular files only");
+    case fs::file_type::character:
+      io_detail::file_fail(path, "cannot read: is a character device; qvg reads regular files only");
+    case fs::file_type::block:
+      io_detail::file_fail(path, "cannot read: is a block device; qvg reads regular files only");
+    default: io_detail::file_fail(path, "cannot read: not a regular file");
+  }
+}
+
 int64_t RawTensor::numel() const { return io_detail::checked_numel(shape, "tensor"); }
 
 namespace {
@@ -117,10 +134,7 @@ uint64_t checked_nbytes(const std::vector<int64_t>& shape, DType dtype, const st
 }
 
 InFile::InFile(const std::string& path) : path_(path) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st)) file_fail(path, "cannot open: file not found");
-  if (std::filesystem::is_directory(st)) file_fail(path, "cannot open: is a directory");
+  check_regular_file(path);
   in_.open(path, std::ios::binary);
   if (!in_) file_fail(path, "cannot open for reading");
   in_.seekg(0, std::ios::end);
@@ -139,84 +153,6 @@ void InFile::read_at(uint64_t offset, void* dst, uint64_t n, const char* what) {
   in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
   if (!in_ || static_cast<uint64_t>(in_.gcount()) != n)
     file_fail(path_, "read error while reading ", what);
-}
-
-OutFile::OutFile(const std::string& path) : path_(path) {
-  // mkstemp-style, but created with mode 0666 & ~umask (as a plain open would) rather
-  // than mkstemp's 0600.
-  static std::atomic<uint64_t> counter{0};
-  static const char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::random_device rd;
-  uint64_t seed = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (static_cast<uint64_t>(::getpid()) << 16);
-  int err = 0;
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    uint64_t r = seed ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    std::string suffix(6, 'X');
-    for (char& c : suffix) {
-      c = kChars[r % (sizeof kChars - 1)];
-      r /= sizeof kChars - 1;
-    }
-    tmp_ = path + ".tmp." + suffix;
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd_ >= 0) break;
-    err = errno;
-    if (err != EEXIST) break;
-  }
-  if (fd_ < 0) {
-    const std::string tmp = tmp_;
-    tmp_.clear();  // (nothing to remove)
-    file_fail(path, "cannot open for writing (creating the temporary file '", tmp, "': ", std::strerror(err), ")");
-  }
-  // Replacing a file keeps its permissions.
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) (void)::fchmod(fd_, st.st_mode & 07777);
-}
-
-OutFile::~OutFile() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!done_ && !tmp_.empty()) ::unlink(tmp_.c_str());
-}
-
-void OutFile::fail(const std::string& what, int err) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  if (!tmp_.empty()) ::unlink(tmp_.c_str());
-  done_ = true;
-  file_fail(path_, what, " (", std::strerror(err), ")");
-}
-
-void OutFile::write(const void* src, uint64_t n) {
-  QVG_CHECK(fd_ >= 0, path_, ": write after close");
-  const char* p = static_cast<const char*>(src);
-  while (n > 0) {
-    const ssize_t w = ::write(fd_, p, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("write error", w < 0 ? errno : EIO);
-    p += w;
-    n -= static_cast<uint64_t>(w);
-  }
-}
-
-void OutFile::close() {
-  QVG_CHECK(fd_ >= 0, path_, ": closed twice");
-  if (::fsync(fd_) != 0) fail("write error on fsync", errno);
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) fail("write error on close", errno);
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename '" + tmp_ + "' over it", errno);
-  done_ = true;
-  // The rename is durable once the directory is synced. A directory that cannot be
-  // opened (no read permission) or synced (EINVAL: not supported) is left as it is.
-  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
-  const std::string dir = parent.empty() ? std::string(".") : parent.string();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return;
-  const int rc = ::fsync(dfd);
-  const int err = errno;
-  ::close(dfd);
-  if (rc != 0 && err != EINVAL && err != EROFS)
-    file_fail(path_, "written, but syncing its directory '", dir, "' failed (", std::strerror(err), ")");
 }
 
 }  // namespace io_detail
