@@ -24,9 +24,9 @@ template <class Cache>
 struct LockedCache {
   Cache cache;
   mutable std::mutex mu;
-  template <class Arg>
+  template <class Arg, class... Rest>
     requires(!std::is_same_v<std::decay_t<Arg>, LockedCache>)  // not a copy: the lock is not copyable
-  explicit LockedCache(Arg&& arg) : cache(std::forward<Arg>(arg)) {}
+  explicit LockedCache(Arg&& arg, Rest&&... rest) : cache(std::forward<Arg>(arg), std::forward<Rest>(rest)...) {}
 
   /// f(cache) without the GIL, under the lock; its result is plain C++.
   template <typename F>

@@ -199,6 +199,99 @@ TEST(DeviceKVCache, ShortSpansClampCentroids) {
   run_against_reference(c, 4, false, false, 1 << 16);
 }
 
+/// read() of layer 0 of `cache` as f32 [heads][n][dim] (synchronizes s).
+std::vector<float> read_f32(const DeviceKVCache& cache, bool key, cudaStream_t s) {
+  const CacheConfig& c = cache.config();
+  const int64_t n = cache.live_tokens(0);
+  const size_t cells = static_cast<size_t>(c.heads * n * c.dim);
+  auto ko = cuda_allocate(cells * 4), vo = cuda_allocate(cells * 4);
+  EXPECT_EQ(cache.read(0, ko.get(), vo.get(), DeviceElement::f32, n, s), n);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  return download<float>(key ? ko.get() : vo.get(), cells);
+}
+
+// overlap_encode: after append k, read() equals the read of a cache without
+// it, except the chunks of the spans append k formed, which read as a cache
+// whose codec is bf16 (the chunks as appended, rotated alike) reads them;
+// from the next append on, everything equals the plain cache's read. Memory
+// counts the BF16 copies while they are held. Bit for bit, f32, 3-D RoPE,
+// sink and window eviction, bf16 input on a token-major view.
+TEST(DeviceKVCache, OverlappedEncodesReadChunksUntilTheNextAppend) {
+  REQUIRE_GPU();
+  const CacheConfig c = small_config("qvg:centroids=8,iters=3", "qvg-pro:centroids=4,iters=2", RopeMode::wan_3d);
+  CacheConfig cb = c;
+  cb.key = parse_codec_spec("bf16");
+  cb.value = parse_codec_spec("bf16");
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  {
+    DeviceKVCache overlapped(c, DeviceCacheOptions{.overlap_encode = true}), plain(c), exact(cb);
+    EXPECT_TRUE(overlapped.options().overlap_encode);
+    EXPECT_FALSE(plain.options().overlap_encode);
+    int64_t fresh_spans = 0;
+    for (int i = 0; i < 9; ++i) {
+      const std::string what = "chunk " + std::to_string(i);
+      const HeadTensor k = blobs(c.heads, kChunk, c.dim, 2, 8, static_cast<unsigned>(10 + i), 77);
+      const HeadTensor v = blobs(c.heads, kChunk, c.dim, 2, 4, static_cast<unsigned>(50 + i), 78);
+      std::vector<uint16_t> kh(k.data.size()), vh(v.data.size());
+      const std::vector<float> kt = token_major(k), vt = token_major(v);
+      for (size_t j = 0; j < kh.size(); ++j) kh[j] = bf16_from_float(kt[j]), vh[j] = bf16_from_float(vt[j]);
+      const auto kd = upload(kh.data(), kh.size() * 2), vd = upload(vh.data(), vh.size() * 2);
+      DeviceChunkView kv = DeviceChunkView::head_major(kd.get(), DeviceElement::bf16, c.heads, kChunk, c.dim);
+      DeviceChunkView vv = DeviceChunkView::head_major(vd.get(), DeviceElement::bf16, c.heads, kChunk, c.dim);
+      kv.head_stride = vv.head_stride = c.dim;
+      kv.token_stride = vv.token_stride = c.heads * c.dim;
+      const ChunkPositions grid = ChunkPositions::wan_grid(i * kFramesPerChunk, kGridH, kGridW);
+      const AppendReport got = overlapped.append(0, kv, vv, grid, s);
+      const AppendReport want = plain.append(0, kv, vv, grid, s);
+      exact.append(0, kv, vv, grid, s);
+      ASSERT_EQ(got.spans.size(), want.spans.size()) << what;
+      EXPECT_EQ(got.evicted, want.evicted) << what;
+      fresh_spans += static_cast<int64_t>(got.spans.size());
+      // Tokens of the layer's live chunks that the spans just formed cover.
+      const auto live = overlapped.live_chunks(0);
+      ASSERT_EQ(live, plain.live_chunks(0)) << what;
+      std::vector<bool> fresh;
+      for (const auto& [index, tokens] : live) {
+        bool in = false;
+        for (const SpanReport& sr : got.spans) in |= index >= sr.first_chunk && index < sr.first_chunk + sr.chunks;
+        fresh.insert(fresh.end(), static_cast<size_t>(tokens), in);
+      }
+      const int64_t n = static_cast<int64_t>(fresh.size());
+      for (const bool key : {true, false}) {
+        const auto a = read_f32(overlapped, key, s), b = read_f32(plain, key, s), e = read_f32(exact, key, s);
+        int64_t bad = 0, fresh_differing = 0;
+        for (int64_t h = 0; h < c.heads; ++h)
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t q = 0; q < c.dim; ++q) {
+              const size_t at = static_cast<size_t>((h * n + t) * c.dim + q);
+              const auto& want_v = fresh[static_cast<size_t>(t)] ? e : b;
+              bad += std::memcmp(&a[at], &want_v[at], 4) != 0;
+              fresh_differing += fresh[static_cast<size_t>(t)] && b[at] != e[at];
+            }
+        EXPECT_EQ(bad, 0) << what << (key ? " keys" : " values");
+        // The case is not vacuous: where spans were just formed, the plain
+        // cache's decoded values differ from the chunks as appended.
+        if (!got.spans.empty()) EXPECT_GT(fresh_differing, 0) << what;
+      }
+      const LayerMemory mo = overlapped.layer_memory(0), mp = plain.layer_memory(0);
+      const size_t copies = got.spans.empty() ? 0 : [&] {
+        size_t tokens = 0;
+        for (const SpanReport& sr : got.spans) tokens += static_cast<size_t>(sr.tokens);
+        return tokens * static_cast<size_t>(c.heads * c.dim) * 2;
+      }();
+      EXPECT_EQ(mo.k.tail, mp.k.tail + copies) << what;
+      EXPECT_EQ(mo.v.tail, mp.v.tail + copies) << what;
+      EXPECT_EQ(mo.k.spans.total(), mp.k.spans.total()) << what;
+      EXPECT_EQ(mo.tokens_held, mp.tokens_held) << what;
+    }
+    EXPECT_GE(fresh_spans, 3);
+    EXPECT_EQ(overlapped.spans_encoded(0), plain.spans_encoded(0));
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  cudaStreamDestroy(s);
+}
+
 TEST(DeviceKVCache, BadArgumentsLeaveTheCacheUnchanged) {
   REQUIRE_GPU();
   const CacheConfig c = small_config("qvg:centroids=8,iters=2", "qvg:centroids=8,iters=2", RopeMode::wan_3d);

@@ -28,6 +28,16 @@
 // pool on the stream of the call that allocates it and is released on that
 // stream: every stream given to the cache must outlive it (use one stream per
 // cache, or order the streams yourself). Not thread-safe (one caller at a time).
+//
+// Overlapped encodes (DeviceCacheOptions::overlap_encode): the spans an
+// append forms are encoded on a stream of the cache's own, after the work
+// queued on the caller's stream so far, while the caller goes on. Until the
+// layer's next append, read() reads those spans' chunks from their BF16
+// copies (the cache holds both meanwhile, and memory() counts both); the
+// next append makes the caller's stream wait for the encode (an event, no
+// host wait) and drops the copies. So read() after append k equals the
+// read of a cache without the option after append k, except that the
+// chunks of the spans formed by append k read as they were appended (BF16).
 #pragma once
 
 #include <cstdint>
@@ -82,16 +92,24 @@ struct ChunkPositions {
   }
 };
 
+/// How a DeviceKVCache runs (not part of the cache's definition).
+struct DeviceCacheOptions {
+  /// Encode spans on the cache's own stream, read their chunks in BF16 until
+  /// the layer's next append (see the file comment).
+  bool overlap_encode = false;
+};
+
 class DeviceKVCache {
  public:
   /// On the current device. Validates the config as StreamingKVCache does,
   /// and tail == bf16. Throws qvg::Error without CUDA or a device.
-  explicit DeviceKVCache(CacheConfig config);
+  explicit DeviceKVCache(CacheConfig config, DeviceCacheOptions options = {});
   ~DeviceKVCache();
   DeviceKVCache(DeviceKVCache&&) noexcept;
   DeviceKVCache& operator=(DeviceKVCache&&) noexcept;
 
   const CacheConfig& config() const;
+  const DeviceCacheOptions& options() const;
   int device() const;
 
   /// Adds one chunk to a layer and applies the span policy. k and v: [heads,

@@ -7,8 +7,11 @@ adaLN modulation; 1,560 tokens per latent frame (30 x 52), chunks of 3 latent fr
 scaled_dot_product_attention. Caches, fed the same noise:
   bf16     Self-Forcing's per-block dicts (a preallocated BF16 buffer, the chunk written at its
            position, rolled left past the sink when full, attention over the buffer);
-  SPEC     qvg.torch.SelfForcingKVCache with that codec for K and V (e.g. qvg, qvg-pro).
-Each run is timed per chunk with CUDA events (the harness waits at each chunk's end); runs of the
+  SPEC     qvg.torch.SelfForcingKVCache with that codec for K and V (e.g. qvg, qvg-pro);
+  SPEC+overlap  the same with overlap_encode=True (spans encoded on the cache's own stream).
+Each chunk is timed by the wall clock from an idle device to an idle device (torch.cuda.synchronize
+at both ends: the cache's own stream included; the model stream's CUDA-event time is in the JSON as
+mem.stream_ms); runs of the
 modes alternate, --repeats times, and the median run of each mode is reported: ms per chunk, the
 whole run, the steady state (chunks after the first span was encoded), the overhead against BF16
 of both, peak memory, KV bytes, and the latent frames of history a 16 GB KV budget holds.
@@ -20,6 +23,7 @@ of both, peak memory, KV bytes, and the latent frames of history a 16 GB KV budg
 import argparse
 import json
 import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -148,22 +152,27 @@ def generate(model, mode, args, rope, noise, profile=None):
         cache = DictCache(s, nb, size, args.sink_size * fs, dev)
         upd = cache.update
     else:
+        # "SPEC+overlap": overlap_encode=True (spans encoded on the cache's own stream); "SPEC": False
+        spec, overlap = (mode[:-len("+overlap")], True) if mode.endswith("+overlap") else (mode, False)
         cache = qvg.torch.SelfForcingKVCache(nb, s["heads"], s["dim"], frame_seqlen=fs,
                                              frames_per_chunk=s["frames_per_chunk"],
                                              local_attn_size=args.local_attn_size, sink_size=args.sink_size,
-                                             key=mode, value=mode, quant_factor=args.quant_factor)
+                                             key=spec, value=spec, quant_factor=args.quant_factor,
+                                             overlap_encode=overlap)
         upd = lambda i, k, v, st: cache[i].update(k, v, st)  # noqa: E731
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     free0 = torch.cuda.mem_get_info()[0]
     low = free0
-    times, outs = [], []
+    times, stream_ms, outs = [], [], []
     for c in range(chunks):
         start, frame = c * T, c * s["frames_per_chunk"]
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         prof = profile if (profile is not None and c == chunks - 1) else None
         if prof:
             prof.__enter__()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
         a.record()
         x = noise[c]
         for step in range(s["steps"] + 1):  # denoising passes, then the clean pass that writes the cache
@@ -175,10 +184,13 @@ def generate(model, mode, args, rope, noise, profile=None):
         b.synchronize()
         if prof:
             prof.__exit__(None, None, None)
+        # A chunk's time: wall clock to the device's idle (work on the cache's own stream included).
+        torch.cuda.synchronize()
+        times.append(1e3 * (time.perf_counter() - t0))
+        stream_ms.append(a.elapsed_time(b))  # the model's stream only
         low = min(low, torch.cuda.mem_get_info()[0])
-        times.append(a.elapsed_time(b))
         outs.append(x.float())
-    mem = dict(torch_peak=torch.cuda.max_memory_allocated(), device_used_delta=free0 - low)
+    mem = dict(torch_peak=torch.cuda.max_memory_allocated(), device_used_delta=free0 - low, stream_ms=stream_ms)
     if mode == "bf16":
         mem["kv_bytes"] = cache.kv_bytes()
     else:
@@ -337,7 +349,8 @@ def main():
             frames16 = int(16 * GB // bf16_frame)
         elif mem.get("tokens_encoded"):
             per_frame = mem["spans_bytes"] / (mem["tokens_encoded"] / fs / args.blocks)  # counts sum over blocks
-            tail_frames = args.quant_factor * 3 + args.sink_size  # BF16 at most: the chunks before a span, the sink
+            # BF16 at most: the chunks before a span and the sink (+overlap: also the last span's copies)
+            tail_frames = (2 if m.endswith("+overlap") else 1) * args.quant_factor * 3 + args.sink_size
             frames16 = int((16 * GB - tail_frames * bf16_frame) // per_frame) + tail_frames
         else:
             frames16 = 0

@@ -107,6 +107,37 @@ class TorchCache(unittest.TestCase):
         self.assertTrue(torch.equal(k[:, n:], x) and torch.equal(v[:, n:], 2 * x))
         self.assertTrue(torch.equal(k[:, :n], hk[:, :n]))
 
+    def test_overlapped_encodes_read_the_span_as_appended_until_the_next_append(self):
+        import qvg.torch
+        spec = "qvg:centroids=8,iters=3,tol=0"
+        kw = dict(key=spec, value=spec, chunk_tokens=self.T, quant_factor=2, layout="bthd")
+        plain = qvg.torch.KVCache(2, self.H, self.D, **kw)
+        over = qvg.torch.KVCache(2, self.H, self.D, overlap_encode=True, **kw)
+        chunks, formed = [], 0
+        for i in range(6):
+            k = torch.from_numpy(blobs(self.H, self.T, self.D, 8, seed=10 + i, dir_seed=77)).cuda()[None]
+            k = k.transpose(1, 2).to(torch.bfloat16)
+            chunks.append(k)
+            spans = plain.native.spans_encoded(1)
+            plain.append(1, k, k)
+            over.append(1, k, k)
+            new_span = plain.native.spans_encoded(1) > spans  # spans of 2 chunks: chunks i - 1 and i
+            formed += new_span
+            pk, _ = plain.kv(1, dtype=torch.float32)
+            pk = pk.clone()
+            ok, ov = over.kv(1, dtype=torch.float32)
+            self.assertTrue(torch.equal(ok, ov))
+            fresh = slice((i - 1) * self.T, (i + 1) * self.T) if new_span else slice(0, 0)
+            want = pk.clone()
+            want[:, fresh] = torch.cat(chunks[i - 1:i + 1], dim=1).float() if new_span else want[:, fresh]
+            self.assertTrue(torch.equal(ok, want), f"append {i}")
+            if new_span:
+                self.assertFalse(torch.equal(pk[:, fresh], want[:, fresh]), "the codec changed the span")
+        self.assertEqual(formed, 3)
+        m, mp = over.memory(1), plain.memory(1)
+        self.assertEqual(m["k_tail"], mp["k_tail"] + 2 * self.T * self.H * self.D * 2)  # the last span's copies
+        self.assertEqual(m["k_spans"], mp["k_spans"])
+
     def test_rope_on_read_matches_wans_formula(self):
         # Wan: angles p * theta^(-2j/n) per part (time 24, height 20, width 20 channels for D = 64),
         # (x[2i] + i x[2i+1]) * e^(i angle) in float64, rounded to float32.

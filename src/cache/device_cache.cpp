@@ -5,6 +5,14 @@
 // append from the previous one and the new chunk's); the RoPE cos/sin
 // table covers a coordinate range that grows (doubling) when a chunk falls
 // outside it. Built only with CUDA (src/cuda/no_cuda.cpp has the stubs).
+//
+// Overlapped encodes: the cache's stream waits for an event recorded on the
+// caller's stream after each append's input is in place (so it also follows
+// every read queued before the append), then gathers, encodes and frees
+// spans; the encoded parts come from the pool on that stream. A span's
+// chunks keep their BF16 buffers, which read() uses while they exist, until
+// the layer's next append makes the caller's stream wait for the encode's
+// event and frees them there (where they were allocated).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,7 +73,59 @@ struct DChunk {
   int64_t index = 0, first_token = 0, tokens = 0;
   bool live = true;
   int64_t span = -1, span_offset = 0;
-  DeviceBuffer<uint16_t> k, v;  // BF16 [heads][tokens][dim]; empty inside a span
+  // BF16 [heads][tokens][dim]; empty inside a span, except a span whose
+  // overlapped encode the caller's stream has not waited for yet: read()
+  // reads a chunk from these while they exist.
+  DeviceBuffer<uint16_t> k, v;
+};
+
+/// A CUDA event without timing, created on first record.
+class Event {
+ public:
+  Event() = default;
+  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  Event& operator=(Event&& o) noexcept {
+    std::swap(e_, o.e_);
+    return *this;
+  }
+  ~Event() {
+    if (e_) cudaEventDestroy(e_);
+  }
+  void record(cudaStream_t s) {
+    if (!e_) QVG_CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming));
+    QVG_CUDA_CHECK(cudaEventRecord(e_, s));
+  }
+  /// s waits (on the device) for the work before the last record.
+  void wait(cudaStream_t s) const {
+    if (e_) QVG_CUDA_CHECK(cudaStreamWaitEvent(s, e_, 0));
+  }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+/// The cache's own stream (overlapped encodes), created on first use. Its
+/// destructor waits for the device: the pool frees queued on it (and reads
+/// on callers' streams of the memory they free) have run before it is gone.
+class OwnStream {
+ public:
+  OwnStream() = default;
+  OwnStream(const OwnStream&) = delete;
+  OwnStream& operator=(const OwnStream&) = delete;
+  ~OwnStream() {
+    if (s_) {
+      cudaDeviceSynchronize();
+      cudaStreamDestroy(s_);
+    }
+  }
+  cudaStream_t get() {
+    if (!s_) QVG_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+    return s_;
+  }
+  bool created() const { return s_ != nullptr; }
+
+ private:
+  cudaStream_t s_ = nullptr;
 };
 
 struct DSpan {
@@ -79,6 +139,8 @@ struct DLayer {
   int64_t next_chunk = 0, next_token = 0, next_span = 0;
   DeviceEncodedTensor warm_k, warm_v;  // warm_state() of the last span's, or empty
   DeviceBuffer<int32_t> live_positions;  // positions of the live tokens, in order
+  Event encoded;  // overlapped encodes: after the last append's encodes
+  bool awaiting = false;  // spans whose chunks still hold BF16 buffers
 };
 
 /// The RoPE angle table on the device (rope_range_plan over [lo, hi]).
@@ -97,7 +159,11 @@ struct DeviceRopeTable {
 }  // namespace
 
 struct DeviceKVCache::Impl {
+  // First member, destroyed last: the buffers below free into the pool on it.
+  OwnStream own;
   CacheConfig config;
+  DeviceCacheOptions options;
+  Event input;  // overlapped encodes: on the caller's stream after an append's input
   int device = 0;
   std::vector<DLayer> layers;
   std::unique_ptr<DeviceCodec> key_codec, value_codec;
@@ -150,11 +216,12 @@ struct DeviceKVCache::Impl {
 };
 
 
-DeviceKVCache::DeviceKVCache(CacheConfig config) : impl_(std::make_unique<Impl>()) {
+DeviceKVCache::DeviceKVCache(CacheConfig config, DeviceCacheOptions options) : impl_(std::make_unique<Impl>()) {
   cuda::check_device();
   validate(config);
   QVG_CHECK(config.tail == TailFormat::bf16, "DeviceKVCache holds full-precision chunks in BF16 (tail must be bf16)");
   impl_->config = std::move(config);
+  impl_->options = options;
   impl_->device = cuda_current_device();
   impl_->layers.resize(static_cast<size_t>(impl_->config.layers));
   cuda::keep_pool_memory();
@@ -164,6 +231,7 @@ DeviceKVCache::DeviceKVCache(DeviceKVCache&&) noexcept = default;
 DeviceKVCache& DeviceKVCache::operator=(DeviceKVCache&&) noexcept = default;
 
 const CacheConfig& DeviceKVCache::config() const { return impl_->config; }
+const DeviceCacheOptions& DeviceKVCache::options() const { return impl_->options; }
 int DeviceKVCache::device() const { return impl_->device; }
 
 namespace {
@@ -228,6 +296,12 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   }
 
   DLayer& L = I.layers[static_cast<size_t>(layer)];
+  if (L.awaiting) {  // the last append's overlapped encodes: wait for them, drop the BF16 copies
+    L.encoded.wait(s);
+    for (DChunk& ch : L.chunks)
+      if (ch.span >= 0) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
+    L.awaiting = false;
+  }
   L.chunks.reserve(L.chunks.size() + 1);
   DChunk nc;
   nc.index = L.next_chunk;
@@ -238,6 +312,13 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   nc.v = pooled<uint16_t>(values, s);
   cuda::gather_bf16(k.data, k.type, c.heads, T, c.dim, k.head_stride, k.token_stride, nc.k.get(), s);
   cuda::gather_bf16(v.data, v.type, c.heads, T, c.dim, v.head_stride, v.token_stride, nc.v.get(), s);
+  // Where spans are encoded (and their memory allocated and freed).
+  const bool overlap = I.options.overlap_encode;
+  const cudaStream_t es = overlap ? I.own.get() : s;
+  if (overlap) {
+    I.input.record(s);
+    I.input.wait(es);
+  }
 
   // ---- plan ----
   const size_t new_slot = L.chunks.size();
@@ -267,13 +348,13 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
     sr.chunks = sp.chunks;
     sr.first_token = sp.first_token;
     sr.tokens = sp.tokens;
-    uint16_t* x = ensure(I.gather, static_cast<size_t>(c.heads) * sp.tokens * c.dim, s);
+    uint16_t* x = ensure(I.gather, static_cast<size_t>(c.heads) * sp.tokens * c.dim, es);
     for (const bool key : {true, false}) {
       int64_t off = 0;
       for (size_t sl : g) {
         const DChunk& ch = at(sl);
         copy_bf16_rows((key ? ch.k : ch.v).get(), ch.tokens, 0, ch.tokens, c.heads, c.dim, x, DeviceElement::bf16,
-                       sp.tokens, off, s);
+                       sp.tokens, off, es);
         off += ch.tokens;
       }
       const TensorRole role = key ? TensorRole::key : TensorRole::value;
@@ -283,8 +364,8 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
       const bool use_warm = c.warm_start && runs_kmeans(cc) && !warm.empty() &&
                             warm.config().kmeans.centroids == cc.kmeans.centroids;
       DeviceEncodedTensor enc =
-          codec.encode(x, DeviceElement::bf16, c.heads, sp.tokens, c.dim, role, stream, use_warm ? &warm : nullptr);
-      if (c.warm_start && runs_kmeans(cc)) warm = enc.warm_state(stream);
+          codec.encode(x, DeviceElement::bf16, c.heads, sp.tokens, c.dim, role, es, use_warm ? &warm : nullptr);
+      if (c.warm_start && runs_kmeans(cc)) warm = enc.warm_state(es);
       if (runs_kmeans(cc)) sr.centroids = cc.kmeans.centroids;
       (key ? sr.k_warm_started : sr.v_warm_started) = use_warm;
       (key ? sr.k_bytes : sr.v_bytes) = enc.bytes();
@@ -294,6 +375,7 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
     rep.spans.push_back(std::move(sr));
   }
   for (size_t sl : plan.evict) rep.evicted.push_back(at(sl).index);
+  if (overlap && !plan.groups.empty()) L.encoded.record(es);
 
   // The live positions after this append, in token order: the old buffer's
   // rows of the chunks that stay live, then the new chunk's.
@@ -334,14 +416,14 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
       ch.span = new_spans[gi].id;
       ch.span_offset = off;
       off += ch.tokens;
-      ch.k = DeviceBuffer<uint16_t>();
-      ch.v = DeviceBuffer<uint16_t>();
+      if (!overlap) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
     }
     L.spans.push_back(std::move(new_spans[gi]));
   }
   L.next_chunk += 1;
   L.next_token += T;
   L.next_span = span_id;
+  L.awaiting = overlap && !plan.groups.empty();
   if (!plan.groups.empty()) {
     L.warm_k = std::move(warm_k);
     L.warm_v = std::move(warm_v);
@@ -401,7 +483,7 @@ int64_t DeviceKVCache::read(int layer, void* k_out, void* v_out, DeviceElement t
       ++i;
       continue;
     }
-    if (ch.span < 0) {
+    if (ch.k.get() != nullptr) {  // full precision, or a span being encoded (overlap_encode)
       copy_bf16_rows(ch.k.get(), ch.tokens, 0, ch.tokens, c.heads, c.dim, k_dst, k_type, k_stride, off, s);
       copy_bf16_rows(ch.v.get(), ch.tokens, 0, ch.tokens, c.heads, c.dim, v_out, type, row_stride, off, s);
       off += ch.tokens;

@@ -64,11 +64,12 @@ void DeviceCodec::decode_rows(const DeviceEncodedTensor&, void*, DeviceElement, 
   no_cuda();
 }
 struct DeviceKVCache::Impl {};
-DeviceKVCache::DeviceKVCache(CacheConfig) { no_cuda(); }
+DeviceKVCache::DeviceKVCache(CacheConfig, DeviceCacheOptions) { no_cuda(); }
 DeviceKVCache::~DeviceKVCache() = default;
 DeviceKVCache::DeviceKVCache(DeviceKVCache&&) noexcept = default;
 DeviceKVCache& DeviceKVCache::operator=(DeviceKVCache&&) noexcept = default;
 const CacheConfig& DeviceKVCache::config() const { no_cuda(); }
+const DeviceCacheOptions& DeviceKVCache::options() const { no_cuda(); }
 int DeviceKVCache::device() const { no_cuda(); }
 AppendReport DeviceKVCache::append(int, const DeviceChunkView&, const DeviceChunkView&, const ChunkPositions&, void*) {
   no_cuda();
