@@ -561,6 +561,37 @@ TEST(CacheFile, Fp8CentroidsWarmStartRoundTrip) {
   std::filesystem::remove(path);
 }
 
+// centroids=auto with the warm start: the held state has the C resolved for
+// the last span (here 9 for spans of 144 tokens at 1 bit per value), which
+// the load takes as stored. It had checked it against the rule for a span
+// of C tokens (C = 1) and refused the file.
+TEST(CacheFile, AutoCentroidsWarmStartRoundTrip) {
+  const Stream s(12);
+  const CacheConfig cfg = small_config("qvg:centroids=auto,centroid_bits=1,iters=3");
+  ASSERT_TRUE(cfg.warm_start && cfg.key.auto_centroids);
+  StreamingKVCache full(cfg, CacheOptions{1}), part(cfg, CacheOptions{1});
+  for (int64_t c = 0; c < 10; ++c) append_chunk(full, 0, s, c);
+  AppendReport last;
+  for (int64_t c = 0; c < 6; ++c) {
+    const AppendReport r = append_chunk(part, 0, s, c);
+    if (!r.spans.empty()) last = r;
+  }
+  ASSERT_FALSE(last.spans.empty());
+  EXPECT_EQ(last.spans.back().centroids, 9);  // floor(1 bit x 144 tokens / 16 bits)
+  const std::string path = temp_path("auto.qvgc");
+  part.save(path);
+  StreamingKVCache loaded = StreamingKVCache::load(path, cfg, CacheOptions{1});
+  EXPECT_EQ(loaded.layer_memory(0).warm_start, part.layer_memory(0).warm_start);
+  EXPECT_GT(loaded.layer_memory(0).warm_start, 0u);
+  EXPECT_EQ(loaded.read(0).k.data, part.read(0).k.data);
+  for (int64_t c = 6; c < 10; ++c) {
+    const AppendReport r = append_chunk(loaded, 0, s, c);
+    for (const SpanReport& sp : r.spans) EXPECT_TRUE(sp.k_warm_started && sp.v_warm_started);
+  }
+  EXPECT_EQ(snapshot(loaded, "auto_resumed"), snapshot(full, "auto_full"));
+  std::filesystem::remove(path);
+}
+
 TEST(CacheFile, EmptyAndThreadIndependent) {
   const Stream s(4);
   StreamingKVCache one(small_config(), CacheOptions{1}), two(small_config(), CacheOptions{2});

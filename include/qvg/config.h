@@ -69,11 +69,8 @@ struct CodecConfig {
   /// 1) whose stored values cost at most centroid_bits bits per value per
   /// stage: C = clamp(floor(centroid_bits * N / cb), 1, min(256, N)), cb = 16
   /// (BF16) or 8 (FP8) bits per centroid value (FP8's per-stage FP32 scale is
-  /// not counted). span_config resolves it; an encoding holds the resolved C.
-  /// Known gap: a streaming cache saved with warm start holds the last span's
-  /// C, and its load checks that C against span_config(config, C) (the rule
-  /// for a span of C tokens), which refuses it; save such caches without
-  /// warm start until the cache's loader takes the stored C as it is.
+  /// not counted). span_config resolves it; an encoding holds the resolved C
+  /// (a saved cache's warm-start state too: config_with_centroids).
   bool auto_centroids = false;
   double centroid_bits = 0.125;  ///< with auto_centroids: bits per value per stage, > 0
   int group = 32;                         ///< G: KIVI group size (tokens for keys, channels for values)

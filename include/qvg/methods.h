@@ -57,6 +57,11 @@ PartBytes expected_part_bytes(const CodecConfig& c, TensorRole role, int64_t hea
 /// other methods c unchanged.
 CodecConfig span_config(const CodecConfig& c, int64_t tokens);
 
+/// The config of an encoding of c that holds `centroids` centroids (as a
+/// saved one states them): for clustered methods, c with that fixed C (auto
+/// resolved); else c unchanged. centroids: 1 .. c.kmeans.centroids.
+CodecConfig config_with_centroids(const CodecConfig& c, int centroids);
+
 /// centroids=auto's C for a span of `tokens` tokens (CodecConfig::
 /// auto_centroids): clamp(floor(centroid_bits * tokens / cb), 1, min(
 /// kmeans.centroids, tokens)), cb = 16 for BF16 centroids, 8 for FP8.

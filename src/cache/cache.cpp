@@ -609,7 +609,7 @@ void check_layer_state(const StreamingKVCache::Impl& I, int layer) {
     QVG_CHECK(L.next_span > 0, where, ": ", role, " warm-start state before any span");
     const int cn = w->config.kmeans.centroids;
     QVG_CHECK(cn >= 1 && cn <= base.kmeans.centroids, where, ": ", role, " warm-start centroids ", cn, " out of range");
-    const size_t need = qvg_expected_bytes(span_config(base, cn), c.heads, cn, c.dim).centroids;
+    const size_t need = qvg_expected_bytes(config_with_centroids(base, cn), c.heads, cn, c.dim).centroids;
     QVG_CHECK(w->heads == c.heads && w->dim == c.dim && w->centroids.size() == need, where, ": ", role,
               " warm-start state has ", w->centroids.size(), " bytes, needs ", need);
     if (base.centroid_format == CentroidFormat::bf16)

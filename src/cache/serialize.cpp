@@ -342,9 +342,9 @@ CacheLayer read_layer(Reader& r, const StreamingKVCache::Impl& I, int layer) {
     const CodecConfig& base = key ? c.key : c.value;
     EncodedTensor w;
     const int64_t cn = r.i64_in("warm-start centroids", 1, 256);
-    w.config = span_config(base, cn);
-    QVG_CHECK(w.config.kmeans.centroids == cn, r.where(), ": warm-start state with ", cn,
-              " centroids, the config has ", base.kmeans.centroids);
+    QVG_CHECK(cn <= base.kmeans.centroids, r.where(), ": warm-start state with ", cn, " centroids, the config has ",
+              base.kmeans.centroids);
+    w.config = config_with_centroids(base, static_cast<int>(cn));
     w.role = key ? TensorRole::key : TensorRole::value;
     w.heads = c.heads;
     w.dim = c.dim;

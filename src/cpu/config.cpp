@@ -135,4 +135,14 @@ CodecConfig span_config(const CodecConfig& c, int64_t tokens) {
   return s;
 }
 
+CodecConfig config_with_centroids(const CodecConfig& c, int centroids) {
+  CodecConfig s = c;
+  if (smoothing_stages(c) == 0) return s;
+  QVG_CHECK(centroids >= 1 && centroids <= c.kmeans.centroids, "an encoding with ", centroids,
+            " centroids: the config allows 1 to ", c.kmeans.centroids);
+  s.kmeans.centroids = centroids;
+  s.auto_centroids = false;
+  return s;
+}
+
 }  // namespace qvg
