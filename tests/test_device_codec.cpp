@@ -82,6 +82,32 @@ TEST(DeviceCodec, EncodeEqualsTheCpuReferenceAndDecodesBitIdentically) {
   cudaStreamDestroy(s);
 }
 
+// centroids=auto (C resolved from the span's length and the budget: 16 for
+// BF16 centroids at 0.25 bits over 1,024 tokens): DeviceCodec and the
+// host-form CUDA codec give the CPU reference's parts, and the C stored is
+// the resolved one. (FP8 centroids are CPU-only: the CUDA backend refuses them.)
+TEST(DeviceCodec, AutoCentroidsEqualTheCpuReference) {
+  REQUIRE_GPU();
+  for (const auto& [spec, want_c] : std::vector<std::pair<std::string, int>>{
+           {"qvg:centroids=auto,centroid_bits=0.25,iters=3", 16},
+           {"qvg-pro:centroids=auto,centroid_bits=0.25,iters=2,stages=2", 16}}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    ASSERT_TRUE(c.auto_centroids) << spec;
+    const HeadTensor x = blobs(2, 1024, 128, smoothing_stages(c), want_c, 31);
+    const auto xd = to_device(x);
+    EncodeOptions opt;
+    opt.role = TensorRole::key;
+    const EncodedTensor want = make_codec(c)->encode(x, opt);
+    EXPECT_EQ(want.config.kmeans.centroids, want_c) << spec;
+    const DeviceEncodedTensor e =
+        DeviceCodec(c).encode(xd.get(), DeviceElement::f32, x.heads, x.tokens, x.dim, TensorRole::key, nullptr);
+    const EncodedTensor got = e.to_host();
+    EXPECT_EQ(got.config.kmeans.centroids, want_c) << spec;
+    expect_same_parts(want, got, spec + " (DeviceCodec)");
+    expect_same_parts(want, make_codec(c, Backend::cuda)->encode(x, opt), spec + " (host-form CUDA codec)");
+  }
+}
+
 // A stream of spans, each warm-started from the last: the same bytes as the
 // CPU reference warm-started from the same host tensors.
 TEST(DeviceCodec, WarmStartEqualsTheCpuReference) {
