@@ -775,8 +775,9 @@ TEST(CacheBadInput, ClearErrorsAndTheCacheIsUnchanged) {
   nan_k.data[77] = std::nanf("");
   expect_error("key chunk", [&] { cache.append(0, nan_k, v, pos); });
   HeadTensor huge_v = v;
-  huge_v.data[5] = 3.4e38f;  // finite, but infinite as BF16
-  expect_error("overflows the cache's BF16", [&] { cache.append(0, k, huge_v, pos); });
+  huge_v.data[5] = 3.4e38f;  // finite, above qvg-pro's magnitude range (as BF16: test_hostile_numbers)
+  expect_error("the value chunk: qvg-pro:centroids=8: the input's largest magnitude",
+               [&] { cache.append(0, k, huge_v, pos); });
   HeadTensor short_data = k;
   short_data.data.pop_back();
   expect_error("values, its shape needs", [&] { cache.append(0, short_data, v, pos); });

@@ -238,18 +238,21 @@ TEST(Cuda, DecodeIsBitIdentical) {
 // FLT_MAX whose residual overflows float) is an encode error on the GPU too,
 // not a tensor with an infinite span scale; at the safe bound the GPU encode
 // decodes to finite values.
-TEST(Cuda, ResidualOverflowIsAnEncodeError) {
+// The host-form CUDA codec follows the magnitude policy (check_magnitude):
+// an input near float's top is refused naming its largest magnitude, and
+// the range's top (2^56) encodes to a finite decode.
+TEST(Cuda, HugeInputIsRefusedAndTheRangesTopEncodes) {
   REQUIRE_GPU();
-  // With QVG-Pro the overflow happens at stage 0 and its infinite points go
-  // through three more stages (inf - inf = NaN is possible there: the
-  // assignment's max |R| carries NaN to the span scale).
   for (const std::string spec : {"qvg:centroids=2,init=random", "qvg-pro:centroids=2,init=random"}) {
     const CodecConfig c = parse_codec_spec(spec);
     const auto gpu = make_codec(c, Backend::cuda);
     const HeadTensor hot = test::overflow_input(3.0e38f);
-    test::expect_encode_error([&] { gpu->encode(hot); }, "overflows float", spec);
-    // (the k-means products overflow at the safe bound: ids need not match the CPU's)
-    test::expect_finite_decode(gpu->encode(test::overflow_input(std::ldexp(1.0f, 126 - c.stages))), spec);
+    test::expect_encode_error([&] { gpu->encode(hot); }, "largest magnitude", spec);
+    HeadTensor top = test::overflow_input(1.0f);
+    float m = 0;
+    for (float v : top.data) m = std::max(m, std::fabs(v));
+    for (float& v : top.data) v *= std::ldexp(1.0f, 56) / m;
+    test::expect_finite_decode(gpu->encode(top), spec);
   }
 }
 

@@ -98,6 +98,28 @@ class Codec {
 /// The codec for a configuration (validated when encode sees the dim).
 std::unique_ptr<Codec> make_codec(const CodecConfig& config);
 
+/// Input policy (docs/RELIABILITY.md, "Hostile numbers"): every encoder
+/// refuses a tensor with a NaN or an infinity, and a tensor whose largest
+/// magnitude M is neither 0 nor inside its codec's range, where its error
+/// relative to the tensor is that at M = 1 (measured; encodes scale by
+/// powers of two exactly inside it):
+///  - k-means methods (qvg, qvg-pro, any stages > 0): 2^-60 <= M <= 2^56
+///    (float distances of a head of dim <= 1024 neither overflow nor lose
+///    their small terms to underflow);
+///  - kivi, quarot: M >= 2^-20 (their FP16 scales and zero points go
+///    subnormal below; above, a group or token whose FP16 parameters
+///    overflow is refused by the encoder, naming it);
+///  - rtn, bf16: any finite M (FP8 block scales under an FP32 span scale;
+///    bf16 is the rounding itself).
+/// DeviceCodec's stream-ordered encodes (device_codec.h) check nothing.
+struct MagnitudeRange {
+  double lo = 0.0, hi = 0.0;  ///< inclusive; hi = infinity: no upper bound
+};
+MagnitudeRange encodable_magnitudes(const CodecConfig& config);
+/// Throws qvg::Error naming the codec, M and the range when M (the input's
+/// largest magnitude, finite) is neither 0 nor inside it.
+void check_magnitude(const CodecConfig& config, double max_abs);
+
 /// Convenience: make_codec(parse_codec_spec(spec)).
 std::unique_ptr<Codec> make_codec(const std::string& spec);
 

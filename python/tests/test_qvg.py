@@ -509,7 +509,8 @@ class DLPack(unittest.TestCase):
             y = x.astype(dt)
             self.assertEqual(codec.encode(Producer(y)).parts, codec.encode(y).parts)
         for dt in (np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64):  # as NumPy's float32 cast
-            y = (x * 40).astype(dt)
+            # (unsigned: |x|, since a negative value cast to uint64 is ~1.8e19, above qvg's range)
+            y = ((np.abs(x) if np.dtype(dt).kind == "u" else x) * 40).astype(dt)
             self.assertEqual(codec.encode(Producer(y)).parts, codec.encode(y.astype(np.float32)).parts)
         thd = np.ascontiguousarray(x.transpose(1, 0, 2))[None]  # [1, tokens, heads, dim]
         self.assertEqual(codec.encode(Producer(thd), layout="thd").parts, want)

@@ -250,6 +250,17 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
               positions.size());
   check_finite(k, "key chunk");
   check_finite(v, "value chunk");
+  // The span codecs' magnitude policy, per chunk (a span's largest magnitude
+  // is its chunks'): refused here, not when a later append encodes the span.
+  for (const bool key : {true, false}) {
+    float m = 0.0f;
+    for (const float x : (key ? k : v).data) m = std::max(m, std::fabs(x));
+    try {
+      check_magnitude(key ? c.key : c.value, m);
+    } catch (const Error& e) {
+      QVG_CHECK(false, "append (layer ", layer, "): the ", key ? "key" : "value", " chunk: ", e.what());
+    }
+  }
 
   CacheLayer& L = I.layers[static_cast<size_t>(layer)];
   L.chunks.reserve(L.chunks.size() + 1);  // capacity only: push_back below cannot throw

@@ -1,7 +1,9 @@
 #include "qvg/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "cpu/codecs.h"
@@ -29,11 +31,33 @@ std::unique_ptr<Codec> make_codec(const CodecConfig& config) { return method_tra
 
 std::unique_ptr<Codec> make_codec(const std::string& spec) { return make_codec(parse_codec_spec(spec)); }
 
+MagnitudeRange encodable_magnitudes(const CodecConfig& c) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (smoothing_stages(c) > 0) return {std::ldexp(1.0, -60), std::ldexp(1.0, 56)};
+  if (c.method == Method::kivi || c.method == Method::quarot) return {std::ldexp(1.0, -20), kInf};
+  return {0.0, kInf};
+}
+
+void check_magnitude(const CodecConfig& c, double max_abs) {
+  const MagnitudeRange r = encodable_magnitudes(c);
+  if (max_abs == 0.0 || (max_abs >= r.lo && max_abs <= r.hi)) return;
+  const bool low = max_abs < r.lo;
+  QVG_CHECK(false, c.name, ": the input's largest magnitude ", max_abs, " is ", low ? "below " : "above ",
+            low ? r.lo : r.hi, " (2^", std::ilogb(low ? r.lo : r.hi), "), outside the range where its error does not "
+            "depend on the scale (",
+            smoothing_stages(c) > 0 ? "k-means distances in float would " : "FP16 scales would ",
+            smoothing_stages(c) > 0 ? (low ? "underflow" : "overflow") : "go subnormal",
+            "); multiply the tensor by a power of two first (docs/RELIABILITY.md, \"Hostile numbers\")");
+}
+
 void check_encode_input(const CodecConfig& c, const HeadTensor& x) {
   validate(c, x.dim);
   QVG_CHECK(x.heads > 0, c.name, ": the tensor has no heads");
   QVG_CHECK(x.tokens > 0, c.name, ": the tensor has no tokens (N = 0)");
   check_finite(x, "input tensor");
+  float m = 0.0f;
+  for (const float v : x.data) m = std::max(m, std::fabs(v));
+  check_magnitude(c, m);
 }
 
 void check_decode_header(const CodecConfig& c, const EncodedTensor& e) {

@@ -28,7 +28,8 @@ CodecConfig preset_config(const std::string& name);
 PartBytes qvg_expected_bytes(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim);
 
 /// Checks shared by every encoder: the config is valid for x.dim, x has at
-/// least one token and head, its data matches its shape, all values finite.
+/// least one token and head, its data matches its shape, all values finite,
+/// the largest magnitude inside the codec's range (check_magnitude).
 void check_encode_input(const CodecConfig& c, const HeadTensor& x);
 
 /// Checks shared by every decoder, in two halves. The header: e was made by

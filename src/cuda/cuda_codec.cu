@@ -66,6 +66,9 @@ class CudaCodec final : public Codec {
   EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
     if (reference_) return reference_->encode(x, opt, report);
     check_finite(x, "input tensor");
+    float m = 0.0f;
+    for (const float v : x.data) m = std::max(m, std::fabs(v));
+    check_magnitude(config_, m);
     return encode_on_device(nullptr, DeviceElement::f32, x, opt, report);
   }
 
@@ -211,10 +214,11 @@ EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, Devic
     QVG_CUDA_CHECK(cudaMemcpy(aligned.get(), x, bytes, cudaMemcpyDeviceToDevice));
     x = aligned.get();
   }
-  float bad = 0;
-  const int64_t at = cuda::first_nonfinite(x, type, n, &bad, nullptr);
+  float bad = 0, max_abs = 0;
+  const int64_t at = cuda::first_nonfinite(x, type, n, &bad, nullptr, &max_abs);
   QVG_CHECK(at < 0, "input tensor holds a non-finite value (", bad, ") at head ", at / (tokens * dim), ", token ",
             (at % (tokens * dim)) / dim, ", channel ", at % dim);
+  check_magnitude(config, max_abs);
   CudaCodec codec(config);
   if (!encodes_on_device(config.method))  // the CPU reference's encode
     return codec.encode(cuda::download_as_float(x, type, heads, tokens, dim, nullptr), opt, nullptr);

@@ -29,23 +29,33 @@ __device__ __forceinline__ float element_as_float(const void* x, int64_t i) {
     return __half2float(static_cast<const __half*>(x)[i]);
 }
 
-/// *first = min(*first, i) over the i < n with x[i] not finite (grid-stride).
+/// out[0] = min(out[0], i) over the i < n with x[i] not finite; out[1] =
+/// max(out[1], bits of |x[i]|) over the finite values a thread saw before
+/// its first non-finite one (grid-stride; non-negative floats order as their
+/// bits).
 template <typename T>
-__global__ void first_nonfinite_kernel(const void* __restrict__ x, int64_t n, unsigned long long* first) {
+__global__ void first_nonfinite_kernel(const void* __restrict__ x, int64_t n, unsigned long long* out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    if (!isfinite(element_as_float<T>(x, i))) {
-      atomicMin(first, static_cast<unsigned long long>(i));
-      return;  // a later i of this thread is larger
+  float m = 0.0f;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = element_as_float<T>(x, i);
+    if (!isfinite(v)) {
+      atomicMin(out, static_cast<unsigned long long>(i));
+      break;  // a later i of this thread is larger
     }
+    m = fmaxf(m, fabsf(v));
+  }
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0) atomicMax(out + 1, static_cast<unsigned long long>(__float_as_uint(m)));
 }
 
 }  // namespace
 
-int64_t first_nonfinite(const void* x, DeviceElement dtype, int64_t n, float* value, cudaStream_t stream) {
-  DeviceBuffer<unsigned long long> first(1);
-  const unsigned long long none = ~0ull;
-  QVG_CUDA_CHECK(cudaMemcpyAsync(first.get(), &none, sizeof none, cudaMemcpyHostToDevice, stream));
+int64_t first_nonfinite(const void* x, DeviceElement dtype, int64_t n, float* value, cudaStream_t stream,
+                        float* max_abs) {
+  DeviceBuffer<unsigned long long> first(2);  // the first index, the largest |x|'s bits
+  const unsigned long long none = ~0ull, start[2] = {none, 0ull};
+  QVG_CUDA_CHECK(cudaMemcpyAsync(first.get(), start, sizeof start, cudaMemcpyHostToDevice, stream));
   int sms = 0, dev = 0;
   QVG_CUDA_CHECK(cudaGetDevice(&dev));
   QVG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -58,9 +68,14 @@ int64_t first_nonfinite(const void* x, DeviceElement dtype, int64_t n, float* va
   else
     first_nonfinite_kernel<__half><<<grid, 256, 0, stream>>>(x, n, first.get());
   QVG_CUDA_CHECK(cudaGetLastError());
-  unsigned long long at = none;
-  QVG_CUDA_CHECK(cudaMemcpyAsync(&at, first.get(), sizeof at, cudaMemcpyDeviceToHost, stream));
+  unsigned long long got[2] = {none, 0ull};
+  QVG_CUDA_CHECK(cudaMemcpyAsync(got, first.get(), sizeof got, cudaMemcpyDeviceToHost, stream));
   QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const unsigned long long at = got[0];
+  if (max_abs) {
+    const uint32_t bits = static_cast<uint32_t>(got[1]);
+    std::memcpy(max_abs, &bits, 4);
+  }
   if (at == none) return -1;
   const size_t es = element_bytes(dtype);
   uint32_t raw = 0;

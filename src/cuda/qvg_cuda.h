@@ -151,8 +151,10 @@ HeadTensor download_as_float(const void* x, DeviceElement type, int64_t heads, i
 
 /// The lowest index i < n whose value x[i] (dtype, device memory) is not
 /// finite, with that value in *value (optional); -1 when every value is
+/// finite; *max_abs (optional): the largest magnitude when every value is
 /// finite. Synchronizes the stream (device_tensor.cu).
-int64_t first_nonfinite(const void* x, DeviceElement dtype, int64_t n, float* value, cudaStream_t stream);
+int64_t first_nonfinite(const void* x, DeviceElement dtype, int64_t n, float* value, cudaStream_t stream,
+                        float* max_abs = nullptr);
 
 /// Scratch memory reused across encodes.
 class Encoder {
