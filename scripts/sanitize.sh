@@ -6,10 +6,13 @@
 #                              shipped model's forward passes (asan_skip below)
 #   scripts/sanitize.sh tsan   ThreadSanitizer (build-tsan): the tests that
 #                              run threads (codecs, k-means, baselines, cache,
-#                              the model's threaded forward), listed below
+#                              the model's threaded forward), listed below, and
+#                              the Python tests against a TSan-built module
+#                              (the caches' threads with the GIL released)
 #   scripts/sanitize.sh all    both
-# CPU only: no CUDA, no FFmpeg, no Python module (python3 would need the
-# sanitizer runtime preloaded), no benchmarks. QVG_SANITIZE_CXX picks the
+# CPU only: no CUDA, no FFmpeg, no benchmarks; the Python module in the TSan
+# build only (python3 runs it with GCC's libtsan preloaded: clang 14's shared
+# runtime crashes Debian's python3 at start). QVG_SANITIZE_CXX picks the
 # compiler (default clang++ where installed, else g++; clang builds this
 # configuration in less than half of g++'s time). Every report is also written to a log under the
 # build directory, and the run fails if any log exists: a report in a process
@@ -32,7 +35,7 @@ tsan_model_filter='Model.TinyModelThreadsGiveIdenticalBytes'
 # GiveIdenticalBytes runs the same forward code on a tiny model instead.
 asan_skip='^(cli_model|Model\.(MatchesGoldenExactCache|Bf16CacheCloseToGolden|CompressedCacheOrdering|ThreadsGiveIdenticalBytes))$'
 
-build() {  # build <dir> <sanitizers>
+build() {  # build <dir> <sanitizers> [python module: ON | OFF (default)]
   # A cache made with another compiler would be wiped by CMake together with the
   # options given here (it re-runs without them): start that directory afresh.
   local compiler
@@ -41,7 +44,7 @@ build() {  # build <dir> <sanitizers>
     rm -rf "$1/CMakeCache.txt" "$1/CMakeFiles"
   fi
   cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$compiler" "${launcher[@]}" \
-    -DQVG_SANITIZE="$2" -DQVG_WITH_CUDA=OFF -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_PYTHON=OFF -DQVG_BUILD_BENCH=OFF \
+    -DQVG_SANITIZE="$2" -DQVG_WITH_CUDA=OFF -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_PYTHON="${3:-OFF}" -DQVG_BUILD_BENCH=OFF \
     >/dev/null
   grep -q "^QVG_SANITIZE:STRING=$2\$" "$1/CMakeCache.txt" || {
     echo "sanitize: $1 is not configured with QVG_SANITIZE=$2" >&2
@@ -75,7 +78,7 @@ run_asan() {
 }
 
 run_tsan() {
-  build build-tsan thread
+  build build-tsan thread ON
   local logs=build-tsan/sanitizer-logs
   rm -rf "$logs" && mkdir -p "$logs"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$PWD/$logs/tsan"
@@ -92,6 +95,17 @@ run_tsan() {
   done
   build-tsan/tests/test_model --gtest_brief=1 --gtest_filter="$tsan_model_filter"
   n=$((n + 1))
+  # The Python tests (qvg.StreamingKVCache from threads, the GIL released around
+  # every call) against the module of this build, the runtime preloaded.
+  if compgen -G "build-tsan/python/qvg/_qvg*.so" >/dev/null; then
+    local rt
+    rt=$(realpath "$(gcc -print-file-name=libtsan.so)")
+    LD_PRELOAD=$rt PYTHONPATH=build-tsan/python /usr/bin/python3 -m unittest discover -s python/tests
+    n=$((n + 1))
+  else
+    echo "sanitize: build-tsan has no Python module (pybind11 or NumPy missing): its tests did not run" >&2
+    return 1
+  fi
   check_logs "$logs"
   echo "sanitize: TSan: $n tests, no report ($((SECONDS - start)) s)"
   unset TSAN_OPTIONS QVG_KILL_SAVES
