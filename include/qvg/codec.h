@@ -117,8 +117,9 @@ struct MagnitudeRange {
 };
 MagnitudeRange encodable_magnitudes(const CodecConfig& config);
 /// Throws qvg::Error naming the codec, M and the range when M (the input's
-/// largest magnitude, finite) is neither 0 nor inside it.
-void check_magnitude(const CodecConfig& config, double max_abs);
+/// largest magnitude, finite; check_finite returns it) is neither 0 nor
+/// inside it; `where` prefixes the message.
+void check_magnitude(const CodecConfig& config, double max_abs, const std::string& where = "");
 
 /// Convenience: make_codec(parse_codec_spec(spec)).
 std::unique_ptr<Codec> make_codec(const std::string& spec);

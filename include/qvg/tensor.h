@@ -46,7 +46,8 @@ struct HeadTensor {
   }
 };
 
-/// Throws qvg::Error naming the first non-finite value (head, token, channel).
-void check_finite(const HeadTensor& x, const char* what);
+/// Throws qvg::Error naming the first non-finite value (head, token, channel);
+/// else returns the largest magnitude (one pass: the encoders' check_magnitude).
+float check_finite(const HeadTensor& x, const char* what);
 
 }  // namespace qvg

@@ -38,11 +38,11 @@ MagnitudeRange encodable_magnitudes(const CodecConfig& c) {
   return {0.0, kInf};
 }
 
-void check_magnitude(const CodecConfig& c, double max_abs) {
+void check_magnitude(const CodecConfig& c, double max_abs, const std::string& where) {
   const MagnitudeRange r = encodable_magnitudes(c);
   if (max_abs == 0.0 || (max_abs >= r.lo && max_abs <= r.hi)) return;
   const bool low = max_abs < r.lo;
-  QVG_CHECK(false, c.name, ": the input's largest magnitude ", max_abs, " is ", low ? "below " : "above ",
+  QVG_CHECK(false, where, c.name, ": the input's largest magnitude ", max_abs, " is ", low ? "below " : "above ",
             low ? r.lo : r.hi, " (2^", std::ilogb(low ? r.lo : r.hi), "), outside the range where its error does not "
             "depend on the scale (",
             smoothing_stages(c) > 0 ? "k-means distances in float would " : "FP16 scales would ",
@@ -54,10 +54,7 @@ void check_encode_input(const CodecConfig& c, const HeadTensor& x) {
   validate(c, x.dim);
   QVG_CHECK(x.heads > 0, c.name, ": the tensor has no heads");
   QVG_CHECK(x.tokens > 0, c.name, ": the tensor has no tokens (N = 0)");
-  check_finite(x, "input tensor");
-  float m = 0.0f;
-  for (const float v : x.data) m = std::max(m, std::fabs(v));
-  check_magnitude(c, m);
+  check_magnitude(c, check_finite(x, "input tensor"));
 }
 
 void check_decode_header(const CodecConfig& c, const EncodedTensor& e) {

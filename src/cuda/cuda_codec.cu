@@ -65,10 +65,7 @@ class CudaCodec final : public Codec {
 
   EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
     if (reference_) return reference_->encode(x, opt, report);
-    check_finite(x, "input tensor");
-    float m = 0.0f;
-    for (const float v : x.data) m = std::max(m, std::fabs(v));
-    check_magnitude(config_, m);
+    check_magnitude(config_, check_finite(x, "input tensor"));
     return encode_on_device(nullptr, DeviceElement::f32, x, opt, report);
   }
 

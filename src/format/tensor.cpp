@@ -1,13 +1,16 @@
+#include <algorithm>
 #include <cmath>
 
 #include "qvg/tensor.h"
 
 namespace qvg {
 
-void check_finite(const HeadTensor& x, const char* what) {
+float check_finite(const HeadTensor& x, const char* what) {
   QVG_CHECK(static_cast<int64_t>(x.data.size()) == x.numel(), what, ": data holds ", x.data.size(),
             " values but the shape [", x.heads, ", ", x.tokens, ", ", x.dim, "] needs ", x.numel());
+  float largest = 0.0f;
   for (size_t i = 0; i < x.data.size(); ++i) {
+    largest = std::max(largest, std::fabs(x.data[i]));  // NaN leaves it; the test below throws for it
     if (!std::isfinite(x.data[i])) {
       const int64_t per_head = x.tokens * x.dim;
       const int64_t h = static_cast<int64_t>(i) / per_head;
@@ -17,6 +20,7 @@ void check_finite(const HeadTensor& x, const char* what) {
                 ", channel ", d);
     }
   }
+  return largest;
 }
 
 }  // namespace qvg
