@@ -122,7 +122,6 @@ class OwnStream {
     if (!s_) QVG_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
     return s_;
   }
-  bool created() const { return s_ != nullptr; }
 
  private:
   cudaStream_t s_ = nullptr;
