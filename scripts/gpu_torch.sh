@@ -11,10 +11,10 @@ OUT=${OUT:-/tmp/qvg-gpu-out}
 mkdir -p "$OUT"
 step() { echo "== $(date +%T) $*"; }
 step "build"
-scripts/gpu_build.sh "$OUT/build.log" test_device_cache test_device_codec test_cuda qvg_python || exit 1
+scripts/gpu_build.sh "$OUT/build.log" test_device_cache test_device_codec test_cuda test_reseed_kernel qvg_python || exit 1
 rc=0
 step "tests"
-for t in test_device_cache test_device_codec; do
+for t in test_device_cache test_device_codec test_reseed_kernel; do
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
 done
 # The GPU k-means against the CPU reference (convergence, reseeds, warm starts, k-means++).

@@ -225,8 +225,8 @@ void Encoder::kmeans_update(const T* data, const QvgShape& sh, const uint8_t* id
   centroid_mean_kernel<<<blocks_for(static_cast<int64_t>(H) * C * 32), kThreads, 0, stream>>>(
       sums, counts, H, N, D, C, kmeans_max_.get(), active, cent_.get());
   QVG_CUDA_CHECK(cudaGetLastError());
-  reseed_empty_kernel<T><<<H, 1024, 0, stream>>>(data, N, D, C, counts, dist_.get(), active, taken_.get(), cent_.get(),
-                                                 reseeded_.get());
+  reseed_empty_kernel<T><<<H, kReseedThreads, 0, stream>>>(data, N, D, C, counts, dist_.get(), active, cent_.get(),
+                                                           reseeded_.get());
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -267,7 +267,6 @@ void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   kmeans_max_.resize(static_cast<size_t>(H));
   active_.resize(static_cast<size_t>(H));
   reseeded_.resize(static_cast<size_t>(H));
-  taken_.resize(static_cast<size_t>(H * N));
   mse_.resize(static_cast<size_t>(H));
   const QvgParts here = stage_parts(parts, sh, stage);
 

@@ -207,7 +207,6 @@ class Encoder {
   DeviceBuffer<float> cent_, dist_;
   DeviceBuffer<uint32_t> head_max_, kmeans_max_;
   DeviceBuffer<unsigned long long> sums_;
-  DeviceBuffer<uint8_t> taken_;
   DeviceBuffer<int> active_, reseeded_;
   DeviceBuffer<double> mse_;
   DeviceBuffer<int64_t> rows_;  // random start rows [H][C]
