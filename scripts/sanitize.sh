@@ -3,16 +3,20 @@
 #   scripts/sanitize.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer
 #                              (build-asan): every CPU test but cli_model (it
 #                              reads a clip; this build has no FFmpeg) and the
-#                              shipped model's forward passes (asan_skip below)
+#                              shipped model's forward passes (asan_skip below),
+#                              and the Python tests against an ASan-built module
+#                              (damaged pickled states and cache files included)
 #   scripts/sanitize.sh tsan   ThreadSanitizer (build-tsan): the tests that
 #                              run threads (codecs, k-means, baselines, cache,
 #                              the model's threaded forward), listed below, and
 #                              the Python tests against a TSan-built module
 #                              (the caches' threads with the GIL released)
 #   scripts/sanitize.sh all    both
-# CPU only: no CUDA, no FFmpeg, no benchmarks; the Python module in the TSan
-# build only (python3 runs it with GCC's libtsan preloaded: clang 14's shared
-# runtime crashes Debian's python3 at start). QVG_SANITIZE_CXX picks the
+# CPU only: no CUDA, no FFmpeg, no benchmarks. Debian's python3 is not
+# instrumented, so it runs the modules with the sanitizer's shared runtime
+# preloaded: the compiler's own for ASan (leak detection off: the interpreter
+# keeps its objects at exit), GCC's libtsan for TSan (clang 14's shared TSan
+# runtime crashes python3 at start). QVG_SANITIZE_CXX picks the
 # compiler (default clang++ where installed, else g++; clang builds this
 # configuration in less than half of g++'s time). Every report is also written to a log under the
 # build directory, and the run fails if any log exists: a report in a process
@@ -62,8 +66,18 @@ check_logs() {
   fi
 }
 
+# python_tests <build dir> <sanitizer runtime to preload>: the Python tests
+# against that build's module.
+python_tests() {
+  if ! compgen -G "$1/python/qvg/_qvg*.so" >/dev/null; then
+    echo "sanitize: $1 has no Python module (pybind11 or NumPy missing): its tests did not run" >&2
+    return 1
+  fi
+  LD_PRELOAD=$2 PYTHONPATH=$1/python /usr/bin/python3 -m unittest discover -s python/tests
+}
+
 run_asan() {
-  build build-asan address,undefined
+  build build-asan address,undefined ON
   local logs=build-asan/sanitizer-logs
   rm -rf "$logs" && mkdir -p "$logs"
   export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_string_checks=1:log_path=$PWD/$logs/asan"
@@ -72,8 +86,16 @@ run_asan() {
   # The kill test's saves run ~15x slower here: 20 kills (scripts/test.sh runs 200).
   export QVG_KILL_SAVES=20
   ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -L cpu -E "$asan_skip" --timeout 900
+  local rt
+  if [[ $($cxx --version) == *clang* ]]; then
+    rt=$("$cxx" -print-file-name=libclang_rt.asan-x86_64.so)
+  else
+    rt=$(realpath "$("$cxx" -print-file-name=libasan.so)")
+  fi
+  ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" python_tests build-asan "$rt"
   check_logs "$logs"
-  echo "sanitize: ASan+UBSan: $(ctest --test-dir build-asan -N -L cpu -E "$asan_skip" | tail -1 | grep -o '[0-9]*') tests, no report ($((SECONDS - start)) s)"
+  echo "sanitize: ASan+UBSan: $(ctest --test-dir build-asan -N -L cpu -E "$asan_skip" | tail -1 | grep -o '[0-9]*') tests" \
+    "and the Python tests, no report ($((SECONDS - start)) s)"
   unset ASAN_OPTIONS UBSAN_OPTIONS QVG_KILL_SAVES
 }
 
@@ -97,15 +119,8 @@ run_tsan() {
   n=$((n + 1))
   # The Python tests (qvg.StreamingKVCache from threads, the GIL released around
   # every call) against the module of this build, the runtime preloaded.
-  if compgen -G "build-tsan/python/qvg/_qvg*.so" >/dev/null; then
-    local rt
-    rt=$(realpath "$(gcc -print-file-name=libtsan.so)")
-    LD_PRELOAD=$rt PYTHONPATH=build-tsan/python /usr/bin/python3 -m unittest discover -s python/tests
-    n=$((n + 1))
-  else
-    echo "sanitize: build-tsan has no Python module (pybind11 or NumPy missing): its tests did not run" >&2
-    return 1
-  fi
+  python_tests build-tsan "$(realpath "$(gcc -print-file-name=libtsan.so)")"
+  n=$((n + 1))
   check_logs "$logs"
   echo "sanitize: TSan: $n tests, no report ($((SECONDS - start)) s)"
   unset TSAN_OPTIONS QVG_KILL_SAVES

@@ -111,6 +111,48 @@ class Pickling(unittest.TestCase):
             qvg.Codec("qvg").decode(e)
         return str(cm.exception)
 
+    def test_mutated_states_decode_or_raise_value_error(self):
+        # What an unpickler may be handed: seeded random damage to every
+        # part and field of valid states. The property: __setstate__ and
+        # decode either succeed with the stated shape or raise ValueError
+        # (never another exception, never a crash; scripts/sanitize.sh runs
+        # this under ASan + UBSan).
+        import random
+        rng = random.Random(27)
+        outcomes = {"decoded": 0, "refused": 0}
+        for spec in SPECS:
+            codec = qvg.Codec(spec)
+            spec_s, role, shape, parts = codec.encode(random_kv(tokens=320), role="key").__getstate__()
+            for _ in range(60):
+                p = dict(parts)
+                name = rng.choice(sorted(p))
+                data = bytearray(p[name])
+                how = rng.randrange(4)
+                if how == 0 and data:  # flip bytes
+                    for _ in range(rng.randint(1, 8)):
+                        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+                elif how == 1:  # cut or grow
+                    data = data[:rng.randrange(len(data) + 1)] if rng.random() < 0.5 else data + bytes(rng.randint(1, 64))
+                elif how == 2:  # a part missing
+                    del p[name]
+                sh = tuple(shape)
+                if how == 3:  # a field changed
+                    sh = tuple(rng.choice([0, 1, v - 1, v + 1, 2 * v, 2**31, 2**40]) if rng.random() < 0.5 else v
+                               for v in shape)
+                if name in p:
+                    p[name] = bytes(data)
+                try:
+                    e = qvg.EncodedTensor.__new__(qvg.EncodedTensor)
+                    e.__setstate__((spec_s, role, sh, p))
+                    out = qvg.Codec(spec_s).decode(e)
+                    self.assertEqual(out.shape, sh, spec)
+                    outcomes["decoded"] += 1
+                except ValueError:
+                    outcomes["refused"] += 1
+        # both outcomes happen (the damage reaches the checks and the data)
+        self.assertGreater(outcomes["decoded"], 0)
+        self.assertGreater(outcomes["refused"], 0)
+
 
 class Properties(unittest.TestCase):
     def test_deterministic_for_any_thread_count(self):
@@ -255,6 +297,25 @@ class Cache(unittest.TestCase):
             with self.assertRaises(ValueError):
                 qvg.StreamingKVCache.load(path)
             self.assert_raises_with("", qvg.StreamingKVCache.load, os.path.join(tmp, "missing"))
+            # Seeded random damage anywhere in the file (bytes flipped, the
+            # file cut): every load raises ValueError (the sections are
+            # checksummed); ASan + UBSan watch it in scripts/sanitize.sh.
+            import random
+            rng = random.Random(270)
+            cache.save(path)
+            with open(path, "rb") as fh:
+                good = fh.read()
+            for i in range(150):
+                data = bytearray(good)
+                if i % 3 == 2:
+                    data = data[:rng.randrange(len(data))]
+                else:
+                    for _ in range(rng.randint(1, 4)):
+                        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+                with open(path, "wb") as fh:
+                    fh.write(bytes(data))
+                with self.assertRaises(ValueError, msg=f"damage {i}"):
+                    qvg.StreamingKVCache.load(path)
 
     def test_threads_appending_to_two_layers(self):
         # The cache releases the GIL while it works and holds its own lock:
