@@ -15,6 +15,7 @@
 #include "convert.h"
 #include "dlpack.h"
 #include "qvg/cache.h"
+#include "qvg/methods.h"
 
 namespace qvg::python {
 
@@ -87,13 +88,13 @@ qvg::CacheConfig make_cache_config(int layers, int heads, int dim, const std::st
                                    int64_t chunk_tokens, int quant_factor, int keep_recent, int sink,
                                    int64_t window_chunks, int64_t window_tokens, const std::string& rope,
                                    double rope_theta, const std::string& rope_pairing, const std::string& tail,
-                                   bool warm_start) {
+                                   bool warm_start, int64_t first_head) {
   qvg::CacheConfig c;
   c.layers = layers;
   c.heads = heads;
   c.dim = dim;
-  c.key = qvg::parse_codec_spec(key);
-  c.value = qvg::parse_codec_spec(value);
+  c.key = qvg::config_for_heads(qvg::parse_codec_spec(key), first_head);
+  c.value = qvg::config_for_heads(qvg::parse_codec_spec(value), first_head);
   c.chunk_tokens = chunk_tokens;
   c.policy.quant_factor = quant_factor;
   c.policy.keep_recent = keep_recent;
@@ -122,10 +123,11 @@ void bind_cache(py::module_& m) {
                        int64_t chunk_tokens, int quant_factor, int keep_recent, int sink, int64_t window_chunks,
                        int64_t window_tokens, const std::string& rope, double rope_theta,
                        const std::string& rope_pairing, const std::string& tail, bool warm_start, int threads,
-                       const std::string& device, bool measure_span_error) {
+                       const std::string& device, bool measure_span_error, int64_t first_head) {
              const qvg::CacheConfig c =
                  make_cache_config(layers, heads, dim, key, value, chunk_tokens, quant_factor, keep_recent, sink,
-                                   window_chunks, window_tokens, rope, rope_theta, rope_pairing, tail, warm_start);
+                                   window_chunks, window_tokens, rope, rope_theta, rope_pairing, tail, warm_start,
+                                   first_head);
              return std::make_unique<PyCache>(
                  qvg::StreamingKVCache(c, make_options(threads, device, measure_span_error)));
            }),
@@ -134,11 +136,13 @@ void bind_cache(py::module_& m) {
            py::arg("keep_recent") = 0, py::arg("sink") = 0, py::arg("window_chunks") = 0, py::arg("window_tokens") = 0,
            py::arg("rope") = "none", py::arg("rope_theta") = 10000.0, py::arg("rope_pairing") = "interleaved",
            py::arg("tail") = "bf16", py::arg("warm_start") = true, py::arg("threads") = 0, py::arg("device") = "cpu",
-           py::arg("measure_span_error") = false,
+           py::arg("measure_span_error") = false, py::arg("first_head") = 0,
            "key / value: codec specs of the spans. Spans of quant_factor chunks are encoded once quant_factor + "
            "keep_recent chunks are pending; sink chunks are never encoded nor evicted; window_chunks / "
            "window_tokens evict the oldest non-sink chunks. rope \"1d\" or \"3d\": keys are appended before RoPE "
-           "with their positions and rotated on read. tail: how unencoded chunks are held (\"bf16\" or \"f32\").")
+           "with their positions and rotated on read. tail: how unencoded chunks are held (\"bf16\" or \"f32\"). "
+           "first_head: the model's index of this cache's first head, for a cache of some of its heads (head-"
+           "sharded parallelism): its spans then equal those heads of a cache of all heads byte for byte.")
       .def(
           "append",
           [](PyCache& c, int layer, const py::object& k, const py::object& v,

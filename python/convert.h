@@ -81,7 +81,7 @@ qvg::CacheConfig make_cache_config(int layers, int heads, int dim, const std::st
                                    int64_t chunk_tokens, int quant_factor, int keep_recent, int sink,
                                    int64_t window_chunks, int64_t window_tokens, const std::string& rope,
                                    double rope_theta, const std::string& rope_pairing, const std::string& tail,
-                                   bool warm_start);
+                                   bool warm_start, int64_t first_head);
 /// A span report and a layer's memory as dicts (cache_bindings.cpp).
 py::dict span_dict(const qvg::SpanReport& r);
 py::dict memory_dict(const qvg::LayerMemory& m, const qvg::CacheConfig& c);

@@ -45,18 +45,20 @@ void bind_device_cache(py::module_& m) {
   cls.def(py::init([](int layers, int heads, int dim, const std::string& key, const std::string& value,
                        int64_t chunk_tokens, int quant_factor, int keep_recent, int sink, int64_t window_chunks,
                        int64_t window_tokens, const std::string& rope, double rope_theta,
-                       const std::string& rope_pairing, bool warm_start, bool overlap_encode) {
+                       const std::string& rope_pairing, bool warm_start, bool overlap_encode, int64_t first_head) {
              return std::make_unique<PyDeviceCache>(
                  make_cache_config(layers, heads, dim, key, value, chunk_tokens, quant_factor, keep_recent, sink,
-                                   window_chunks, window_tokens, rope, rope_theta, rope_pairing, "bf16", warm_start),
+                                   window_chunks, window_tokens, rope, rope_theta, rope_pairing, "bf16", warm_start,
+                                   first_head),
                  qvg::DeviceCacheOptions{.overlap_encode = overlap_encode});
            }),
            py::arg("layers"), py::arg("heads"), py::arg("dim"), py::kw_only(), py::arg("key") = "qvg",
            py::arg("value") = "qvg", py::arg("chunk_tokens") = 0, py::arg("quant_factor") = 8,
            py::arg("keep_recent") = 0, py::arg("sink") = 0, py::arg("window_chunks") = 0, py::arg("window_tokens") = 0,
            py::arg("rope") = "none", py::arg("rope_theta") = 10000.0, py::arg("rope_pairing") = "interleaved",
-           py::arg("warm_start") = true, py::arg("overlap_encode") = false,
-           "The policy and codecs of qvg.StreamingKVCache (same arguments); full-precision chunks held in BF16. "
+           py::arg("warm_start") = true, py::arg("overlap_encode") = false, py::arg("first_head") = 0,
+           "The policy and codecs of qvg.StreamingKVCache (same arguments, first_head included); full-precision "
+           "chunks held in BF16. "
            "overlap_encode: encode spans on a stream of the cache's own while the caller goes on; a span's "
            "chunks are read in BF16 until the layer's next append (qvg/device_cache.h).")
       .def(

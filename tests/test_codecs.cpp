@@ -135,6 +135,62 @@ TEST(QvgCodec, DeterministicForAnyThreadCount) {
   EXPECT_NE(s1.enc.centroids, s2.enc.centroids) << "the seed reaches k-means";
 }
 
+// Head-sharded encodes (config_for_heads): heads [first, first + n) of a
+// tensor encoded alone store the bytes those heads have in the encoding of
+// the whole tensor, part by part (the layouts of docs/FORMAT.md: per stage,
+// then per head), for every start of k-means (random rows, k-means++) and
+// with FP8 centroids; without the shift the seeds differ and so do the bytes.
+TEST(QvgCodec, HeadShardsEqualTheSameHeadsOfTheWholeTensor) {
+  constexpr int64_t kH = 6, kN = 500, kD = 64;
+  const HeadTensor x = clustered(kH, kN, kD, 24, 17);
+  auto heads_of = [&](int64_t first, int64_t n) {
+    HeadTensor y(n, kN, kD);
+    std::copy(x.head(first), x.head(first) + n * kN * kD, y.data.begin());
+    return y;
+  };
+  // The bytes of heads [first, first + n) of a part laid out [S][H][per_head].
+  auto slice = [](const std::vector<uint8_t>& part, int64_t stages, int64_t heads, int64_t first, int64_t n) {
+    std::vector<uint8_t> out;
+    if (part.empty()) return out;
+    const int64_t per_head = static_cast<int64_t>(part.size()) / (stages * heads);
+    for (int64_t s = 0; s < stages; ++s)
+      out.insert(out.end(), part.begin() + (s * heads + first) * per_head,
+                 part.begin() + (s * heads + first + n) * per_head);
+    return out;
+  };
+  for (const std::string spec : {"qvg:centroids=32,init=random", "qvg-pro:centroids=8,iters=4",
+                                 "qvg:centroids=16,centroid_format=fp8", "rtn"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    const EncodedTensor whole = make_codec(c)->encode(x);
+    const int64_t S = smoothing_stages(c);
+    for (const auto& [first, n] : {std::pair<int64_t, int64_t>{0, 2}, {2, 3}, {5, 1}}) {
+      const std::string what = spec + ", heads " + std::to_string(first) + "+" + std::to_string(n);
+      const EncodedTensor part = make_codec(config_for_heads(c, first))->encode(heads_of(first, n));
+      EXPECT_EQ(part.codes, slice(whole.codes, 1, kH, first, n)) << what;
+      EXPECT_EQ(part.scales, slice(whole.scales, 1, kH, first, n)) << what;
+      EXPECT_EQ(part.span_scales, slice(whole.span_scales, 1, kH, first, n)) << what;
+      EXPECT_EQ(part.ids, slice(whole.ids, S, kH, first, n)) << what;
+      if (c.centroid_format == CentroidFormat::fp8) {  // S·H·C·D codes, then S·H FP32 scales
+        const int64_t codes = S * kH * c.kmeans.centroids * kD;
+        const std::vector<uint8_t> cc(whole.centroids.begin(), whole.centroids.begin() + codes),
+            cs(whole.centroids.begin() + codes, whole.centroids.end());
+        std::vector<uint8_t> want = slice(cc, S, kH, first, n), scales = slice(cs, S, kH, first, n);
+        want.insert(want.end(), scales.begin(), scales.end());
+        EXPECT_EQ(part.centroids, want) << what;
+      } else {
+        EXPECT_EQ(part.centroids, slice(whole.centroids, S, kH, first, n)) << what;
+      }
+      if (S > 0 && first > 0)
+        EXPECT_NE(make_codec(c)->encode(heads_of(first, n)).centroids, part.centroids)
+            << what << ": the shift matters";
+    }
+    EXPECT_EQ(config_for_heads(c, 0).kmeans.seed, c.kmeans.seed);
+  }
+  EXPECT_EQ(config_for_heads(parse_codec_spec("kivi"), 3).kmeans.seed, parse_codec_spec("kivi").kmeans.seed)
+      << "no k-means, no shift";
+  EXPECT_THROW(config_for_heads(parse_codec_spec("qvg"), -1), Error);
+}
+
 TEST(QvgCodec, OddSizes) {
   for (int64_t n : {1, 7, 33, 4681}) {
     const HeadTensor x = clustered(3, n, 64, 5, static_cast<unsigned>(n));

@@ -57,6 +57,16 @@ PartBytes expected_part_bytes(const CodecConfig& c, TensorRole role, int64_t hea
 /// other methods c unchanged.
 CodecConfig span_config(const CodecConfig& c, int64_t tokens);
 
+/// The config that encodes heads [first_head, first_head + n) of a tensor
+/// as c encodes those heads within the whole tensor: for clustered methods
+/// the k-means seed moved by first_head (each head's seeds are seed + head
+/// + 1000003 * stage, qvg_kmeans_seed; every other choice of the encoders
+/// is per head already); else c unchanged. A device that holds some of a
+/// model's heads (head-sharded sequence parallelism) encodes them with it
+/// and stores, byte for byte, those heads of a single-device encoding.
+/// first_head >= 0.
+CodecConfig config_for_heads(const CodecConfig& c, int64_t first_head);
+
 /// The config of an encoding of c that holds `centroids` centroids (as a
 /// saved one states them): for clustered methods, c with that fixed C (auto
 /// resolved); else c unchanged. centroids: 1 .. c.kmeans.centroids.

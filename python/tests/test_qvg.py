@@ -222,6 +222,34 @@ class Cache(unittest.TestCase):
         return [(random_kv(heads, tokens, dim, seed=100 + 2 * i), random_kv(heads, tokens, dim, seed=101 + 2 * i))
                 for i in range(n)]
 
+    def test_head_shards_read_the_same_heads_as_one_cache(self):
+        # Head-sharded parallelism (Ulysses): a cache of heads [2, 4) of a
+        # 4-head model, built with first_head=2, holds and reads exactly what
+        # a cache of all 4 heads holds for them, warm-started spans and a
+        # k-means++ start included; without first_head the k-means seeds
+        # differ.
+        ch = self.chunks(5, heads=4)
+        for spec in ("qvg", "qvg-pro:iters=2"):
+            with self.subTest(spec=spec):
+                whole = qvg.StreamingKVCache(1, 4, 64, key=spec, value=spec, quant_factor=2)
+                shards = [qvg.StreamingKVCache(1, 2, 64, key=spec, value=spec, quant_factor=2, first_head=f)
+                          for f in (0, 2)]
+                unshifted = qvg.StreamingKVCache(1, 2, 64, key=spec, value=spec, quant_factor=2)
+                for k, v in ch:
+                    whole.append(0, k, v)
+                    for f, cache in zip((0, 2), shards):
+                        cache.append(0, k[f:f + 2], v[f:f + 2])
+                    unshifted.append(0, k[2:], v[2:])
+                wk, wv = whole.read(0)
+                for f, cache in zip((0, 2), shards):
+                    sk, sv = cache.read(0)
+                    np.testing.assert_array_equal(bits(sk), bits(wk[f:f + 2]))
+                    np.testing.assert_array_equal(bits(sv), bits(wv[f:f + 2]))
+                    self.assertEqual(cache.memory()["total"] * 2, whole.memory()["total"])
+                self.assertFalse(np.array_equal(unshifted.read(0)[0], wk[2:]))
+        with self.assertRaises(ValueError):
+            qvg.StreamingKVCache(1, 2, 64, first_head=-1)
+
     def test_spans_are_the_codecs_encodes_with_warm_starts(self):
         # Span 0 is the codec's encode of its chunks; span 1 the encode warm-
         # started from span 0 (centroid caching). With tail="f32" the chunks

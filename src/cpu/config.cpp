@@ -135,6 +135,14 @@ CodecConfig span_config(const CodecConfig& c, int64_t tokens) {
   return s;
 }
 
+CodecConfig config_for_heads(const CodecConfig& c, int64_t first_head) {
+  QVG_CHECK(first_head >= 0, c.name, ": first_head must be >= 0, got ", first_head);
+  if (!method_traits(c.method).clustered || first_head == 0) return c;
+  CodecConfig r = c;
+  r.kmeans.seed += static_cast<uint64_t>(first_head);
+  return r;
+}
+
 CodecConfig config_with_centroids(const CodecConfig& c, int centroids) {
   CodecConfig s = c;
   if (smoothing_stages(c) == 0) return s;
