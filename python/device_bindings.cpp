@@ -11,6 +11,7 @@
 #include "convert.h"
 #include "dlpack.h"
 #include "qvg/device_codec.h"
+#include "qvg/methods.h"
 
 namespace qvg::python {
 
@@ -56,6 +57,51 @@ void bind_device(py::module_& m) {
           },
           py::arg("encoded"), py::arg("stream") = py::none(),
           "An EncodedTensor's parts on the current device, checked as the decoders check them.")
+      .def(
+          "pack",
+          [](const DeviceEncodedTensor& e, const py::object& out, const py::object& stream) {
+            void* s = stream_of(stream);
+            const auto t = import_dlpack(out, "out", dlpack_stream(s));
+            if (!t->on_cuda()) throw qvg::Error("out: pack writes into a CUDA tensor of bytes");
+            const DeviceBytes b = device_bytes(*t, "out");
+            const auto need = static_cast<int64_t>(e.bytes().total());
+            if (b.bytes != need)
+              throw qvg::Error("out: holds " + std::to_string(b.bytes) + " bytes; the packed tensor is nbytes = " +
+                               std::to_string(need));
+            py::gil_scoped_release unlocked;
+            e.pack(b.data, s);
+            return out;
+          },
+          py::arg("out"), py::arg("stream") = py::none(),
+          "Every part into `out` (a contiguous uint8 CUDA tensor of nbytes bytes), one after the other: one "
+          "message to send to another device (torch.distributed / NCCL); DeviceEncodedTensor.unpack rebuilds "
+          "it from the bytes, spec, role and shape. qvg and rtn. Returns out; stream-ordered.")
+      .def_static(
+          "unpack",
+          [](const py::object& packed, const std::string& spec, const std::string& role, const py::tuple& shape,
+             const py::object& stream) {
+            void* s = stream_of(stream);
+            const auto t = import_dlpack(packed, "packed", dlpack_stream(s));
+            if (!t->on_cuda()) throw qvg::Error("packed: unpack reads a CUDA tensor of bytes");
+            const DeviceBytes b = device_bytes(*t, "packed");
+            if (shape.size() != 3) throw qvg::Error("shape must be (heads, tokens, dim)");
+            const CodecConfig c = parse_codec_spec(spec);
+            const TensorRole r = role_of(role);
+            const auto h = shape[0].cast<int64_t>(), n = shape[1].cast<int64_t>(), d = shape[2].cast<int64_t>();
+            if (h < 1 || n < 1 || d < 1) throw qvg::Error("shape: every size must be >= 1");
+            const auto need = static_cast<int64_t>(
+                expected_part_bytes(c.auto_centroids ? span_config(c, n) : c, r, h, n, d).total());
+            if (b.bytes != need)
+              throw qvg::Error("packed: holds " + std::to_string(b.bytes) + " bytes; " + spec + " [" +
+                               std::to_string(h) + ", " + std::to_string(n) + ", " + std::to_string(d) + "] packs " +
+                               std::to_string(need));
+            py::gil_scoped_release unlocked;
+            return DeviceEncodedTensor::unpack(c, r, h, n, d, b.data, s);
+          },
+          py::arg("packed"), py::arg("spec"), py::arg("role"), py::arg("shape"), py::arg("stream") = py::none(),
+          "pack()'s inverse: the tensor whose parts are the bytes of `packed` (a contiguous uint8 CUDA tensor "
+          "on the current device, as pack wrote it), for the encoded tensor's spec, role and shape. The bytes "
+          "are trusted (from_host checks parts; this does not read them back).")
       .def("__repr__", [](const DeviceEncodedTensor& e) {
         return "<qvg.DeviceEncodedTensor " + codec_spec(e.config()) + " [" + std::to_string(e.heads()) + ", " +
                std::to_string(e.tokens()) + ", " + std::to_string(e.dim()) + "] on cuda:" +

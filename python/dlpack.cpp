@@ -197,6 +197,23 @@ DeviceInput device_input(const ImportedTensor& it, const char* what) {
   return d;
 }
 
+DeviceBytes device_bytes(const ImportedTensor& it, const char* what) {
+  const DLTensor& t = it.tensor();
+  const std::string w = what;
+  if ((t.dtype.code != kDLUInt && t.dtype.code != kDLInt) || t.dtype.bits != 8 || t.dtype.lanes != 1)
+    fail(w + ": expected a CUDA tensor of bytes (uint8 or int8), got " + dtype_name(t.dtype));
+  const int current = cuda_current_device();
+  if (t.device.device_id != current)
+    fail(w + ": the tensor is on cuda:" + std::to_string(t.device.device_id) +
+         "; qvg runs on the current device, cuda:" + std::to_string(current));
+  if (!row_major(t)) fail(w + ": the byte tensor must be contiguous; call .contiguous() first");
+  DeviceBytes b;
+  b.data = static_cast<uint8_t*>(t.data) + t.byte_offset;
+  b.bytes = 1;
+  for (int i = 0; i < t.ndim; ++i) b.bytes *= t.shape[i];
+  return b;
+}
+
 DeviceChunkView device_chunk(const ImportedTensor& it, KvLayout layout, const char* what) {
   const DLTensor& t = it.tensor();
   const std::string w = what;

@@ -65,6 +65,14 @@ struct DeviceInput {
 };
 DeviceInput device_input(const ImportedTensor& t, const char* what);
 
+/// A contiguous CUDA tensor of bytes (uint8 or int8, any shape) on the
+/// current device: its address and size; qvg::Error otherwise.
+struct DeviceBytes {
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+DeviceBytes device_bytes(const ImportedTensor& t, const char* what);
+
 /// A CUDA tensor [heads, tokens, dim] (layout htd) or [tokens, heads, dim]
 /// (thd), optionally with a batch of 1 in front, any strides with the
 /// channels contiguous, as a chunk for DeviceKVCache::append.

@@ -108,6 +108,52 @@ TEST(DeviceCodec, AutoCentroidsEqualTheCpuReference) {
   }
 }
 
+// pack() writes every part into one device buffer in PartBytes' order, and
+// unpack() of those bytes (as a peer device receives them) gives a tensor
+// with the same parts; both refuse what they cannot do.
+TEST(DeviceCodec, PackAndUnpackGiveTheSameParts) {
+  REQUIRE_GPU();
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  for (const std::string spec : {"rtn", "qvg:centroids=8,iters=2", "qvg-pro:centroids=4,iters=2",
+                                 "qvg:centroids=auto,centroid_bits=0.25,iters=2"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    const HeadTensor x = blobs(2, 512, 64, std::max(1, smoothing_stages(c)), 8, 41);
+    const auto xd = to_device(x);
+    const DeviceEncodedTensor e =
+        DeviceCodec(c).encode(xd.get(), DeviceElement::f32, x.heads, x.tokens, x.dim, TensorRole::value, s);
+    const EncodedTensor host = e.to_host(s);
+    const size_t n = e.bytes().total();
+    auto packed = cuda_allocate(n);
+    e.pack(packed.get(), s);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    std::vector<uint8_t> bytes(n), want;
+    cuda_copy_to_host(bytes.data(), packed.get(), n);
+    for (const PartField& p : kPartFields) want.insert(want.end(), (host.*(p.data)).begin(), (host.*(p.data)).end());
+    EXPECT_TRUE(bytes == want) << spec << ": the parts in PartBytes' order";
+    // The receiver knows the spec (as e's config states it, C resolved), role and shape.
+    const DeviceEncodedTensor back =
+        DeviceEncodedTensor::unpack(e.config(), TensorRole::value, x.heads, x.tokens, x.dim, packed.get(), s);
+    packed.reset();  // unpack copied the bytes
+    expect_same_parts(host, back.to_host(s), spec + ": unpacked");
+    EXPECT_EQ(back.bytes().total(), n) << spec;
+  }
+  const HeadTensor x = blobs(1, 256, 64, 1, 4, 5);
+  const auto xd = to_device(x);
+  const DeviceEncodedTensor kivi = DeviceCodec(parse_codec_spec("kivi"))
+                                       .encode(xd.get(), DeviceElement::f32, 1, 256, 64, TensorRole::key, s);
+  auto buf = cuda_allocate(kivi.bytes().total());
+  EXPECT_THROW(kivi.pack(buf.get(), s), Error);  // encoded on the host: send to_host()'s parts
+  EXPECT_THROW(DeviceEncodedTensor::unpack(parse_codec_spec("kivi"), TensorRole::key, 1, 256, 64, buf.get(), s), Error);
+  const DeviceEncodedTensor q = DeviceCodec(parse_codec_spec("qvg:centroids=4,iters=1"))
+                                    .encode(xd.get(), DeviceElement::f32, 1, 256, 64, TensorRole::key, s);
+  EXPECT_THROW(q.warm_state(s).pack(buf.get(), s), Error);
+  EXPECT_THROW(q.pack(nullptr, s), Error);
+  EXPECT_THROW(DeviceEncodedTensor::unpack(q.config(), TensorRole::key, 1, 256, 60, buf.get(), s), Error);  // dim
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  cudaStreamDestroy(s);
+}
+
 // A stream of spans, each warm-started from the last: the same bytes as the
 // CPU reference warm-started from the same host tensors.
 TEST(DeviceCodec, WarmStartEqualsTheCpuReference) {

@@ -53,6 +53,21 @@ class DeviceEncodedTensor {
   /// destroyed on return.
   static DeviceEncodedTensor from_host(const EncodedTensor& e, void* stream = nullptr);
 
+  /// Every part into one buffer of device memory, `out` (bytes().total()
+  /// bytes on this tensor's device), one after the other in the order of
+  /// PartBytes' fields: with config(), role() and the shape, what a peer
+  /// needs to rebuild the tensor (unpack), as one message between devices
+  /// (NCCL send / recv). qvg and rtn (the methods encoded on the device).
+  /// Stream-ordered.
+  void pack(void* out, void* stream) const;
+  /// pack()'s inverse: a tensor of this header whose parts are copied from
+  /// `packed` (device memory on the current device, expected_part_bytes(
+  /// config, role, heads, tokens, dim).total() bytes). The bytes are
+  /// trusted as pack() wrote them (from_host checks ids and span scales; a
+  /// device buffer is not read back to check them). Stream-ordered.
+  static DeviceEncodedTensor unpack(const CodecConfig& config, TensorRole role, int64_t heads, int64_t tokens,
+                                    int64_t dim, const void* packed, void* stream);
+
   struct Impl;
   explicit DeviceEncodedTensor(std::shared_ptr<const Impl> impl);
   const Impl& impl() const;

@@ -45,12 +45,16 @@ class KVCache:
     bit for bit). True: each span is encoded on a stream of the cache's own while the model goes on, and
     kv() reads the span's chunks in BF16 until the layer's next append (then its encoded form), holding
     the BF16 copies of the last span meanwhile (memory() counts them). In a Wan-1.3B-shaped loop on an
-    H200 True saved no time (the model keeps the GPU busy; docs/BENCHMARKS.md).
+    H200 True saved no time (the model keeps the GPU busy; docs/BENCHMARKS.md). first_head: the model's
+    index of this cache's first head when it holds some of the heads (head-sharded sequence parallelism,
+    Ulysses: `heads` is then the rank's count); its spans then equal, byte for byte, those heads of a cache
+    of all heads (qvg.distributed).
     """
 
     def __init__(self, layers, heads, dim, *, key="qvg", value="qvg", chunk_tokens=0, quant_factor=8,
                  keep_recent=0, sink=0, window_chunks=0, window_tokens=0, rope="none", rope_theta=10000.0,
-                 rope_pairing="interleaved", warm_start=True, layout="bthd", device=None, overlap_encode=False):
+                 rope_pairing="interleaved", warm_start=True, layout="bthd", device=None, overlap_encode=False,
+                 first_head=0):
         if layout not in _LAYOUTS:
             raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
         if not torch.cuda.is_available():
@@ -65,7 +69,8 @@ class KVCache:
         self._kwargs = dict(key=key, value=value, chunk_tokens=chunk_tokens, quant_factor=quant_factor,
                             keep_recent=keep_recent, sink=sink, window_chunks=window_chunks,
                             window_tokens=window_tokens, rope=rope, rope_theta=rope_theta,
-                            rope_pairing=rope_pairing, warm_start=warm_start, overlap_encode=overlap_encode)
+                            rope_pairing=rope_pairing, warm_start=warm_start, overlap_encode=overlap_encode,
+                            first_head=first_head)
         self.reset()
         self._buffers = {}  # dtype -> (k, v), each [1, heads, capacity, dim]
 
@@ -237,13 +242,13 @@ class SelfForcingKVCache:
     frame_seqlen: tokens per latent frame (Wan-1.3B at 480p: 1560); frames_per_chunk: latent frames
     per generated chunk (3). local_attn_size: frames attended, sink included, as Self-Forcing counts
     them (-1: everything); sink_size: frames at the start never evicted (a multiple of
-    frames_per_chunk). key / value / quant_factor / overlap_encode: as KVCache (Self-Forcing's span:
-    8 chunks).
+    frames_per_chunk). key / value / quant_factor / overlap_encode / first_head: as KVCache (Self-Forcing's
+    span: 8 chunks).
     """
 
     def __init__(self, num_blocks=30, heads=12, dim=128, *, frame_seqlen=1560, frames_per_chunk=3,
                  local_attn_size=-1, sink_size=0, key="qvg", value="qvg", quant_factor=8, device=None,
-                 overlap_encode=False):
+                 overlap_encode=False, first_head=0):
         chunk = frame_seqlen * frames_per_chunk
         if sink_size % frames_per_chunk:
             raise ValueError(f"sink_size ({sink_size} frames) must be a multiple of frames_per_chunk "
@@ -257,7 +262,7 @@ class SelfForcingKVCache:
                                  f"{sink_size} frames and a chunk of {frames_per_chunk}")
         self.cache = KVCache(num_blocks, heads, dim, key=key, value=value, chunk_tokens=chunk,
                              quant_factor=quant_factor, sink=sink_size // frames_per_chunk, window_tokens=window,
-                             layout="bthd", device=device, overlap_encode=overlap_encode)
+                             layout="bthd", device=device, overlap_encode=overlap_encode, first_head=first_head)
         self.device = self.cache.device
         self._blocks = [SelfForcingBlockCache(self, i) for i in range(num_blocks)]
 

@@ -95,6 +95,26 @@ class TorchCache(unittest.TestCase):
                 for key in ("k_spans", "v_spans", "k_tail", "v_tail", "warm_start", "tokens_live", "spans"):
                     self.assertEqual(m[key], mr[key], key)
 
+    def test_head_shards_read_those_heads_of_one_cache(self):
+        # Ulysses: two caches of 2 heads each (first_head 0 and 2) read, bit for bit, the heads of a
+        # 4-head cache after every append (k-means++ and warm-started spans, 3-D RoPE on read).
+        import qvg.torch
+        kw = dict(key="qvg:iters=3", value="qvg-pro:iters=2", chunk_tokens=self.T, rope="3d", quant_factor=2)
+        whole = qvg.torch.KVCache(1, 4, self.D, layout="bhtd", **kw)
+        shards = [qvg.torch.KVCache(1, 2, self.D, layout="bhtd", first_head=f, **kw) for f in (0, 2)]
+        for i in range(5):
+            k = torch.from_numpy(blobs(4, self.T, self.D, 8, seed=10 + i, dir_seed=77)).cuda()[None]
+            v = torch.from_numpy(blobs(4, self.T, self.D, 8, seed=50 + i, dir_seed=78)).cuda()[None]
+            whole.append(0, k, v, frame=i * self.FRAMES, grid=(self.GH, self.GW))
+            for f, c in zip((0, 2), shards):
+                c.append(0, k[:, f:f + 2].contiguous(), v[:, f:f + 2].contiguous(), frame=i * self.FRAMES,
+                         grid=(self.GH, self.GW))
+            wk, wv = (t.clone() for t in whole.kv(0))
+            for f, c in zip((0, 2), shards):
+                sk, sv = c.kv(0)
+                self.assertTrue(torch.equal(sk, wk[:, f:f + 2]), f"chunk {i}, heads {f}+2: keys")
+                self.assertTrue(torch.equal(sv, wv[:, f:f + 2]), f"chunk {i}, heads {f}+2: values")
+
     def test_extra_rows_follow_the_history(self):
         for ref, dev in self.both("rtn", "rtn", "none", 3, layout="bthd", quant_factor=2):
             pass

@@ -5,7 +5,9 @@
 // stream-ordered pool (DeviceBuffer::use_pool).
 #include <cuda_runtime.h>
 
+#include <array>
 #include <mutex>
+#include <utility>
 
 #include "cpu/codecs.h"
 #include "cuda/baseline_cuda.h"
@@ -22,6 +24,16 @@ using cuda::check_device;
 using cuda::encodes_on_device;
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+/// The parts of a qvg / rtn tensor in the order of PartBytes' fields (no
+/// zero points or full-precision values): device address, bytes.
+std::array<std::pair<void*, size_t>, 5> part_list(const cuda::DeviceParts& p) {
+  return {{{p.codes.get(), p.codes.bytes()},
+           {p.scales.get(), p.scales.bytes()},
+           {p.span_scales.get(), p.span_scales.bytes()},
+           {p.centroids.get(), p.centroids.bytes()},
+           {p.ids.get(), p.ids.bytes()}}};
+}
 
 }  // namespace
 
@@ -126,6 +138,41 @@ DeviceEncodedTensor DeviceEncodedTensor::from_host(const EncodedTensor& e, void*
     I->base.upload(e, s);
   }
   // Pageable host memory: the copies have read e's bytes when cudaMemcpyAsync returns.
+  return DeviceEncodedTensor(std::move(I));
+}
+
+void DeviceEncodedTensor::pack(void* out, void* stream) const {
+  const Impl& I = impl();
+  QVG_CHECK(!I.centroids_only, "pack: a warm_state() holds centroids only");
+  QVG_CHECK(I.qvg_parts(), "pack: ", method_name(I.config.method),
+            " tensors are encoded on the host; send the parts of to_host() instead");
+  QVG_CHECK(out != nullptr, "pack: null output buffer");
+  QVG_CHECK(I.parts.bytes() == bytes().total(), "pack: the parts hold ", I.parts.bytes(), " bytes, the format ",
+            bytes().total());
+  const cudaStream_t s = as_stream(stream);
+  auto* o = static_cast<uint8_t*>(out);
+  for (const auto& [p, n] : part_list(I.parts)) {
+    if (n) QVG_CUDA_CHECK(cudaMemcpyAsync(o, p, n, cudaMemcpyDeviceToDevice, s));
+    o += n;
+  }
+}
+
+DeviceEncodedTensor DeviceEncodedTensor::unpack(const CodecConfig& config, TensorRole role, int64_t heads,
+                                                int64_t tokens, int64_t dim, const void* packed, void* stream) {
+  check_device();
+  QVG_CHECK(encodes_on_device(config.method), "unpack: ", method_name(config.method),
+            " tensors are encoded on the host; rebuild them with from_host()");
+  QVG_CHECK(packed != nullptr, "unpack: null input buffer");
+  const CodecConfig c = config.auto_centroids ? span_config(config, tokens) : config;
+  const cudaStream_t s = as_stream(stream);
+  auto I = std::make_shared<Impl>(c, role, heads, tokens, dim, s);
+  I->shape = cuda::make_shape(c, heads, tokens, dim);  // validates the header
+  I->parts.allocate(I->shape);
+  auto* p = static_cast<const uint8_t*>(packed);
+  for (const auto& [dst, n] : part_list(I->parts)) {
+    if (n) QVG_CUDA_CHECK(cudaMemcpyAsync(dst, p, n, cudaMemcpyDeviceToDevice, s));
+    p += n;
+  }
   return DeviceEncodedTensor(std::move(I));
 }
 

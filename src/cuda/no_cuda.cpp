@@ -48,6 +48,11 @@ bool DeviceEncodedTensor::centroids_only() const { no_cuda(); }
 DeviceEncodedTensor DeviceEncodedTensor::warm_state(void*) const { no_cuda(); }
 EncodedTensor DeviceEncodedTensor::to_host(void*) const { no_cuda(); }
 DeviceEncodedTensor DeviceEncodedTensor::from_host(const EncodedTensor&, void*) { no_cuda(); }
+void DeviceEncodedTensor::pack(void*, void*) const { no_cuda(); }
+DeviceEncodedTensor DeviceEncodedTensor::unpack(const CodecConfig&, TensorRole, int64_t, int64_t, int64_t, const void*,
+                                                void*) {
+  no_cuda();
+}
 struct DeviceCodec::Impl {};
 DeviceCodec::DeviceCodec(const CodecConfig&) { no_cuda(); }
 DeviceCodec::~DeviceCodec() = default;
