@@ -138,19 +138,22 @@ TEST(DeviceCodec, PackAndUnpackGiveTheSameParts) {
     expect_same_parts(host, back.to_host(s), spec + ": unpacked");
     EXPECT_EQ(back.bytes().total(), n) << spec;
   }
-  const HeadTensor x = blobs(1, 256, 64, 1, 4, 5);
-  const auto xd = to_device(x);
-  const DeviceEncodedTensor kivi = DeviceCodec(parse_codec_spec("kivi"))
-                                       .encode(xd.get(), DeviceElement::f32, 1, 256, 64, TensorRole::key, s);
-  auto buf = cuda_allocate(kivi.bytes().total());
-  EXPECT_THROW(kivi.pack(buf.get(), s), Error);  // encoded on the host: send to_host()'s parts
-  EXPECT_THROW(DeviceEncodedTensor::unpack(parse_codec_spec("kivi"), TensorRole::key, 1, 256, 64, buf.get(), s), Error);
-  const DeviceEncodedTensor q = DeviceCodec(parse_codec_spec("qvg:centroids=4,iters=1"))
-                                    .encode(xd.get(), DeviceElement::f32, 1, 256, 64, TensorRole::key, s);
-  EXPECT_THROW(q.warm_state(s).pack(buf.get(), s), Error);
-  EXPECT_THROW(q.pack(nullptr, s), Error);
-  EXPECT_THROW(DeviceEncodedTensor::unpack(q.config(), TensorRole::key, 1, 256, 60, buf.get(), s), Error);  // dim
-  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  {  // (tensors made on s release their memory there: gone before s)
+    const HeadTensor x = blobs(1, 256, 64, 1, 4, 5);
+    const auto xd = to_device(x);
+    const DeviceEncodedTensor kivi = DeviceCodec(parse_codec_spec("kivi"))
+                                         .encode(xd.get(), DeviceElement::f32, 1, 256, 64, TensorRole::key, s);
+    auto buf = cuda_allocate(kivi.bytes().total());
+    EXPECT_THROW(kivi.pack(buf.get(), s), Error);  // encoded on the host: send to_host()'s parts
+    EXPECT_THROW(DeviceEncodedTensor::unpack(parse_codec_spec("kivi"), TensorRole::key, 1, 256, 64, buf.get(), s),
+                 Error);
+    const DeviceEncodedTensor q = DeviceCodec(parse_codec_spec("qvg:centroids=4,iters=1"))
+                                      .encode(xd.get(), DeviceElement::f32, 1, 256, 64, TensorRole::key, s);
+    EXPECT_THROW(q.warm_state(s).pack(buf.get(), s), Error);
+    EXPECT_THROW(q.pack(nullptr, s), Error);
+    EXPECT_THROW(DeviceEncodedTensor::unpack(q.config(), TensorRole::key, 1, 256, 60, buf.get(), s), Error);  // dim
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  }
   cudaStreamDestroy(s);
 }
 
