@@ -60,6 +60,36 @@ if "$qvg" compare $SHORT --methods rtn --json --csv "$tmp/psnr.csv" --plot "$tmp
 else
   bad "compare failed: $(cat "$tmp/err")"
 fi
+# Drift: per frame PSNR / SSIM against BF16 (the --csv's values) and against
+# the real frames, and K/V bytes (JSON's kv_bytes after the last chunk); the
+# two drift plots are PNGs; a clip too short for --real-plot is refused first.
+if "$qvg" compare $SHORT --methods rtn --json --csv "$tmp/d_psnr.csv" --drift-csv "$tmp/drift.csv" \
+     --real-plot "$tmp/real.png" --kv-plot "$tmp/kv.png" >"$tmp/d.json" 2>"$tmp/err"; then
+  want="frame,clip_frame"
+  for m in bf16 rtn; do for c in psnr_bf16 ssim_bf16 psnr_real ssim_real kv_mb; do want="$want,${m}_$c"; done; done
+  [ "$(head -1 "$tmp/drift.csv")" = "$want" ] && ok || bad "drift CSV header: $(head -1 "$tmp/drift.csv")"
+  python3 - "$tmp/drift.csv" "$tmp/d_psnr.csv" "$tmp/d.json" <<'PY' && ok || bad "drift CSV values"
+import csv, json, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+psnr = list(csv.DictReader(open(sys.argv[2])))
+kv = {r["method"]: r["kv_bytes"] for r in json.load(open(sys.argv[3]))}
+assert len(rows) == 3 == len(psnr), len(rows)
+for r, p in zip(rows, psnr):
+    assert r["bf16_psnr_bf16"] == "inf" and float(r["bf16_ssim_bf16"]) == 1.0
+    assert abs(float(r["rtn_psnr_bf16"]) - float(p["rtn"])) < 1e-3, (r["rtn_psnr_bf16"], p["rtn"])
+    for m in ("bf16", "rtn"):
+        assert 5 < float(r[m + "_psnr_real"]) < 60 and 0 < float(r[m + "_ssim_real"]) <= 1
+        assert abs(float(r[m + "_kv_mb"]) * 1e6 - kv[m]) <= 500, (r[m + "_kv_mb"], kv[m])
+assert float(rows[0]["rtn_kv_mb"]) < float(rows[0]["bf16_kv_mb"]) / 4
+PY
+  for f in real kv; do
+    [ "$(head -c 8 "$tmp/$f.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] && ok || bad "--$f-plot wrote no PNG"
+  done
+else
+  bad "compare --drift-csv failed: $(cat "$tmp/err")"
+fi
+expect_status1 "no real frames to compare with" compare --context "$clip" --start 230 --context-frames 3 --frames 12 \
+  --methods rtn --real-plot "$tmp/r.png"
 # Without gnuplot, --plot is refused before any run.
 QVG_GNUPLOT=/nonexistent/gnuplot expect_status1 "gnuplot-nox" compare $SHORT --methods rtn --plot "$tmp/p.png"
 expect_status1 "unknown method 'nosuch'" compare $SHORT --methods rtn nosuch
@@ -92,7 +122,8 @@ if "$qvg" demo --quick --out "$tmp/demo" >"$tmp/demo.txt" 2>"$tmp/err"; then
   grep -q "^rtn .*INT2 B16" "$tmp/demo.txt" && grep -q "^bf16 .* inf " "$tmp/demo.txt" && ok || bad "demo table: $(cat "$tmp/demo.txt")"
   grep -q "^kivi *cannot reach 2.5 bits" "$tmp/demo.txt" && ok || bad "demo: kivi not reported unreachable"
   grep -q "left$" "$tmp/err" && ok || bad "demo progress has no time left: $(cat "$tmp/err")"
-  for f in psnr_per_frame.csv rate_distortion.csv side_by_side.mp4 psnr_per_frame.png; do
+  for f in psnr_per_frame.csv rate_distortion.csv side_by_side.mp4 psnr_per_frame.png drift.csv kv_bytes.png \
+    psnr_vs_real.png; do
     [ -s "$tmp/demo/$f" ] && ok || bad "demo wrote no $f"
   done
   grep -q "wrote $tmp/demo/side_by_side.mp4" "$tmp/demo.txt" && ok || bad "demo does not say where the video is"

@@ -50,6 +50,9 @@ struct CompareArgs {
   std::string csv;           ///< PSNR per generated frame, one column per method ("" = none)
   std::string rd_csv;        ///< rate-distortion rows: budget, method, config, bits, PSNR ("" = none)
   std::string rd_plot;       ///< PNG of PSNR against measured bits, one line per method ("" = none)
+  std::string drift_csv;     ///< per frame: PSNR / SSIM against BF16 and the real frames, K/V bytes ("" = none)
+  std::string real_plot;     ///< PNG of PSNR against the real frames per generated frame ("" = none)
+  std::string kv_plot;       ///< PNG of the caches' K/V bytes over the generated frames ("" = none)
 };
 
 qvg::CacheConfig cache_config_for(const ModelRunArgs& run, const qvg::ModelConfig& mc, const std::string& spec) {
@@ -70,6 +73,7 @@ RunResult run_method(const CompareArgs& a, const qvg::Model& model, const std::s
   for (int i = 0; i < gen_chunks; ++i) {
     const std::vector<float> f = sampler.generate(noise.subspan(i * nv, nv));
     gen.insert(gen.end(), f.begin(), f.end());
+    r.kv_bytes.push_back(static_cast<int64_t>(cache.memory().total.kv_bytes()));
     progress.step(label + " chunk " + std::to_string(i + 1) + "/" + std::to_string(gen_chunks));
   }
   r.frames = qvg::model_to_pixels(gen);
@@ -130,6 +134,8 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
   QVG_CHECK(a.rd_plot.empty() || specs.size() > 1, "--rd-plot needs a method besides the bf16 reference");
   if (!a.plot.empty()) require_gnuplot("--plot");
   if (!a.rd_plot.empty()) require_gnuplot("--rd-plot");
+  if (!a.real_plot.empty()) require_gnuplot("--real-plot");
+  if (!a.kv_plot.empty()) require_gnuplot("--kv-plot");
   double fps = 0;
   const qvg::Video ctx = load_context(a.run, mc, &fps);
   const std::vector<float> ctx_x = qvg::pixels_to_model(ctx.rgb);
@@ -137,11 +143,14 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
   const int gen_frames = o.gen_chunks * mc.chunk_frames;
   const size_t nv = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
   const std::vector<float> noise = qvg::gaussian_noise(static_cast<int64_t>(nv) * o.gen_chunks, a.run.seed);
+  const std::vector<uint8_t> real = real_frames(a.run, mc, gen_frames);  // empty where the clip ends first
+  QVG_CHECK(a.real_plot.empty() || !real.empty(), "--real-plot: ", a.run.context, " ends before frame ",
+            a.run.start + a.run.context_frames + gen_frames - 1, ": no real frames to compare with");
   if (before_runs) before_runs(mc);
   JobProgress progress(static_cast<int64_t>(specs.size()) * o.gen_chunks, a.as_json);
   for (const auto& [spec, label] : specs)
     o.runs.push_back(run_method(a, model, spec, label, ctx_x, noise, o.gen_chunks, progress));
-  for (RunResult& r : o.runs) measure(r, o.runs.front(), mc, o.gen_chunks);
+  for (RunResult& r : o.runs) measure(r, o.runs.front(), real, mc, o.gen_chunks);
   if (a.as_json) {
     std::cout << json_rows(o, a.run.context_frames).dump(2) << std::endl;
   } else {
@@ -187,6 +196,22 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
     write_psnr_plot(a.plot, labels, per_frame, a.run.context_frames, title);
     say(a.plot + " (PSNR against BF16 per generated frame, one line per method)");
   }
+  if (!a.drift_csv.empty()) {
+    write_drift_csv(labels, first_runs, a.run.context_frames, a.run.start + a.run.context_frames, mc.chunk_frames,
+                    a.drift_csv);
+    say(a.drift_csv + " (per generated frame and method: PSNR / SSIM against BF16 and against the real frames, K/V MB)");
+  }
+  if (!a.real_plot.empty() || !a.kv_plot.empty()) {
+    char title[512];
+    std::snprintf(title, sizeof title, "%s from frame %d, %d generated frames, spans of %d chunks%s%s%s", clip.c_str(),
+                  a.run.start, gen_frames, a.run.quant_factor,
+                  a.run.sink > 0 ? (", sink " + std::to_string(a.run.sink) + " chunks").c_str() : "",
+                  a.run.window > 0 ? (", window " + std::to_string(a.run.window) + " chunks").c_str() : "",
+                  first > 0 ? (", budget " + psnr_text(first, "%.3g") + " bits").c_str() : "");
+    write_drift_plots(labels, first_runs, a.run.context_frames, mc.chunk_frames, a.real_plot, a.kv_plot, title);
+    if (!a.real_plot.empty()) say(a.real_plot + " (PSNR against the real frames per generated frame, BF16 included)");
+    if (!a.kv_plot.empty()) say(a.kv_plot + " (each cache's K/V bytes over the generated frames)");
+  }
   if (!a.rd_csv.empty()) {
     write_rd_csv(o, a.rd_csv);
     say(a.rd_csv + " (rate-distortion: one row per budget and method)");
@@ -203,7 +228,7 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
     sbs.side = mc.frame;
     sbs.frames = gen_frames;
     sbs.fps = fps > 0 ? fps : 8.0;
-    sbs.real = {"real frames", "real", real_frames(a.run, mc, gen_frames)};
+    sbs.real = {"real frames", "real", real};
     sbs.reference = {panel_titles[0], "BF16", first_runs[0]->frames};
     for (size_t i = 1; i < first_runs.size(); ++i)
       sbs.methods.push_back({panel_titles[i], labels[i], first_runs[i]->frames});
@@ -273,6 +298,12 @@ void add_compare_command(CLI::App& app) {
   s->add_option("--csv", a->csv, "write PSNR against BF16 per generated frame as CSV (one column per method; inf = identical)");
   s->add_option("--rd-csv", a->rd_csv, "write the rate-distortion rows (budget, method, config, bits, PSNR) as CSV");
   s->add_option("--rd-plot", a->rd_plot, "write a PNG of PSNR against measured bits, one line per method (gnuplot)");
+  s->add_option("--drift-csv", a->drift_csv,
+                "write per generated frame and method: PSNR / SSIM against BF16 and against the real frames, and "
+                "the cache's K/V megabytes (CSV)");
+  s->add_option("--real-plot", a->real_plot,
+                "write a PNG of PSNR against the clip's real frames per generated frame, BF16 included (gnuplot)");
+  s->add_option("--kv-plot", a->kv_plot, "write a PNG of each cache's K/V bytes over the generated frames (gnuplot)");
   s->callback([a] { compare(*a, nullptr); });
 }
 
@@ -318,12 +349,17 @@ void add_demo_command(CLI::App& app) {
       std::filesystem::create_directories(*out);
       const std::filesystem::path dir = std::filesystem::absolute(*out);  // the paths printed are absolute
       d.csv = (dir / "psnr_per_frame.csv").string();
+      d.drift_csv = (dir / "drift.csv").string();
       d.rd_csv = (dir / "rate_distortion.csv").string();
       d.side_by_side = (dir / "side_by_side.mp4").string();
       try {
         require_gnuplot("the demo's plots");
         d.plot = (dir / "psnr_per_frame.png").string();
         if (!d.rd_bits.empty()) d.rd_plot = (dir / "rate_distortion.png").string();
+        d.kv_plot = (dir / "kv_bytes.png").string();
+        const qvg::ModelConfig mc = load_model(d.run.model).config();
+        const int gen_frames = (d.run.frames + mc.chunk_frames - 1) / mc.chunk_frames * mc.chunk_frames;
+        if (!real_frames(d.run, mc, gen_frames).empty()) d.real_plot = (dir / "psnr_vs_real.png").string();
       } catch (const qvg::Error& e) {
         std::fprintf(stderr, "qvg: no plots: %s\n", e.what());
       }

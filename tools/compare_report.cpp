@@ -14,7 +14,8 @@
 namespace qvg_cli {
 
 /// r's PSNR / SSIM against the reference frames, overall, per chunk and per frame.
-void measure(RunResult& r, const RunResult& ref, const qvg::ModelConfig& mc, int gen_chunks) {
+void measure(RunResult& r, const RunResult& ref, const std::vector<uint8_t>& real, const qvg::ModelConfig& mc,
+             int gen_chunks) {
   const int gen_frames = gen_chunks * mc.chunk_frames;
   const size_t frame_bytes = static_cast<size_t>(mc.frame_values());
   const size_t chunk_bytes = static_cast<size_t>(mc.chunk_frames) * frame_bytes;
@@ -31,6 +32,11 @@ void measure(RunResult& r, const RunResult& ref, const qvg::ModelConfig& mc, int
     const auto y = std::span<const uint8_t>(ref.frames).subspan(i * frame_bytes, frame_bytes);
     r.psnr_frame.push_back(qvg::psnr_u8(x, y));
     r.ssim_frame.push_back(qvg::ssim_rgb(x, y, 1, mc.frame, mc.frame));
+    if (real.size() == r.frames.size()) {
+      const auto z = std::span<const uint8_t>(real).subspan(i * frame_bytes, frame_bytes);
+      r.psnr_real_frame.push_back(qvg::psnr_u8(x, z));
+      r.ssim_real_frame.push_back(qvg::ssim_rgb(x, z, 1, mc.frame, mc.frame));
+    }
   }
 }
 
@@ -244,6 +250,58 @@ void write_frame_csv(const std::vector<std::string>& labels, const std::vector<c
   }
   f.close();
   QVG_CHECK(f.good(), "cannot write ", path);
+}
+
+void write_drift_csv(const std::vector<std::string>& labels, const std::vector<const RunResult*>& rs,
+                     int first_frame, int first_clip_frame, int chunk_frames, const std::string& path) {
+  std::ofstream f(path);
+  QVG_CHECK(f.good(), "cannot write ", path);
+  f << "frame,clip_frame";
+  for (const std::string& m : labels)
+    for (const char* col : {"psnr_bf16", "ssim_bf16", "psnr_real", "ssim_real", "kv_mb"}) f << "," << m << "_" << col;
+  f << "\n";
+  const size_t frames = rs.front()->psnr_frame.size();
+  char b[32];
+  for (size_t i = 0; i < frames; ++i) {
+    f << first_frame + static_cast<int>(i) << "," << first_clip_frame + static_cast<int>(i);
+    for (const RunResult* r : rs) {
+      f << "," << psnr_text(r->psnr_frame[i], "%.4f");
+      std::snprintf(b, sizeof b, "%.5f", r->ssim_frame[i]);
+      f << "," << b;
+      f << "," << (i < r->psnr_real_frame.size() ? psnr_text(r->psnr_real_frame[i], "%.4f") : "");
+      if (i < r->ssim_real_frame.size()) std::snprintf(b, sizeof b, "%.5f", r->ssim_real_frame[i]);
+      f << "," << (i < r->ssim_real_frame.size() ? b : "");
+      std::snprintf(b, sizeof b, "%.3f", static_cast<double>(r->kv_bytes[i / static_cast<size_t>(chunk_frames)]) / 1e6);
+      f << "," << b;
+    }
+    f << "\n";
+  }
+  f.close();
+  QVG_CHECK(f.good(), "cannot write ", path);
+}
+
+void write_drift_plots(const std::vector<std::string>& labels, const std::vector<const RunResult*>& rs,
+                       int first_frame, int chunk_frames, const std::string& real_png, const std::string& kv_png,
+                       const std::string& title) {
+  std::vector<PlotSeries> real, kv;
+  for (size_t m = 0; m < rs.size(); ++m) {
+    PlotSeries p{labels[m], {}, static_cast<int>(m) + 1, m == 0};
+    PlotSeries q = p;
+    for (size_t i = 0; i < rs[m]->psnr_real_frame.size(); ++i)
+      if (std::isfinite(rs[m]->psnr_real_frame[i]))
+        p.points.emplace_back(first_frame + static_cast<double>(i), rs[m]->psnr_real_frame[i]);
+    for (size_t i = 0; i < rs[m]->psnr_frame.size(); ++i)
+      q.points.emplace_back(first_frame + static_cast<double>(i),
+                            static_cast<double>(rs[m]->kv_bytes[i / static_cast<size_t>(chunk_frames)]) / 1e6);
+    real.push_back(std::move(p));
+    kv.push_back(std::move(q));
+  }
+  if (!real_png.empty())
+    write_lines_plot(real_png, real, {title, "frame of the video (context frames first)",
+                                      "PSNR against the real frames (dB)"});
+  if (!kv_png.empty())
+    write_lines_plot(kv_png, kv, {title, "frame of the video (context frames first)",
+                                  "K/V bytes of the cache, all layers (MB)"});
 }
 
 }  // namespace qvg_cli

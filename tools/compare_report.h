@@ -21,13 +21,19 @@ struct RunResult {
   std::vector<uint8_t> frames;  ///< generated frames, uint8 [frames, 64, 64, 3]
   qvg::LayerMemory memory;      ///< all layers, at the end
   double bits = 0;              ///< measured: every byte of the cache's K/V
+  std::vector<int64_t> kv_bytes;  ///< the cache's K/V bytes (all layers) after each generated chunk
   // Against the BF16 run:
   double psnr = 0, ssim = 0;
   std::vector<double> psnr_chunk, ssim_chunk, psnr_frame, ssim_frame;
+  // Against the clip's real frames (empty where the clip ends before them):
+  std::vector<double> psnr_real_frame, ssim_real_frame;
 };
 
-/// r's PSNR / SSIM against the reference frames, overall, per chunk and per frame.
-void measure(RunResult& r, const RunResult& ref, const qvg::ModelConfig& mc, int gen_chunks);
+/// r's PSNR / SSIM against the reference frames, overall, per chunk and per
+/// frame; and per frame against the clip's real frames where `real` holds
+/// them (uint8, as many frames as r's).
+void measure(RunResult& r, const RunResult& ref, const std::vector<uint8_t>& real, const qvg::ModelConfig& mc,
+             int gen_chunks);
 
 /// Everything that was planned and run.
 struct Outcome {
@@ -73,5 +79,19 @@ void write_rd_plot(const Outcome& o, const std::string& path, const std::string&
 /// clip_frame (from first_clip_frame), then labels.
 void write_frame_csv(const std::vector<std::string>& labels, const std::vector<const RunResult*>& rs,
                      int first_frame, int first_clip_frame, const std::string& path);
+
+/// Drift over the generated frames, one row per frame: frame, clip_frame,
+/// then for each run (label_): psnr_bf16, ssim_bf16, psnr_real, ssim_real
+/// (empty without real frames) and kv_mb, the cache's K/V megabytes after the
+/// frame's chunk.
+void write_drift_csv(const std::vector<std::string>& labels, const std::vector<const RunResult*>& rs,
+                     int first_frame, int first_clip_frame, int chunk_frames, const std::string& path);
+
+/// PSNR against the real frames per generated frame, one line per run (BF16
+/// included), and the cache's K/V megabytes over the generated frames: two
+/// PNGs (gnuplot).
+void write_drift_plots(const std::vector<std::string>& labels, const std::vector<const RunResult*>& rs,
+                       int first_frame, int chunk_frames, const std::string& real_png, const std::string& kv_png,
+                       const std::string& title);
 
 }  // namespace qvg_cli
