@@ -138,6 +138,16 @@ TEST_F(HostileSizes, SafetensorsHeaders) {
       "end.safetensors",
       st_file(R"({"k":{"dtype":"U8","shape":[4],"data_offsets":[0,18446744073709551615]}})", std::string(4, '\0')));
   EXPECT_LT(refused([&] { read_safetensors(e); }, {"end.safetensors", "out of range"}), kAllocationBound);
+  // A tensor with an empty name (found by fuzz_safetensors, 2026-12-03: the header was accepted, but
+  // the tensor could not be read by its name, as "" asks for a file's only tensor).
+  const std::string empty = write(
+      "empty.safetensors", st_file(R"({"":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"v":{"dtype":"U8",)"
+                                   R"("shape":[4],"data_offsets":[4,8]}})",
+                                   std::string(8, '\0')));
+  for (const auto& read : std::vector<std::function<void()>>{[&] { read_safetensors_header(empty); },
+                                                             [&] { read_safetensors(empty); },
+                                                             [&] { read_safetensors_tensor(empty, "v"); }})
+    refused(read, {"empty.safetensors", "a tensor has an empty name"});
 }
 
 // ---- the streaming cache file ---------------------------------------------------------

@@ -83,6 +83,9 @@ Header parse_header(io_detail::InFile& f, std::map<std::string, std::string>* me
       continue;
     }
     const std::string what = "tensor '" + name + "'";
+    // An empty name cannot be chosen (an empty name asks for the file's only
+    // tensor) and the writer refuses it.
+    if (name.empty()) file_fail(path, "malformed .safetensors header: a tensor has an empty name");
     if (!v.is_object())
       file_fail(path, "malformed .safetensors header: ", what, " is not an object");
     if (!v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
