@@ -82,19 +82,20 @@ void write_psnr_plot(const std::string& path, const std::vector<std::string>& me
   script += "set title " + gnuplot_string(title) + " noenhanced\n";
   script += "set xlabel 'frame of the video (context frames first)'\nset ylabel 'PSNR against the BF16 cache (dB)'\n";
   script += "set grid\nset key outside right top noenhanced\n";
+  // Identical frames (infinite PSNR) are drawn at the cap, which the key's title says once.
+  bool any_inf = false;
+  for (size_t m = 1; m < psnr.size(); ++m)
+    any_inf |= std::any_of(psnr[m].begin(), psnr[m].end(), [](double x) { return !std::isfinite(x); });
+  if (any_inf) {
+    std::snprintf(buf, sizeof buf, "set key title \"identical frames\\n(inf) at %g dB\"\n", cap);
+    script += buf;
+  }
   std::snprintf(buf, sizeof buf, "set yrange [0:%g]\n", cap + 5);
   script += buf;
   script += "plot ";
-  for (size_t m = 1; m < psnr.size(); ++m) {
-    const bool has_inf = std::any_of(psnr[m].begin(), psnr[m].end(), [](double x) { return !std::isfinite(x); });
-    std::string label = methods[m];
-    if (has_inf) {
-      std::snprintf(buf, sizeof buf, " (identical frames: inf, drawn at %g dB)", cap);
-      label += buf;
-    }
+  for (size_t m = 1; m < psnr.size(); ++m)
     script += (m > 1 ? ", " : "") + std::string("$m") + std::to_string(m) + " using 1:2 with linespoints lw 2 pt 7 ps 0.6 title " +
-              gnuplot_string(label);
-  }
+              gnuplot_string(methods[m]);
   script += "\n";
   run_gnuplot(script, path);
 }
