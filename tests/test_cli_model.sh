@@ -90,6 +90,13 @@ else
 fi
 expect_status1 "no real frames to compare with" compare --context "$clip" --start 230 --context-frames 3 --frames 12 \
   --methods rtn --real-plot "$tmp/r.png"
+# The demo near the clip's end: no real frames to plot, so no such plot (not an error).
+if "$qvg" demo --quick --start 236 --methods rtn --out "$tmp/demo_end" >/dev/null 2>"$tmp/err"; then
+  [ -s "$tmp/demo_end/kv_bytes.png" ] && [ ! -e "$tmp/demo_end/psnr_vs_real.png" ] && ok ||
+    bad "demo at the clip's end: $(ls "$tmp/demo_end")"
+else
+  bad "demo --quick --start 236 failed: $(cat "$tmp/err")"
+fi
 # Without gnuplot, --plot is refused before any run.
 QVG_GNUPLOT=/nonexistent/gnuplot expect_status1 "gnuplot-nox" compare $SHORT --methods rtn --plot "$tmp/p.png"
 expect_status1 "unknown method 'nosuch'" compare $SHORT --methods rtn nosuch
