@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cuda/check.h"
-#include "cuda/kmeans_kernels.cuh"
+#include "cuda/kmeans_reseed.cuh"
 #include "gpu_util.h"
 #include "qvg/half.h"
 

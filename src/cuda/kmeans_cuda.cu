@@ -1,6 +1,6 @@
 // k-means of the QVG encode on the GPU: the launchers of the update and
 // assignment kernels and the Encoder's k-means steps (start, assign,
-// update, convergence). Kernels: assign_tc.cuh, kmeans_kernels.cuh,
+// update, convergence). Kernels: assign_tc.cuh, kmeans_kernels.cuh, kmeans_reseed.cuh,
 // kmeanspp.cuh. The CPU reference (src/cpu/kmeans.cpp) is the specification.
 #include <algorithm>
 #include <chrono>
@@ -8,6 +8,7 @@
 #include "cuda/assign_tc.cuh"
 #include "cuda/dispatch.h"
 #include "cuda/kmeans_kernels.cuh"
+#include "cuda/kmeans_reseed.cuh"
 #include "cuda/kmeanspp.cuh"
 #include "cuda/qvg_cuda.h"
 #include "qvg/half.h"
