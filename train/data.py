@@ -13,7 +13,9 @@ import os
 
 import numpy as np
 
-CLIPS = ["cockatoo", "vtest", "box", "cup", "cityCC0"]
+CLIPS = ["cockatoo", "vtest", "box", "cup", "cityCC0"]  # trained on and evaluated (held-out windows)
+TRAIN_ONLY_CLIPS = ["megamind"]   # training frames used; held-out frames kept out of training and evaluation
+ALL_CLIPS = CLIPS + TRAIN_ONLY_CLIPS
 STORE_H, STORE_W = 72, 128        # stored frame size (16:9)
 FRAME = 64                        # model frame size (square)
 WINDOW = 15                       # frames per training / evaluation window (5 chunks of 3)
@@ -33,8 +35,14 @@ def heldout_starts(n):
 
 
 def load_clips(folder):
-    """Returns {name: uint8 array [N, 72, 128, 3]}."""
-    return {name: np.load(os.path.join(folder, name + ".npy")) for name in CLIPS}
+    """Returns {name: uint8 array [N, 72, 128, 3]} of every clip present (ALL_CLIPS;
+    the evaluated CLIPS are required, a missing train-only clip is skipped)."""
+    out = {}
+    for name in ALL_CLIPS:
+        path = os.path.join(folder, name + ".npy")
+        if name in CLIPS or os.path.exists(path):
+            out[name] = np.load(path)
+    return out
 
 
 def heldout_windows(clips):
@@ -56,8 +64,8 @@ def to_model(u8):
 class TrainSampler:
     """Draws random augmented training windows on a torch device.
 
-    Augmentation: clip chosen with probability proportional to its number of
-    training frames; temporal stride uniform in STRIDES; start uniform among the
+    Augmentation: clip (of the evaluated and the train-only clips loaded) chosen
+    with probability proportional to its number of training frames; temporal stride uniform in STRIDES; start uniform among the
     windows inside the training part; random 64x64 crop of the 72x128 frame;
     horizontal flip with probability 1/2. Uses its own torch.Generator (seeded).
     """
@@ -66,8 +74,9 @@ class TrainSampler:
         import torch
         self.torch = torch
         self.device = device
+        self.names = [n for n in ALL_CLIPS if n in clips]
         self.videos = [torch.from_numpy(clips[n][:split_point(clips[n].shape[0])]).to(device)
-                       for n in CLIPS]
+                       for n in self.names]
         lengths = torch.tensor([v.shape[0] for v in self.videos], dtype=torch.float64)
         self.probs = lengths / lengths.sum()
         self.gen = torch.Generator(device="cpu")

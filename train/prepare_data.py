@@ -56,7 +56,7 @@ def main():
     version = subprocess.run(["ffmpeg", "-version"], check=True, stdout=subprocess.PIPE,
                              text=True).stdout.splitlines()[0]
     manifest = {"ffmpeg": version, "store_hw": [H, W], "clips": {}}
-    for name in qdata.CLIPS:
+    for name in qdata.ALL_CLIPS:
         src = os.path.join(args.clips, name + ".mp4")
         frames = decode(src)
         dst = os.path.join(args.out, name + ".npy")
@@ -65,10 +65,10 @@ def main():
         split = qdata.split_point(n)
         manifest["clips"][name] = {
             "frames": n, "train_frames": [0, split], "heldout_frames": [split, n],
-            "heldout_windows": qdata.heldout_starts(n),
+            "heldout_windows": qdata.heldout_starts(n) if name in qdata.CLIPS else [],
             "npy_sha256": sha256_file(dst), "mp4_sha256": sha256_file(src)}
-        print(f"{name}: {n} frames, train [0,{split}), held-out [{split},{n}), "
-              f"windows at {qdata.heldout_starts(n)}")
+        windows = qdata.heldout_starts(n) if name in qdata.CLIPS else "none (train-only clip)"
+        print(f"{name}: {n} frames, train [0,{split}), held-out [{split},{n}), windows at {windows}")
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
 

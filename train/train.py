@@ -16,7 +16,10 @@ Usage (GPU):  python3 train/train.py --out OUTDIR [--steps N --batch B ...]
 Tiny CPU debug: python3 train/train.py --out /tmp/t --device cpu --steps 3 --batch 1 \
                  --layers 1 --attn math
 Writes OUTDIR/model.safetensors (EMA weights, bf16), OUTDIR/model_raw.safetensors,
-OUTDIR/train_metrics.json (config, args, loss log, validation losses, timings).
+OUTDIR/train_metrics.json (config, args, loss log, validation losses, timings) and
+OUTDIR/checkpoint.pt (model, EMA, optimizer, both generators, logs). With --resume a
+run continues from OUTDIR/checkpoint.pt (same --steps: the learning-rate schedule
+spans them), so a training longer than one --time-limit runs as several calls.
 """
 import argparse
 import copy
@@ -161,10 +164,14 @@ def main():
     ap.add_argument("--val-reps", type=int, default=4)
     ap.add_argument("--time-limit", type=float, default=1e9,
                     help="stop early (and say so) after this many seconds of training")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from OUTDIR/checkpoint.pt where it exists")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t_start = time.time()
-    logf = open(os.path.join(args.out, "train_log.txt"), "w")
+    ckpt_path = os.path.join(args.out, "checkpoint.pt")
+    resuming = args.resume and os.path.exists(ckpt_path)
+    logf = open(os.path.join(args.out, "train_log.txt"), "a" if resuming else "w")
 
     def log(s):
         print(s, flush=True)
@@ -231,11 +238,25 @@ def main():
         return out
 
     losses, vals = [], []
-    t_train = time.time()
+    first_step, before_s = 0, 0.0  # steps and training seconds of earlier calls
+    if resuming:
+        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)  # generator states stay on the CPU
+        if ck["steps"] != args.steps:
+            raise SystemExit(f"--resume: the checkpoint was made with --steps {ck['steps']}, not {args.steps}")
+        model.load_state_dict(ck["model"])
+        ema.load_state_dict(ck["ema"])
+        opt.load_state_dict(ck["opt"])
+        sampler.gen.set_state(ck["sampler_gen"])
+        gen.set_state(ck["gen"])
+        losses, vals = ck["losses"], ck["vals"]
+        first_step, before_s = ck["step"], ck["train_seconds"]
+        log(f"resumed from {ckpt_path} at step {first_step} ({before_s:.0f} s of training before)")
+    t_call = time.time()
+    t_train = t_call - before_s
     stopped_early = False
-    step = 0
-    for step in range(args.steps):
-        if time.time() - t_train > args.time_limit:
+    step = first_step
+    for step in range(first_step, args.steps):
+        if time.time() - t_call > args.time_limit:
             stopped_early = True
             log(f"time limit reached at step {step}")
             break
@@ -262,8 +283,11 @@ def main():
             v = {"step": step + 1, "ema": validate(ema), "raw": validate(model)}
             vals.append(v)
             log(f"val step {step+1}: ema {v['ema']}  raw {v['raw']}")
-    steps_done = step + (0 if stopped_early else 1)
+    steps_done = step + (0 if stopped_early else 1) if args.steps > first_step else first_step
     train_s = time.time() - t_train
+    torch.save({"steps": args.steps, "step": steps_done, "train_seconds": train_s, "model": model.state_dict(),
+                "ema": ema.state_dict(), "opt": opt.state_dict(), "sampler_gen": sampler.gen.get_state(),
+                "gen": gen.get_state(), "losses": losses, "vals": vals}, ckpt_path)
     if stopped_early and (not vals or vals[-1]["step"] != steps_done):
         vals.append({"step": steps_done, "ema": validate(ema), "raw": validate(model)})
 
