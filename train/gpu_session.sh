@@ -6,7 +6,8 @@
 #   train/gpu_session.sh eval            evaluate the EMA weights (4- and 2-step samplers),
 #                                        the shipped model on the same windows, golden files
 #                                        (CPU, fp32), K/V statistics, figures
-# Needs the decoded frames in .cache/qvg_frames (train/prepare_data.py; carry .cache/qvg_frames).
+# Needs the decoded frames in .cache/qvg_frames (train/prepare_data.py), or as .cache/carry/qvg_frames.tar.xz
+# (smaller to carry: tar -C .cache -cf - qvg_frames | xz -9 > .cache/carry/qvg_frames.tar.xz).
 # Env: QVG_TRAIN_ARGS (train.py arguments, the same in every call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,9 @@ OUT=${OUT:-/tmp/qvg-train-out}
 run=.cache/run
 mkdir -p "$OUT" "$run"
 export PYTHONUNBUFFERED=1
+if [[ ! -f .cache/qvg_frames/manifest.json && -f .cache/carry/qvg_frames.tar.xz ]]; then
+  python3 -c "import tarfile; tarfile.open('.cache/carry/qvg_frames.tar.xz').extractall('.cache')"
+fi
 stamp() { echo "== $(date +%T) $*"; }
 args=(${QVG_TRAIN_ARGS:---steps 6400 --batch 32 --val-every 800 --val-reps 2})
 case "${1:?usage: gpu_session.sh train SECONDS | eval}" in
