@@ -121,6 +121,28 @@ fi
 expect_status1 "numbers > 0" compare $SHORT --bits 0 --methods rtn
 expect_status1 "got 'x'" compare $SHORT --bits 2.5 x --methods rtn
 expect_status1 "--rd-bits needs --bits" compare $SHORT --bits none --rd-bits 3 --methods rtn
+# The sweep over fewer frames (--rd-frames): its budgets' runs generate only those frames, and
+# what it reports for them equals a run of just those frames (the runs are causal); the tables'
+# runs are measured over as many. With a sink the spans' bits stay at the budget while the
+# whole cache's are higher (the sink is BF16).
+POLICY="--context $clip --start 192 --context-frames 6 --quant-factor 1 --methods rtn --sink 1 --window 1"
+if "$qvg" compare $POLICY --frames 6 --bits 2.5 --rd-bits 5 --rd-frames 3 --json >"$tmp/rdf.json" 2>"$tmp/err" &&
+  "$qvg" compare $POLICY --frames 3 --bits 5 --json >"$tmp/rd5.json" 2>>"$tmp/err"; then
+  python3 - "$tmp/rdf.json" "$tmp/rd5.json" <<'PY' && ok || bad "compare --rd-frames: prefix property or bits violated"
+import json, sys
+rows = {(r["method"], r["budget"]): r for r in json.load(open(sys.argv[1]))}
+short = {(r["method"], r["budget"]): r for r in json.load(open(sys.argv[2]))}
+main, swept = rows[("rtn", 2.5)], rows[("rtn", 5.0)]
+assert main["chunks"] == 2 and swept["chunks"] == 1 and rows[("bf16", None)]["chunks"] == 2, (main, swept)
+assert main["rd_chunks"] == 1 and main["rd_psnr"] == main["psnr_per_chunk"][0], main
+assert swept["rd_psnr"] == short[("rtn", 5.0)]["psnr"] and swept["rd_bits"] == short[("rtn", 5.0)]["span_bits_measured"]
+assert swept["rd_bits"] > 4 and main["rd_psnr"] < swept["rd_psnr"], (main, swept)
+assert main["span_bits_measured"] <= 2.5 * 1.03 and main["bits"] > 4, main  # the BF16 sink chunk counts in the cache
+PY
+else
+  bad "compare --rd-frames failed: $(cat "$tmp/err")"
+fi
+expect_status1 "--rd-frames 9 is more than the 3 generated frames" compare $SHORT --methods rtn --rd-bits 3 --rd-frames 9
 # --bits none: the specs as given.
 "$qvg" compare $SHORT --bits none --methods qvg:centroids=8 >"$tmp/none.txt" 2>"$tmp/err" &&
   grep -q "as given" "$tmp/none.txt" && grep -q "^qvg:centroids=8 .*C8 " "$tmp/none.txt" && ok || bad "--bits none: $(cat "$tmp/none.txt" "$tmp/err")"

@@ -44,6 +44,7 @@ struct CompareArgs {
   std::vector<std::string> methods = {"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"};  ///< caches (codec specs)
   std::vector<std::string> bits = {"2.5"};  ///< budgets of the tables; "none": the specs as given
   std::vector<std::string> rd_bits;         ///< budgets run only for the rate-distortion CSV / plot
+  int rd_frames = 0;                        ///< frames of the rate-distortion measure and its runs (0 = all)
   bool as_json = false;
   std::string side_by_side;  ///< MP4 of the first budget's frames side by side ("" = none)
   std::string plot;          ///< PNG of PSNR per generated frame (gnuplot; "" = none)
@@ -60,8 +61,11 @@ qvg::CacheConfig cache_config_for(const ModelRunArgs& run, const qvg::ModelConfi
   return qvg::model_cache_config(mc, spec, spec, !run.post_rope, span_policy(run));
 }
 
+/// One continuation with one cache: gen_chunks chunks, the cache's memory
+/// also after rd_chunks of them.
 RunResult run_method(const CompareArgs& a, const qvg::Model& model, const std::string& spec, const std::string& label,
-                     std::span<const float> ctx_x, std::span<const float> noise, int gen_chunks, JobProgress& progress) {
+                     std::span<const float> ctx_x, std::span<const float> noise, int gen_chunks, int rd_chunks,
+                     JobProgress& progress) {
   const qvg::ModelConfig& mc = model.config();
   qvg::StreamingKVCache cache(cache_config_for(a.run, mc, spec), cache_options(a.run));
   qvg::Sampler sampler(model, cache, sampler_config(a.run));
@@ -74,12 +78,17 @@ RunResult run_method(const CompareArgs& a, const qvg::Model& model, const std::s
   for (int i = 0; i < gen_chunks; ++i) {
     const std::vector<float> f = sampler.generate(noise.subspan(i * nv, nv));
     gen.insert(gen.end(), f.begin(), f.end());
-    r.kv_bytes.push_back(static_cast<int64_t>(cache.memory().total.kv_bytes()));
+    const qvg::MemoryStats m = cache.memory();
+    r.kv_bytes.push_back(static_cast<int64_t>(m.total.kv_bytes()));
+    if (i + 1 == rd_chunks) r.rd_memory = m.total;
     progress.step(label + " chunk " + std::to_string(i + 1) + "/" + std::to_string(gen_chunks));
   }
   r.frames = qvg::model_to_pixels(gen);
+  r.chunks = gen_chunks;
   r.memory = cache.memory().total;
   r.bits = r.memory.bits_per_value(mc.heads, mc.head_dim);
+  r.span_bits = span_bits(r.memory, mc.heads, mc.head_dim);
+  r.rd_bits = span_bits(r.rd_memory, mc.heads, mc.head_dim);
   return r;
 }
 
@@ -114,16 +123,26 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
   std::vector<double> all = o.budgets;
   all.insert(all.end(), o.rd_budgets.begin(), o.rd_budgets.end());
   o.plan = plan_budgets(a.methods, all, o.span_tokens, mc.head_dim);
-  // The runs: BF16 (the reference) first, then each distinct reachable configuration once.
-  std::vector<std::pair<std::string, std::string>> specs = {{"bf16", "bf16"}};  // spec, label
+  o.gen_chunks = (a.run.frames + mc.chunk_frames - 1) / mc.chunk_frames;
+  QVG_CHECK(a.rd_frames <= a.run.frames, "--rd-frames ", a.rd_frames, " is more than the ", a.run.frames,
+            " generated frames");
+  o.rd_chunks = a.rd_frames > 0 ? (a.rd_frames + mc.chunk_frames - 1) / mc.chunk_frames : o.gen_chunks;
+  // The runs: BF16 (the reference) first, then each distinct reachable configuration once: the tables' for
+  // every frame, the sweep's own for its frames only.
+  struct Run {
+    std::string spec, label;
+    int chunks;
+  };
+  std::vector<Run> specs = {{"bf16", "bf16", o.gen_chunks}};
   for (const PlannedMethod& p : o.plan)
     if (p.reachable && !o.run_of.count(p.canonical)) {
       o.run_of[p.canonical] = specs.size();
       char b[64];
       std::snprintf(b, sizeof b, p.budget > 0 ? "%s at %.3g bits" : "%s", p.label.c_str(), p.budget);
-      specs.emplace_back(p.spec, b);
+      const bool in_tables = o.budgets.empty() || std::count(o.budgets.begin(), o.budgets.end(), p.budget) > 0;
+      specs.push_back({p.spec, b, in_tables ? o.gen_chunks : o.rd_chunks});
     }
-  for (const auto& [spec, label] : specs) {  // every cache is checked before minutes of runs
+  for (const auto& [spec, label, chunks] : specs) {  // every cache is checked before minutes of runs
     try {
       cache_config_for(a.run, mc, spec);
     } catch (const qvg::Error& e) {
@@ -140,7 +159,6 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
   double fps = 0;
   const qvg::Video ctx = load_context(a.run, mc, &fps);
   const std::vector<float> ctx_x = qvg::pixels_to_model(ctx.rgb);
-  o.gen_chunks = (a.run.frames + mc.chunk_frames - 1) / mc.chunk_frames;
   const int gen_frames = o.gen_chunks * mc.chunk_frames;
   const size_t nv = static_cast<size_t>(mc.tokens_per_chunk()) * mc.patch_dim();
   const std::vector<float> noise = qvg::gaussian_noise(static_cast<int64_t>(nv) * o.gen_chunks, a.run.seed);
@@ -150,10 +168,12 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
             ": no real frames to compare with");
   const std::string real_plot = real.empty() ? "" : a.real_plot;
   if (before_runs) before_runs(mc);
-  JobProgress progress(static_cast<int64_t>(specs.size()) * o.gen_chunks, a.as_json);
-  for (const auto& [spec, label] : specs)
-    o.runs.push_back(run_method(a, model, spec, label, ctx_x, noise, o.gen_chunks, progress));
-  for (RunResult& r : o.runs) measure(r, o.runs.front(), real, mc, o.gen_chunks);
+  int64_t total_chunks = 0;
+  for (const Run& r : specs) total_chunks += r.chunks;
+  JobProgress progress(total_chunks, a.as_json);
+  for (const auto& [spec, label, chunks] : specs)
+    o.runs.push_back(run_method(a, model, spec, label, ctx_x, noise, chunks, o.rd_chunks, progress));
+  for (RunResult& r : o.runs) measure(r, o.runs.front(), real, mc, o.rd_chunks);
   if (a.as_json) {
     std::cout << json_rows(o, a.run.context_frames).dump(2) << std::endl;
   } else {
@@ -222,7 +242,7 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
   if (!a.rd_plot.empty()) {
     char title[256];
     std::snprintf(title, sizeof title, "%s from frame %d, %d generated frames, spans of %" PRId64 " tokens", clip.c_str(),
-                  a.run.start, gen_frames, o.span_tokens);
+                  a.run.start, o.rd_chunks * mc.chunk_frames, o.span_tokens);
     write_rd_plot(o, a.rd_plot, title);
     say(a.rd_plot + " (PSNR against BF16 over measured bits per value, one line per method)");
   }
@@ -255,20 +275,42 @@ void add_common_options(CLI::App* s, CompareArgs& a) {
   s->add_flag("--json", a.as_json, "print one JSON row per method and budget");
 }
 
+/// --sink and --window, with the command's defaults in their help.
+void add_window_options(CLI::App* s, CompareArgs& a, const std::string& sink, const std::string& window) {
+  s->add_option("--sink", a.run.sink, "first chunks never encoded nor evicted, default " + sink)
+      ->check(CLI::Range(0, 1 << 20));
+  s->add_option("--window", a.run.window, "attend to the newest N non-sink chunks only, default " + window)
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+}
+
+void add_rd_frames_option(CLI::App* s, CompareArgs& a, const std::string& dflt) {
+  s->add_option("--rd-frames", a.rd_frames,
+                "frames over which the rate-distortion sweep is measured (its budgets' runs generate only these; "
+                "the tables' runs are measured over their first as many), default " + dflt)
+      ->check(CLI::Range(1, 100000));
+}
+
 /// The demo's header: what it runs and how to read the table.
 void print_demo_header(const CompareArgs& a, int tokens_per_chunk) {
   const ModelRunArgs& r = a.run;
+  std::string policy;
+  if (r.sink > 0 || r.window > 0)
+    policy = "\nThe model attends to a sink (the first " + std::to_string(r.sink) + " chunk" + (r.sink == 1 ? "" : "s") +
+             ", kept in BF16) and a window of the newest " + std::to_string(r.window) +
+             " chunks;\nolder chunks are dropped, so the cache's size levels off.";
   std::printf(
-      "qvg demo: the reference video model (docs/MODEL.md) continues frames %d..%d of %s (held out from its\n"
-      "training) by %d frames, chunk by chunk (3 frames = %d tokens), with its KV cache held in BF16 and in each\n"
-      "method at equal memory. Every %d chunks of K/V are encoded as one span (%d tokens per layer and head), so\n"
-      "the generated chunks attend to compressed K/V. Each method runs the configuration of its own family\n"
-      "(bits, block or group size, centroids, stages) closest to the budget of bits per value, at most 3 %%\n"
-      "above it; a method whose family cannot get there is listed as such. bits: measured, every byte of K/V\n"
-      "counted; ratio: BF16 bytes / bytes; psnr / ssim: the generated frames against the BF16-cache run\n"
-      "(higher = closer; inf = identical). Progress on stderr.\n",
+      "qvg demo: the reference video model (docs/MODEL.md; trained on the first 80 %% of each shipped clip) takes\n"
+      "frames %d..%d of %s as context and generates %d frames, chunk by chunk (3 frames = %d tokens), with its\n"
+      "KV cache held in BF16 and in each method at equal memory. K/V are encoded in spans of %d chunk%s (%d\n"
+      "tokens per layer and head), so the generated chunks attend to compressed K/V.%s Each method runs\n"
+      "the configuration of its own family (bits, block or group size, centroids, stages) closest to the budget\n"
+      "of bits per value, at most 3 %% above it; a method whose family cannot get there is listed as such.\n"
+      "bits: measured over the encoded spans, every byte counted; cache: the whole cache's bits; ratio: BF16\n"
+      "bytes / the cache's bytes; psnr / ssim: the generated frames against the BF16-cache run (higher =\n"
+      "closer; inf = identical). Progress and the time left on stderr.\n",
       r.start, r.start + r.context_frames - 1, std::filesystem::path(r.context).filename().string().c_str(), r.frames,
-      tokens_per_chunk, r.quant_factor, r.quant_factor * tokens_per_chunk);
+      tokens_per_chunk, r.quant_factor, r.quant_factor == 1 ? "" : "s", r.quant_factor * tokens_per_chunk,
+      policy.c_str());
   std::fflush(stdout);
 }
 
@@ -282,15 +324,14 @@ void add_compare_command(CLI::App& app) {
   s->add_option("--context", a->run.context, "video clip whose frames are the context")->required();
   add_common_options(s, *a);
   s->add_option("--rd-bits", a->rd_bits, "more budgets, run for the rate-distortion CSV / plot only (e.g. 3 4)");
+  add_rd_frames_option(s, *a, "all");
   s->add_option("--frames", a->run.frames, "frames to generate (whole chunks of 3), default 9")->check(CLI::Range(1, 100000));
   s->add_option("--context-frames", a->run.context_frames, "context frames, a multiple of 3, default 6")
       ->check(CLI::Range(3, 100000));
   s->add_option("--start", a->run.start, "first context frame in the clip, default 0")->check(CLI::Range(0, 1000000));
   s->add_option("--quant-factor", a->run.quant_factor, "chunks per encoded span, default 4")->check(CLI::Range(1, 1 << 20));
   s->add_option("--keep-recent", a->run.keep_recent, "newest chunks kept in BF16, default 0")->check(CLI::Range(0, 1 << 20));
-  s->add_option("--sink", a->run.sink, "first chunks never encoded nor evicted, default 0")->check(CLI::Range(0, 1 << 20));
-  s->add_option("--window", a->run.window, "attend to the newest N non-sink chunks only (0 = all)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  add_window_options(s, *a, "0", "0 = all");
   s->add_flag("--post-rope", a->run.post_rope, "cache keys after RoPE (default: before RoPE)");
   s->add_option("--steps", a->run.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
   s->add_option("--seed", a->run.seed, "noise seed, default 2026");
@@ -313,39 +354,47 @@ void add_compare_command(CLI::App& app) {
 void add_demo_command(CLI::App& app) {
   auto a = std::make_shared<CompareArgs>();  // the demo's defaults:
   a->run.context = qvg::builtin_clip_path("vtest");
-  a->run.start = 192;
-  a->run.frames = 12;
-  a->run.quant_factor = 2;
+  a->run.start = 138;  // 6 context + 96 generated frames end at vtest's last frame (239)
+  a->run.frames = 96;
+  a->run.quant_factor = 1;  // every chunk encoded when it is appended: only the sink waits in BF16
+  a->run.sink = 1;
+  a->run.window = 3;  // with the sink, the 4 context chunks of the model's training windows
   a->rd_bits = {"3", "5"};
+  a->rd_frames = 12;
   auto out = std::make_shared<std::string>("qvg-demo");
   auto quick = std::make_shared<bool>(false);
   auto* s = app.add_subcommand(
-      "demo", "the main job: the reference video model continues a held-out clip with its KV cache in BF16 and in "
-              "each method at equal memory; table, rate-distortion sweep, plots and a labelled video (about 5 "
-              "minutes on 2 cores; --quick: under a minute)");
-  s->add_option("--context", a->run.context, "clip (default data/clips/vtest.mp4; held-out frames start at 192)");
-  s->add_option("--start", a->run.start, "first context frame, default 192 (held out from training)")
+      "demo", "the main job: the reference video model continues a clip for 96 frames with its KV cache in BF16 and "
+              "in each method at equal memory; table, rate-distortion sweep, drift and rate-distortion plots and a "
+              "labelled video (about 5 minutes on 2 cores; --quick: under a minute)");
+  s->add_option("--context", a->run.context, "clip (default data/clips/vtest.mp4; its frames 192..239 were held out from training)");
+  s->add_option("--start", a->run.start, "first context frame, default 138 (the real frames then last to the generated 96th)")
       ->check(CLI::Range(0, 1000000));
-  s->add_option("--frames", a->run.frames, "frames to generate, default 12")->check(CLI::Range(1, 100000));
+  s->add_option("--frames", a->run.frames, "frames to generate, default 96")->check(CLI::Range(1, 100000));
   s->add_option("--context-frames", a->run.context_frames, "context frames, a multiple of 3, default 6")
       ->check(CLI::Range(3, 100000));
-  s->add_option("--quant-factor", a->run.quant_factor, "chunks per encoded span, default 2")
+  s->add_option("--quant-factor", a->run.quant_factor, "chunks per encoded span, default 1")
       ->check(CLI::Range(1, 1 << 20));
+  add_window_options(s, *a, "1", "3 (0 = all)");
   add_common_options(s, *a);
   s->add_option("--rd-bits", a->rd_bits, "more budgets for the rate-distortion sweep, default 3 5 (none: no sweep)");
+  add_rd_frames_option(s, *a, "12");
   s->add_option("--out", *out,
                 "folder of the demo's files (rate-distortion and PSNR-per-frame CSV + PNG, the labelled video), "
                 "default qvg-demo; none: no files");
   s->add_flag("--quick", *quick,
-              "a short run (3 context frames, 3 generated, spans of 1 chunk, no sweep): under a minute on 2 cores");
+              "a short run (3 context frames, 3 generated, spans of 1 chunk, no window, no sweep): under a minute on "
+              "2 cores");
   s->callback([a, out, quick] {
     CompareArgs d = *a;
     if (*quick) {
       d.run.context_frames = 3;
       d.run.frames = 3;
-      d.run.quant_factor = 1;
+      d.run.sink = 0;
+      d.run.window = 0;
       d.rd_bits.clear();
     }
+    d.rd_frames = std::min(d.rd_frames, d.run.frames);
     if (d.rd_bits.size() == 1 && d.rd_bits[0] == "none") d.rd_bits.clear();
     if (d.bits.size() == 1 && d.bits[0] == "none") d.rd_bits.clear();  // the specs as given: no sweep
     if (*out != "none") {

@@ -13,29 +13,40 @@
 
 namespace qvg_cli {
 
-/// r's PSNR / SSIM against the reference frames, overall, per chunk and per frame.
+double span_bits(const qvg::LayerMemory& m, int heads, int dim) {
+  if (m.tokens_encoded == 0) return m.bits_per_value(heads, dim);
+  const double values = 2.0 * heads * static_cast<double>(m.tokens_encoded) * dim;
+  return 8.0 * static_cast<double>(m.k.spans.total() + m.v.spans.total()) / values;
+}
+
 void measure(RunResult& r, const RunResult& ref, const std::vector<uint8_t>& real, const qvg::ModelConfig& mc,
-             int gen_chunks) {
-  const int gen_frames = gen_chunks * mc.chunk_frames;
+             int rd_chunks) {
   const size_t frame_bytes = static_cast<size_t>(mc.frame_values());
   const size_t chunk_bytes = static_cast<size_t>(mc.chunk_frames) * frame_bytes;
-  r.psnr = qvg::psnr_u8(r.frames, ref.frames);
-  r.ssim = qvg::ssim_rgb(r.frames, ref.frames, gen_frames, mc.frame, mc.frame);
+  const int gen_chunks = static_cast<int>(r.frames.size() / chunk_bytes);
+  const int gen_frames = gen_chunks * mc.chunk_frames;
+  QVG_CHECK(ref.frames.size() >= r.frames.size() && rd_chunks <= gen_chunks, "measure: ", gen_chunks,
+            " chunks against a reference of ", ref.frames.size() / chunk_bytes, ", rate-distortion over ", rd_chunks);
+  const auto mine = std::span<const uint8_t>(r.frames);
+  const auto theirs = std::span<const uint8_t>(ref.frames);
+  const auto x = mine.first(static_cast<size_t>(rd_chunks) * chunk_bytes);
+  r.rd_psnr = qvg::psnr_u8(x, theirs.first(x.size()));
+  r.rd_ssim = qvg::ssim_rgb(x, theirs.first(x.size()), rd_chunks * mc.chunk_frames, mc.frame, mc.frame);
+  r.psnr = qvg::psnr_u8(mine, theirs.first(mine.size()));
+  r.ssim = qvg::ssim_rgb(mine, theirs.first(mine.size()), gen_frames, mc.frame, mc.frame);
   for (int i = 0; i < gen_chunks; ++i) {
-    const auto x = std::span<const uint8_t>(r.frames).subspan(i * chunk_bytes, chunk_bytes);
-    const auto y = std::span<const uint8_t>(ref.frames).subspan(i * chunk_bytes, chunk_bytes);
-    r.psnr_chunk.push_back(qvg::psnr_u8(x, y));
-    r.ssim_chunk.push_back(qvg::ssim_rgb(x, y, mc.chunk_frames, mc.frame, mc.frame));
+    const auto a = mine.subspan(i * chunk_bytes, chunk_bytes), b = theirs.subspan(i * chunk_bytes, chunk_bytes);
+    r.psnr_chunk.push_back(qvg::psnr_u8(a, b));
+    r.ssim_chunk.push_back(qvg::ssim_rgb(a, b, mc.chunk_frames, mc.frame, mc.frame));
   }
   for (int i = 0; i < gen_frames; ++i) {
-    const auto x = std::span<const uint8_t>(r.frames).subspan(i * frame_bytes, frame_bytes);
-    const auto y = std::span<const uint8_t>(ref.frames).subspan(i * frame_bytes, frame_bytes);
-    r.psnr_frame.push_back(qvg::psnr_u8(x, y));
-    r.ssim_frame.push_back(qvg::ssim_rgb(x, y, 1, mc.frame, mc.frame));
-    if (real.size() == r.frames.size()) {
+    const auto a = mine.subspan(i * frame_bytes, frame_bytes), b = theirs.subspan(i * frame_bytes, frame_bytes);
+    r.psnr_frame.push_back(qvg::psnr_u8(a, b));
+    r.ssim_frame.push_back(qvg::ssim_rgb(a, b, 1, mc.frame, mc.frame));
+    if (real.size() >= r.frames.size()) {
       const auto z = std::span<const uint8_t>(real).subspan(i * frame_bytes, frame_bytes);
-      r.psnr_real_frame.push_back(qvg::psnr_u8(x, z));
-      r.ssim_real_frame.push_back(qvg::ssim_rgb(x, z, 1, mc.frame, mc.frame));
+      r.psnr_real_frame.push_back(qvg::psnr_u8(a, z));
+      r.ssim_real_frame.push_back(qvg::ssim_rgb(a, z, 1, mc.frame, mc.frame));
     }
   }
 }
@@ -76,23 +87,29 @@ void print_table(const Outcome& o, double budget) {
     lw = std::max(lw, static_cast<int>(p->label.size()));
     if (p->reachable) cw = std::max(cw, static_cast<int>(config_text(p->config, o.span_tokens).size()));
   }
-  std::printf("%-*s %-*s %8s %7s %7s %7s  %s\n", lw, "method", cw, "configuration", "bits ", "ratio", "psnr", "ssim",
-              "psnr / ssim per chunk");
-  bool tail_note = false;
-  auto row = [&](const std::string& label, const std::string& config, const RunResult& r, double span_bits,
-                 const std::string& note) {
+  const bool per_chunk = o.gen_chunks <= 6;  // else the first and the last chunk (per frame: --drift-csv)
+  std::printf("%-*s %-*s %7s %7s %7s %7s %7s  %s\n", lw, "method", cw, "configuration", "bits", "cache", "ratio", "psnr",
+              "ssim", per_chunk ? "psnr / ssim per chunk" : "psnr first -> last chunk");
+  auto row = [&](const std::string& label, const std::string& config, const RunResult& r, const std::string& note) {
     std::string pcs;
-    for (size_t i = 0; i < r.psnr_chunk.size(); ++i) {
-      char b[48];
-      std::snprintf(b, sizeof b, "%s/%.4f ", psnr_text(r.psnr_chunk[i]).c_str(), r.ssim_chunk[i]);
-      pcs += b;
+    if (per_chunk) {
+      for (size_t i = 0; i < r.psnr_chunk.size(); ++i) {
+        char b[48];
+        std::snprintf(b, sizeof b, "%s/%.4f ", psnr_text(r.psnr_chunk[i]).c_str(), r.ssim_chunk[i]);
+        pcs += b;
+      }
+    } else {  // from the first chunk that differs from BF16
+      const auto first = std::find_if(r.psnr_chunk.begin(), r.psnr_chunk.end(), [](double x) { return std::isfinite(x); });
+      const auto k = first - r.psnr_chunk.begin();
+      pcs = first == r.psnr_chunk.end() ? "inf -> inf"
+            : k == 0                    ? psnr_text(*first) + " -> " + psnr_text(r.psnr_chunk.back())
+                                        : psnr_text(*first) + " (chunk " + std::to_string(k + 1) + ") -> " +
+                                              psnr_text(r.psnr_chunk.back());
     }
-    const bool tail = span_bits > 0 && std::fabs(r.bits - span_bits) > 1e-9;
-    tail_note |= tail;
-    std::printf("%-*s %-*s %7.3f%s %6.2fx %7s %7.4f  %s%s\n", lw, label.c_str(), cw, config.c_str(), r.bits, tail ? "*" : " ",
-                r.memory.ratio(), psnr_text(r.psnr).c_str(), r.ssim, pcs.c_str(), note.c_str());
+    std::printf("%-*s %-*s %7.3f %7.3f %6.2fx %7s %7.4f  %s%s\n", lw, label.c_str(), cw, config.c_str(), r.span_bits,
+                r.bits, r.memory.ratio(), psnr_text(r.psnr).c_str(), r.ssim, pcs.c_str(), note.c_str());
   };
-  row("bf16", "BF16", o.runs.front(), 0, "");
+  row("bf16", "BF16", o.runs.front(), "");
   for (const PlannedMethod* p : rows) {
     if (!p->reachable) {
       std::printf("%-*s cannot reach %.3g bits: its family's cheapest configuration, %s, stores %.3f (%s)\n",
@@ -103,7 +120,7 @@ void print_table(const Outcome& o, double budget) {
     std::string note;
     if (budget > 0 && p->span_bits < budget * 0.97)
       note = "  (" + budget_gap(p->span_bits, budget) + " the budget: its family has nothing closer)";
-    row(p->label, config_text(p->config, o.span_tokens), o.runs[o.run_of.at(p->canonical)], p->span_bits, note);
+    row(p->label, config_text(p->config, o.span_tokens), o.runs[o.run_of.at(p->canonical)], note);
   }
   // The ranking in one line: the best PSNR and its margin over the next method.
   const PlannedMethod* best = nullptr;
@@ -120,16 +137,18 @@ void print_table(const Outcome& o, double budget) {
   }
   if (best && next)
     std::printf("best: %s, %.2f dB at %.3f bits, %.2f dB above the next, %s (%.2f dB at %.3f bits)\n",
-                best->label.c_str(), psnr_of(best), o.runs[o.run_of.at(best->canonical)].bits, psnr_of(best) - psnr_of(next),
-                next->label.c_str(), psnr_of(next), o.runs[o.run_of.at(next->canonical)].bits);
-  if (tail_note)
-    std::printf("* the measured bits include the K/V of chunks not yet encoded (BF16); on the spans alone: the "
-                "budget's formula\n");
+                best->label.c_str(), psnr_of(best), o.runs[o.run_of.at(best->canonical)].span_bits, psnr_of(best) - psnr_of(next),
+                next->label.c_str(), psnr_of(next), o.runs[o.run_of.at(next->canonical)].span_bits);
+  if (std::any_of(o.runs.begin(), o.runs.end(), [](const RunResult& r) { return r.bits != r.span_bits; }))
+    std::printf("bits: the encoded spans' (every byte counted); cache: the whole cache's, with the chunks it holds in "
+                "BF16 (sink, chunks waiting for their span), the same for every method\n");
 }
 
 /// Rows: methods; columns: budgets; cells: measured bits / PSNR.
 void print_rd_table(const Outcome& o, const std::vector<double>& all) {
-  std::printf("\nrate-distortion: measured bits / PSNR against BF16 at each budget (CSV and plot: --rd-csv, --rd-plot)\n");
+  std::printf("\nrate-distortion: measured bits of the spans / PSNR against BF16 at each budget");
+  if (o.rd_chunks < o.gen_chunks) std::printf(", over the first %d chunks", o.rd_chunks);
+  std::printf(" (CSV and plot: --rd-csv, --rd-plot)\n");
   std::vector<std::string> labels;
   int lw = 12;
   for (const PlannedMethod& p : o.plan)
@@ -150,7 +169,7 @@ void print_rd_table(const Outcome& o, const std::vector<double>& all) {
           continue;
         }
         const RunResult& r = o.runs[o.run_of.at(p.canonical)];
-        const std::string cell = psnr_text(r.bits, "%.3f") + " / " + psnr_text(r.psnr, "%.1f");
+        const std::string cell = psnr_text(r.rd_bits, "%.3f") + " / " + psnr_text(r.rd_psnr, "%.1f");
         std::printf(" %15s", cell.c_str());
       }
     std::printf("\n");
@@ -166,6 +185,12 @@ nlohmann::json json_rows(const Outcome& o, int first_generated_frame) {
   };
   auto measured = [&](nlohmann::json& j, const RunResult& r) {
     j["bits"] = r.bits;
+    j["span_bits_measured"] = r.span_bits;
+    j["chunks"] = r.chunks;
+    j["rd_chunks"] = std::min(r.chunks, o.rd_chunks);
+    j["rd_bits"] = r.rd_bits;
+    j["rd_psnr"] = num(r.rd_psnr);
+    j["rd_ssim"] = r.rd_ssim;
     j["ratio"] = r.memory.ratio();
     j["kv_bytes"] = r.memory.kv_bytes();
     j["psnr"] = num(r.psnr);
@@ -205,7 +230,7 @@ void write_rd_csv(const Outcome& o, const std::string& path) {
     f << b;
     if (p.reachable) {
       const RunResult& r = o.runs[o.run_of.at(p.canonical)];
-      std::snprintf(b, sizeof b, "%.6f,%s,%.6f,", r.bits, psnr_text(r.psnr, "%.4f").c_str(), r.ssim);
+      std::snprintf(b, sizeof b, "%.6f,%s,%.6f,", r.rd_bits, psnr_text(r.rd_psnr, "%.4f").c_str(), r.rd_ssim);
       f << b;
     } else {
       f << ",,,";
@@ -225,13 +250,13 @@ void write_rd_plot(const Outcome& o, const std::string& path, const std::string&
     if (!p.reachable) continue;
     auto it = std::find_if(series.begin(), series.end(), [&](const PlotSeries& s) { return s.label == p.label; });
     const RunResult& r = o.runs[o.run_of.at(p.canonical)];
-    if (!std::isfinite(r.psnr)) continue;  // identical to BF16: no finite PSNR to draw
-    if (std::none_of(it->points.begin(), it->points.end(), [&](const auto& q) { return q.first == r.bits; }))
-      it->points.emplace_back(r.bits, r.psnr);
+    if (!std::isfinite(r.rd_psnr)) continue;  // identical to BF16: no finite PSNR to draw
+    if (std::none_of(it->points.begin(), it->points.end(), [&](const auto& q) { return q.first == r.rd_bits; }))
+      it->points.emplace_back(r.rd_bits, r.rd_psnr);
   }
   for (PlotSeries& s : series) std::sort(s.points.begin(), s.points.end());
   write_lines_plot(path, series,
-                   {title, "stored bits per K/V value (measured, every byte counted)",
+                   {title, "stored bits per K/V value of the spans (measured, every byte counted)",
                     "PSNR against the BF16-cache video (dB)", false});
 }
 

@@ -21,6 +21,11 @@ struct RunResult {
   std::vector<uint8_t> frames;  ///< generated frames, uint8 [frames, 64, 64, 3]
   qvg::LayerMemory memory;      ///< all layers, at the end
   double bits = 0;              ///< measured: every byte of the cache's K/V
+  double span_bits = 0;         ///< measured over the encoded spans alone (= bits when none is held)
+  int chunks = 0;               ///< generated chunks
+  qvg::LayerMemory rd_memory;   ///< all layers after the rate-distortion measure's chunks
+  double rd_bits = 0;           ///< span bits after those chunks
+  double rd_psnr = 0, rd_ssim = 0;  ///< against the BF16 run over those chunks
   std::vector<int64_t> kv_bytes;  ///< the cache's K/V bytes (all layers) after each generated chunk
   // Against the BF16 run:
   double psnr = 0, ssim = 0;
@@ -29,11 +34,18 @@ struct RunResult {
   std::vector<double> psnr_real_frame, ssim_real_frame;
 };
 
-/// r's PSNR / SSIM against the reference frames, overall, per chunk and per
-/// frame; and per frame against the clip's real frames where `real` holds
-/// them (uint8, as many frames as r's).
+/// Stored bits per K/V value of the encoded spans alone (every byte of the
+/// spans' parts; the sink, the window's chunks waiting for their span and
+/// other full-precision chunks left out); the whole cache's where it holds
+/// no span.
+double span_bits(const qvg::LayerMemory& m, int heads, int dim);
+
+/// r's PSNR / SSIM against the reference frames (r's chunks, the first of
+/// ref's), overall, per chunk and per frame, and over its first rd_chunks;
+/// per frame against the clip's real frames where `real` holds them (uint8,
+/// at least as many frames as r's).
 void measure(RunResult& r, const RunResult& ref, const std::vector<uint8_t>& real, const qvg::ModelConfig& mc,
-             int gen_chunks);
+             int rd_chunks);
 
 /// Everything that was planned and run.
 struct Outcome {
@@ -44,6 +56,7 @@ struct Outcome {
   std::map<std::string, size_t> run_of;  ///< canonical spec -> index in runs
   int64_t span_tokens = 0;
   int gen_chunks = 0;
+  int rd_chunks = 0;  ///< chunks over which the rate-distortion sweep is measured (<= gen_chunks)
 };
 
 /// The plan entries of one budget (0: the no-budget plan).

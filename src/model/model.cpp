@@ -22,6 +22,10 @@ using MapRowC = Eigen::Map<const RowMat>;
 /// Tokens per unit of work in the forward pass (a multiple of 8 and of 24, the
 /// AVX float kernel's rows, so Eigen takes the same path in every block).
 constexpr int64_t kRowBlock = 96;
+/// Query rows per unit of attention work (a multiple of 24 too): each unit
+/// repacks its head's K and V for Eigen's kernel, so fewer, taller units copy
+/// less.
+constexpr int64_t kAttnRowBlock = 192;
 
 // ---- config -------------------------------------------------------------------
 
@@ -439,9 +443,10 @@ std::vector<float> Model::forward(std::span<const float> tokens, float t, int64_
       V.bottomRows(L) = MapRowC(vh.head(static_cast<int>(hh)), L, hd);
     });
     // Attention over (head, query block): softmax(q K^T / sqrt(D)) V in fp32.
-    parallel_for(H * blocks, threads, [&](int64_t item) {
-      const int hh = static_cast<int>(item / blocks);
-      const auto [r0, r1] = rows_of(item % blocks);
+    const int64_t attn_blocks = (L + kAttnRowBlock - 1) / kAttnRowBlock;
+    parallel_for(H * attn_blocks, threads, [&](int64_t item) {
+      const int hh = static_cast<int>(item / attn_blocks);
+      const int64_t r0 = (item % attn_blocks) * kAttnRowBlock, r1 = std::min(L, r0 + kAttnRowBlock);
       const int64_t n = r1 - r0;
       RowMat S(n, N);
       S.noalias() = MapRowC(qh.head(hh) + r0 * hd, n, hd) * Kall[static_cast<size_t>(hh)].transpose();
