@@ -42,7 +42,7 @@ case "${1:?usage: gpu_session.sh train SECONDS | eval}" in
     python3 train/figures.py --train "$run/train" --eval "$run/eval" --out "$run/figures" 2>&1 | tail -5
     mkdir -p "$OUT/eval" "$OUT/eval_2steps" "$OUT/eval_old"
     cp "$m" "$run/train/train_metrics.json" "$run/train/train_log.txt" "$OUT/"
-    cp -r "$run/golden" "$run/figures" "$OUT/" 2>/dev/null
+    cp -r "$run/golden" "$run/figures" "$OUT/" 2>/dev/null  # $OUT takes at most 8 files: fetch in several calls
     cp "$run"/eval/*.json "$OUT/eval/"; cp "$run"/eval_2steps/*.json "$OUT/eval_2steps/"
     cp "$run"/eval_old/*.json "$OUT/eval_old/"
     ls -la "$OUT"
