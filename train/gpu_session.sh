@@ -40,11 +40,12 @@ case "${1:?usage: gpu_session.sh train SECONDS | eval}" in
     python3 train/kv_stats.py --model "$m" --out "$run/eval" --dump "$run/golden/kv_span_cockatoo192_layer3.safetensors" 2>&1 | tail -30
     stamp "figures"
     python3 train/figures.py --train "$run/train" --eval "$run/eval" --out "$run/figures" 2>&1 | tail -5
-    mkdir -p "$OUT/eval" "$OUT/eval_2steps" "$OUT/eval_old"
-    cp "$m" "$run/train/train_metrics.json" "$run/train/train_log.txt" "$OUT/"
-    cp -r "$run/golden" "$run/figures" "$OUT/" 2>/dev/null  # $OUT takes at most 8 files: fetch in several calls
-    cp "$run"/eval/*.json "$OUT/eval/"; cp "$run"/eval_2steps/*.json "$OUT/eval_2steps/"
-    cp "$run"/eval_old/*.json "$OUT/eval_old/"
+    # $OUT brings back at most 8 files of 16 MiB: the weights, the golden files, the metrics, one tarball
+    cp "$m" "$run/golden/golden.safetensors" "$run/train/train_metrics.json" "$OUT/"
+    cp "$run/eval/eval_metrics.json" "$OUT/eval_metrics.json"
+    cp "$run/eval_2steps/eval_metrics.json" "$OUT/eval_metrics_2steps.json"
+    cp "$run/eval_old/eval_metrics.json" "$OUT/eval_metrics_shipped.json"
+    tar -cf "$OUT/rest.tar" -C "$run" figures train/train_log.txt eval/kv_stats.json golden/kv_span_cockatoo192_layer3.safetensors
     ls -la "$OUT"
     stamp done
     ;;
