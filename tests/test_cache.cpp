@@ -378,7 +378,17 @@ TEST(CacheMemory, ExactFromTheBuffers) {
     EXPECT_EQ(m.tokens_live, spans * 3 * kTpf + tail_tokens);
     EXPECT_EQ(m.bf16_bytes, static_cast<size_t>(2 * kHeads * m.tokens_live * kDim * 2));
     EXPECT_GT(m.ratio(), 1.0);
+    // The spans alone are at the codec's formula; the BF16 tail raises the whole cache's bits.
+    EXPECT_NEAR(m.span_bits_per_value(kHeads, kDim), qvg_bits_per_value_formula(qc, 3 * kTpf, kDim), 1e-9);
+    EXPECT_GT(m.bits_per_value(kHeads, kDim), m.span_bits_per_value(kHeads, kDim));
   }
+  // No span held: the spans' bits are the whole cache's.
+  StreamingKVCache young(small_config("qvg:centroids=16"), CacheOptions{1});
+  append_chunk(young, 0, s, 0);
+  const LayerMemory y = young.memory().layers[0];
+  EXPECT_EQ(y.spans, 0);
+  EXPECT_EQ(y.span_bits_per_value(kHeads, kDim), y.bits_per_value(kHeads, kDim));
+  EXPECT_GT(y.bits_per_value(kHeads, kDim), 0.0);
   EXPECT_EQ(st.total.kv_bytes(), st.layers[0].kv_bytes() + st.layers[1].kv_bytes());
   EXPECT_EQ(st.total.bf16_bytes, st.layers[0].bf16_bytes + st.layers[1].bf16_bytes);
   EXPECT_EQ(st.total.total(), st.layers[0].total() + st.layers[1].total());

@@ -80,15 +80,14 @@ RunResult run_method(const CompareArgs& a, const qvg::Model& model, const std::s
     gen.insert(gen.end(), f.begin(), f.end());
     const qvg::MemoryStats m = cache.memory();
     r.kv_bytes.push_back(static_cast<int64_t>(m.total.kv_bytes()));
-    if (i + 1 == rd_chunks) r.rd_memory = m.total;
+    if (i + 1 == rd_chunks) r.rd_bits = m.total.span_bits_per_value(mc.heads, mc.head_dim);
     progress.step(label + " chunk " + std::to_string(i + 1) + "/" + std::to_string(gen_chunks));
   }
   r.frames = qvg::model_to_pixels(gen);
   r.chunks = gen_chunks;
   r.memory = cache.memory().total;
   r.bits = r.memory.bits_per_value(mc.heads, mc.head_dim);
-  r.span_bits = span_bits(r.memory, mc.heads, mc.head_dim);
-  r.rd_bits = span_bits(r.rd_memory, mc.heads, mc.head_dim);
+  r.span_bits = r.memory.span_bits_per_value(mc.heads, mc.head_dim);
   return r;
 }
 

@@ -13,12 +13,6 @@
 
 namespace qvg_cli {
 
-double span_bits(const qvg::LayerMemory& m, int heads, int dim) {
-  if (m.tokens_encoded == 0) return m.bits_per_value(heads, dim);
-  const double values = 2.0 * heads * static_cast<double>(m.tokens_encoded) * dim;
-  return 8.0 * static_cast<double>(m.k.spans.total() + m.v.spans.total()) / values;
-}
-
 void measure(RunResult& r, const RunResult& ref, const std::vector<uint8_t>& real, const qvg::ModelConfig& mc,
              int rd_chunks) {
   const size_t frame_bytes = static_cast<size_t>(mc.frame_values());

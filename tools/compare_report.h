@@ -23,8 +23,7 @@ struct RunResult {
   double bits = 0;              ///< measured: every byte of the cache's K/V
   double span_bits = 0;         ///< measured over the encoded spans alone (= bits when none is held)
   int chunks = 0;               ///< generated chunks
-  qvg::LayerMemory rd_memory;   ///< all layers after the rate-distortion measure's chunks
-  double rd_bits = 0;           ///< span bits after those chunks
+  double rd_bits = 0;           ///< span bits after the rate-distortion measure's chunks
   double rd_psnr = 0, rd_ssim = 0;  ///< against the BF16 run over those chunks
   std::vector<int64_t> kv_bytes;  ///< the cache's K/V bytes (all layers) after each generated chunk
   // Against the BF16 run:
@@ -33,12 +32,6 @@ struct RunResult {
   // Against the clip's real frames (empty where the clip ends before them):
   std::vector<double> psnr_real_frame, ssim_real_frame;
 };
-
-/// Stored bits per K/V value of the encoded spans alone (every byte of the
-/// spans' parts; the sink, the window's chunks waiting for their span and
-/// other full-precision chunks left out); the whole cache's where it holds
-/// no span.
-double span_bits(const qvg::LayerMemory& m, int heads, int dim);
 
 /// r's PSNR / SSIM against the reference frames (r's chunks, the first of
 /// ref's), overall, per chunk and per frame, and over its first rd_chunks;

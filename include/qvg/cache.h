@@ -165,6 +165,11 @@ struct LayerMemory {
   double ratio() const;
   /// 8 * kv_bytes / (2 * heads * tokens_held * dim): stored bits per K/V value.
   double bits_per_value(int heads, int dim) const;
+  /// 8 * (k.spans + v.spans bytes) / (2 * heads * tokens_encoded * dim): stored
+  /// bits per K/V value of the encoded spans alone (the full-precision chunks,
+  /// e.g. a sink or chunks waiting for their span, left out); bits_per_value
+  /// where no span is held.
+  double span_bits_per_value(int heads, int dim) const;
 };
 
 struct MemoryStats {

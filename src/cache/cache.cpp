@@ -162,6 +162,12 @@ double LayerMemory::bits_per_value(int heads, int dim) const {
   return values > 0 ? 8.0 * static_cast<double>(kv_bytes()) / values : 0.0;
 }
 
+double LayerMemory::span_bits_per_value(int heads, int dim) const {
+  if (tokens_encoded == 0) return bits_per_value(heads, dim);
+  const double values = 2.0 * heads * static_cast<double>(tokens_encoded) * dim;
+  return 8.0 * static_cast<double>(k.spans.total() + v.spans.total()) / values;
+}
+
 namespace {
 
 /// Gathers the full-precision data of consecutive chunks into [heads, tokens, dim].
