@@ -6,6 +6,8 @@
 #   train/gpu_session.sh eval            evaluate the EMA weights (4- and 2-step samplers),
 #                                        the shipped model on the same windows, golden files
 #                                        (CPU, fp32), K/V statistics, figures
+#   train/gpu_session.sh figures         the shipped model's figures (docs/figures): its continuations
+#                                        on the held-out windows (4 steps) and models/metrics' training log
 # Needs the decoded frames in .cache/qvg_frames (train/prepare_data.py), or as .cache/carry/qvg_frames.tar.xz
 # (smaller to carry: tar -C .cache -cf - qvg_frames | xz -9 > .cache/carry/qvg_frames.tar.xz).
 # Env: QVG_TRAIN_ARGS (train.py arguments, the same in every call).
@@ -20,7 +22,7 @@ if [[ ! -f .cache/qvg_frames/manifest.json && -f .cache/carry/qvg_frames.tar.xz 
 fi
 stamp() { echo "== $(date +%T) $*"; }
 args=(${QVG_TRAIN_ARGS:---steps 6400 --batch 32 --val-every 800 --val-reps 2})
-case "${1:?usage: gpu_session.sh train SECONDS | eval}" in
+case "${1:?usage: gpu_session.sh train SECONDS | eval | figures}" in
   train)
     stamp "train for ${2:?seconds} s: ${args[*]}"
     python3 train/train.py --out "$run/train" "${args[@]}" --time-limit "$2" --resume 2>&1 | grep -v "^step .*[1-9]00 \|^step .*[1-9]50 " | tail -40
@@ -47,6 +49,14 @@ case "${1:?usage: gpu_session.sh train SECONDS | eval}" in
     cp "$run/eval_old/eval_metrics.json" "$OUT/eval_metrics_shipped.json"
     tar -cf "$OUT/rest.tar" -C "$run" figures train/train_log.txt eval/kv_stats.json golden/kv_span_cockatoo192_layer3.safetensors
     ls -la "$OUT"
+    stamp done
+    ;;
+  figures)
+    stamp "sample: shipped model, 4 steps"
+    python3 train/sample.py --model models/qvg_ref_video_dit.safetensors --out "$run/eval_shipped" --device cuda 2>&1 | tail -12
+    stamp "figures"
+    python3 train/figures.py --train models/metrics --eval "$run/eval_shipped" --out "$OUT/figures" 2>&1 | tail -5
+    cp "$run/eval_shipped/eval_metrics.json" "$OUT/eval_metrics.json"
     stamp done
     ;;
   *) echo "gpu_session.sh: unknown phase '$1'" >&2; exit 2 ;;
