@@ -237,6 +237,48 @@ TEST(Budget, KnownChoicesOnTheDemoSpan) {
   EXPECT_FALSE(pick("bf16", 8).reachable);
 }
 
+// The centroid format (choose_for_budget_any_format, what the CLI runs): the
+// rule's choice for BF16 or for FP8 centroids, FP8's exactly when it has more
+// centroids; methods without centroids are untouched. On the demo's span
+// (768 tokens, D = 64) at 2.5 bits FP8 buys about twice the centroids; on a
+// long span at a budget past C = 256 it buys none and BF16 stays.
+TEST(Budget, CentroidFormatIsFp8WhereItBuysMoreCentroids) {
+  int fp8 = 0, bf16 = 0;
+  for (const char* spec : {"qvg", "qvg-pro", "qvg:centroid_format=fp8", "qvg:centroids=auto", "rtn", "kivi", "quarot"})
+    for (const auto& [n, d] : std::vector<std::pair<int64_t, int64_t>>{{768, 64}, {1536, 128}, {37440, 128}, {100, 64}})
+      for (double budget : {2.25, 2.5, 3.0, 4.0, 5.0, 8.0}) {
+        SCOPED_TRACE(std::string(spec) + " N=" + std::to_string(n) + " at " + std::to_string(budget));
+        CodecConfig bf = parse_codec_spec(spec), f8 = bf;
+        bf.centroid_format = CentroidFormat::bf16;
+        f8.centroid_format = CentroidFormat::fp8;
+        const BudgetChoice got = choose_for_budget_any_format(parse_codec_spec(spec), budget, n, d);
+        if (smoothing_stages(bf) == 0) {
+          const BudgetChoice same = choose_for_budget(parse_codec_spec(spec), budget, n, d);
+          EXPECT_TRUE(same_codec(got.config, same.config));
+          continue;
+        }
+        const BudgetChoice a = choose_for_budget(bf, budget, n, d), b = choose_for_budget(f8, budget, n, d);
+        const bool more = centroids_on(b.config, n) > centroids_on(a.config, n);
+        const BudgetChoice& want = a.reachable && b.reachable     ? (more ? b : a)
+                                   : a.reachable != b.reachable ? (b.reachable ? b : a)
+                                                                : (b.bits < a.bits ? b : a);  // neither: the cheaper
+        EXPECT_TRUE(same_codec(got.config, want.config)) << describe(got.config) << " vs " << describe(want.config);
+        EXPECT_EQ(got.bits, want.bits);
+        (got.config.centroid_format == CentroidFormat::fp8 ? fp8 : bf16) += 1;
+      }
+  EXPECT_GT(fp8, 20);
+  EXPECT_GT(bf16, 5);
+  // Hand-checked: 768 x 64 at 2.5 bits: BF16 INT2 B64 C12 (2 + 0.125 + 0.125 + 16 * 12 / 768 + 32 / 49,152 =
+  // 2.5007) or FP8 C24 (8 * 24 / 768 and one more FP32 scale: 2.5013); FP8 wins with twice the centroids.
+  const BudgetChoice q = choose_for_budget_any_format(parse_codec_spec("qvg"), 2.5, 768, 64);
+  EXPECT_EQ(describe(q.config), "INT2 B64 fp8 S1 C24 fp8c");
+  EXPECT_NEAR(q.bits, 2.5 + 64.0 / (768 * 64), 1e-12);
+  EXPECT_EQ(describe(choose_for_budget(parse_codec_spec("qvg"), 2.5, 768, 64).config), "INT2 B64 fp8 S1 C12");
+  // C capped at 256 on 37,440 tokens at 5 bits: BF16.
+  EXPECT_EQ(choose_for_budget_any_format(parse_codec_spec("qvg"), 5.0, 37440, 128).config.centroid_format,
+            CentroidFormat::bf16);
+}
+
 TEST(Budget, BadArgumentsAreErrors) {
   const CodecConfig c = parse_codec_spec("qvg");
   EXPECT_NE(error_of([&] { choose_for_budget(c, 0, 100, 128); }).find("> 0"), std::string::npos);

@@ -113,7 +113,8 @@ for m in ("rtn", "quarot", "qvg", "qvg-pro"):
     r = rows[m]
     assert r["reachable"] and r["budget"] == 2.5, r
     assert r["bits"] <= 2.5 * 1.03 and abs(r["bits"] - r["span_bits"]) < 1e-9, (m, r["bits"], r["span_bits"])
-assert rows["qvg"]["config"] == "INT2 B64 fp8 S1 C15", rows["qvg"]["config"]  # 2 + 1/8 + 1/16 + 16 * 15 / 768
+# FP8 centroids buy twice BF16's C15 (2 + 1/8 + 1/16 + 16 * 15 / 768): 8 * 30 / 768 and a scale per stage and head
+assert rows["qvg"]["config"] == "INT2 B64 fp8 S1 C30 fp8c", rows["qvg"]["config"]
 PY
 else
   bad "compare --bits 2.5 failed: $(cat "$tmp/err")"

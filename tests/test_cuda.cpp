@@ -219,7 +219,10 @@ TEST(Cuda, DecodeIsBitIdentical) {
   const HeadTensor x = blobs(4, 777, 128, 9, 3, 0.7f);
   for (const std::string spec : {"rtn", "rtn-int4", "qvg:centroids=16", "qvg-pro:centroids=16",
                                  "qvg-pro-int4:centroids=8,levels=midrise,scale=fp16",
-                                 "qvg-pro:stages=6,centroids=8"}) {  // 6 stages: past the tile kernel's 4
+                                 "qvg-pro:stages=6,centroids=8",  // 6 stages: past the tile kernel's 4
+                                 "qvg:centroids=16,centroid_format=fp8",
+                                 "qvg-pro-int4:centroids=8,scale=fp16,centroid_format=fp8",
+                                 "qvg-pro:stages=6,centroids=8,centroid_format=fp8"}) {
     const CodecConfig c = parse_codec_spec(spec);
     const EncodedTensor e = make_codec(c)->encode(x);
     HeadTensor cpu, gpu;
@@ -289,7 +292,9 @@ TEST(Cuda, DecodeKernelsAgree) {
            {"rtn", "rtn-int4:block=16", "qvg:centroids=1", "qvg-pro-int4:centroids=1", "qvg:centroids=4",
             "qvg-pro:centroids=4,block=32", "rtn:scale=fp16,block=32", "qvg-int4:centroids=4,levels=midrise",
             "qvg-pro:centroids=4,scale=fp16,levels=midrise", "qvg-pro:centroids=4,stages=2",
-            "qvg-pro-int4:centroids=4,stages=3"}) {
+            "qvg-pro-int4:centroids=4,stages=3", "qvg:centroids=4,centroid_format=fp8",
+            "qvg-pro:centroids=4,stages=3,levels=midrise,centroid_format=fp8",
+            "qvg-pro-int4:centroids=1,scale=fp16,centroid_format=fp8"}) {
         const CodecConfig c = parse_codec_spec(spec);
         if (c.method == Method::qvg && c.kmeans.centroids > n) continue;  // more centroids than tokens: an error
         const HeadTensor x = blobs(3, n, d, 3, static_cast<unsigned>(n), 0.7f);
@@ -466,7 +471,8 @@ TEST(Cuda, HalfInputsEncodeLikeTheirFloatValues) {
 // host encode does; null pointers and empty shapes are errors.
 TEST(Cuda, DeviceTensorsEncodeAndDecodeLikeHostTensors) {
   REQUIRE_GPU();
-  for (const std::string spec : {"rtn", "qvg:centroids=16", "qvg-pro:centroids=8,iters=3", "kivi", "quarot", "bf16"})
+  for (const std::string spec : {"rtn", "qvg:centroids=16", "qvg-pro:centroids=8,iters=3", "kivi", "quarot", "bf16",
+                                 "qvg-pro:centroids=8,iters=3,centroid_format=fp8"})
     for (const DeviceElement type : {DeviceElement::f32, DeviceElement::bf16, DeviceElement::f16}) {
       const CodecConfig c = parse_codec_spec(spec);
       HeadTensor x = blobs(2, 700, 64, 12, 5, 0.5f);
@@ -713,7 +719,8 @@ TEST(Cuda, RandomRowsEqualTheCpuShuffle) {
 // chunks, warm-started k-means, on blobs without near-ties.
 TEST(Cuda, StreamingCacheWithGpuCodecsMatchesCpu) {
   REQUIRE_GPU();
-  for (const std::string spec : {"rtn", "kivi", "quarot", "qvg:centroids=4", "qvg-pro-int4:centroids=4"}) {
+  for (const std::string spec : {"rtn", "kivi", "quarot", "qvg:centroids=4", "qvg-pro-int4:centroids=4",
+                                 "qvg-pro:centroids=4,centroid_format=fp8"}) {
     CacheConfig cc;
     cc.layers = 1;
     cc.heads = 2;
@@ -863,14 +870,17 @@ HeadTensor nested_blobs(int64_t h, int64_t n, int64_t d, int levels, int k, unsi
 // Several stages: stage s > 0 clusters the BF16 points bf16(P(s-1) -
 // bf16(c(s-1))) on both sides (on the GPU the last assignment of stage s - 1
 // writes them), then the quantizer takes the last stage's points minus its
-// centroids: the same bytes as the CPU where no stage has near-ties, 2 to 4
-// stages.
+// centroids: the same bytes as the CPU where no stage has near-ties, 1 to 4
+// stages. With FP8 centroids each stage's k-means centroids are stored as FP8
+// codes and scales first, and the next points and the residual subtract those.
 TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
-    for (int stages : {2, 3, 4}) {
+    for (int stages : {1, 2, 3, 4})
+    for (const std::string format : {"bf16", "fp8"}) {
       const HeadTensor x = nested_blobs(2, 1200, d, stages, 4, static_cast<unsigned>(d + stages));
-      const std::string spec = "qvg-pro:stages=" + std::to_string(stages) + ",centroids=4,iters=3";
+      const std::string spec =
+          "qvg-pro:stages=" + std::to_string(stages) + ",centroids=4,iters=3,centroid_format=" + format;
       const CodecConfig c = parse_codec_spec(spec);
       const EncodedTensor cpu = make_codec(c)->encode(x);
       expect_same_parts(cpu, make_codec(c, Backend::cuda)->encode(x), spec + " d=" + std::to_string(d));
@@ -887,7 +897,8 @@ TEST(Cuda, MultiStageEncodeMatchesCpuWithoutNearTies) {
 TEST(Cuda, FixedIterationEncodeMatchesCpu) {
   REQUIRE_GPU();
   for (int64_t d : {64, 128})
-    for (const std::string spec : {"qvg:centroids=4,iters=3,tol=0", "qvg-pro:stages=3,centroids=4,iters=3,tol=0"}) {
+    for (const std::string spec : {"qvg:centroids=4,iters=3,tol=0", "qvg-pro:stages=3,centroids=4,iters=3,tol=0",
+                                   "qvg-pro:stages=3,centroids=4,iters=3,tol=0,centroid_format=fp8"}) {
       const CodecConfig c = parse_codec_spec(spec);
       HeadTensor x = nested_blobs(2, 1100, d, c.stages, 4, static_cast<unsigned>(7 * d + c.stages));
       std::vector<uint16_t> h(x.data.size());

@@ -50,7 +50,8 @@ TEST(DeviceCodec, EncodeEqualsTheCpuReferenceAndDecodesBitIdentically) {
   for (const std::string spec : {"rtn", "rtn-int4:block=16",
                                  "qvg:centroids=8,iters=3", "qvg-pro:centroids=4,iters=2,init=random",
                                  "qvg-pro-int4:centroids=4,iters=2,scale=fp16,levels=midrise", "kivi", "quarot-int4",
-                                 "bf16"})
+                                 "bf16", "qvg:centroids=8,iters=3,centroid_format=fp8",
+                                 "qvg-pro:centroids=4,iters=2,init=random,centroid_format=fp8"})
     for (int64_t d : {64, 128}) {
       const std::string what = spec + " d=" + std::to_string(d);
       const CodecConfig c = parse_codec_spec(spec);
@@ -85,12 +86,13 @@ TEST(DeviceCodec, EncodeEqualsTheCpuReferenceAndDecodesBitIdentically) {
 // centroids=auto (C resolved from the span's length and the budget: 16 for
 // BF16 centroids at 0.25 bits over 1,024 tokens): DeviceCodec and the
 // host-form CUDA codec give the CPU reference's parts, and the C stored is
-// the resolved one. (FP8 centroids are CPU-only: the CUDA backend refuses them.)
+// the resolved one (32 for FP8 centroids at the same bits).
 TEST(DeviceCodec, AutoCentroidsEqualTheCpuReference) {
   REQUIRE_GPU();
   for (const auto& [spec, want_c] : std::vector<std::pair<std::string, int>>{
            {"qvg:centroids=auto,centroid_bits=0.25,iters=3", 16},
-           {"qvg-pro:centroids=auto,centroid_bits=0.25,iters=2,stages=2", 16}}) {
+           {"qvg-pro:centroids=auto,centroid_bits=0.25,iters=2,stages=2", 16},
+           {"qvg-pro:centroids=auto,centroid_bits=0.25,iters=2,stages=2,centroid_format=fp8", 32}}) {
     const CodecConfig c = parse_codec_spec(spec);
     ASSERT_TRUE(c.auto_centroids) << spec;
     const HeadTensor x = blobs(2, 1024, 128, smoothing_stages(c), want_c, 31);
@@ -116,7 +118,8 @@ TEST(DeviceCodec, PackAndUnpackGiveTheSameParts) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   for (const std::string spec : {"rtn", "qvg:centroids=8,iters=2", "qvg-pro:centroids=4,iters=2",
-                                 "qvg:centroids=auto,centroid_bits=0.25,iters=2"}) {
+                                 "qvg:centroids=auto,centroid_bits=0.25,iters=2",
+                                 "qvg-pro:centroids=4,iters=2,centroid_format=fp8"}) {
     const CodecConfig c = parse_codec_spec(spec);
     const HeadTensor x = blobs(2, 512, 64, std::max(1, smoothing_stages(c)), 8, 41);
     const auto xd = to_device(x);
@@ -157,11 +160,15 @@ TEST(DeviceCodec, PackAndUnpackGiveTheSameParts) {
   cudaStreamDestroy(s);
 }
 
-// A stream of spans, each warm-started from the last: the same bytes as the
-// CPU reference warm-started from the same host tensors.
+// A stream of spans, each warm-started from the last (or from its
+// warm_state()): the same bytes as the CPU reference warm-started from the
+// same host tensors; BF16 and FP8 centroids (an FP8 warm start is widened on
+// the device). A warm start of the other centroid format is an error.
 TEST(DeviceCodec, WarmStartEqualsTheCpuReference) {
   REQUIRE_GPU();
-  const CodecConfig c = parse_codec_spec("qvg-pro:centroids=8,iters=3,stages=2");
+  for (const std::string spec : {"qvg-pro:centroids=8,iters=3,stages=2",
+                                 "qvg-pro:centroids=8,iters=3,stages=2,centroid_format=fp8"}) {
+  const CodecConfig c = parse_codec_spec(spec);
   DeviceCodec codec(c);
   DeviceEncodedTensor prev;
   EncodedTensor prev_host;
@@ -174,10 +181,19 @@ TEST(DeviceCodec, WarmStartEqualsTheCpuReference) {
     EncodeOptions opt;
     if (span) opt.warm_start = &prev_host;
     const EncodedTensor want = make_codec(c)->encode(x, opt);
-    expect_same_parts(want, e.to_host(), "span " + std::to_string(span));
-    prev = e;
+    expect_same_parts(want, e.to_host(), spec + " span " + std::to_string(span));
+    prev = span == 1 ? e.warm_state(nullptr) : e;
     prev_host = want;
   }
+  }
+  const HeadTensor x = blobs(2, 640, 128, 2, 8, 7, 99);
+  const auto xd = to_device(x);
+  const CodecConfig bf = parse_codec_spec("qvg:centroids=8,iters=2");
+  const CodecConfig f8 = parse_codec_spec("qvg:centroids=8,iters=2,centroid_format=fp8");
+  const DeviceEncodedTensor a = DeviceCodec(bf).encode(xd.get(), DeviceElement::f32, 2, 640, 128, TensorRole::key, nullptr);
+  const DeviceEncodedTensor b = DeviceCodec(f8).encode(xd.get(), DeviceElement::f32, 2, 640, 128, TensorRole::key, nullptr);
+  EXPECT_THROW(DeviceCodec(f8).encode(xd.get(), DeviceElement::f32, 2, 640, 128, TensorRole::key, nullptr, &a), Error);
+  EXPECT_THROW(DeviceCodec(bf).encode(xd.get(), DeviceElement::f32, 2, 640, 128, TensorRole::key, nullptr, &b), Error);
 }
 
 // decode_rows writes exactly its rows of a larger destination.
@@ -226,7 +242,6 @@ TEST(DeviceCodec, BadInputIsAnError) {
   const auto xd = to_device(x);
   const DeviceEncodedTensor other = DeviceEncodedTensor::from_host(make_codec("qvg:centroids=2,iters=1")->encode(x));
   EXPECT_THROW(DeviceCodec(c).encode(xd.get(), DeviceElement::f32, 2, 64, 64, TensorRole::key, nullptr, &other), Error);
-  EXPECT_THROW(DeviceCodec(parse_codec_spec("qvg:centroid_format=fp8")), Error);
   EXPECT_TRUE(DeviceEncodedTensor().empty());
   EXPECT_THROW(DeviceEncodedTensor().to_host(), Error);
 }

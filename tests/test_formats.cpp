@@ -1,6 +1,7 @@
 // FP8 E4M3, FP16, BF16 conversions and INT2/INT4 packing.
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -92,6 +93,31 @@ TEST(Fp8, SaturatesSubnormalsZerosAndNaN) {
   EXPECT_EQ(fp8_e4m3_from_float(-1e-30f), 0x80);
   EXPECT_EQ(fp8_e4m3_from_float(std::numeric_limits<float>::quiet_NaN()), 0x7F);
   EXPECT_EQ(fp8_e4m3_from_float(-std::numeric_limits<float>::quiet_NaN()), 0x7F);  // canonical NaN
+}
+
+// The FP8 centroid scale (fp8_centroid_scale_for, shared by the CPU and GPU
+// encoders) against its definition, the least 2^e with 448 * 2^e >= absmax
+// (e in [-100, 127]), searched over e: every float exponent at 1, 1.75 (448's
+// mantissa) and the floats on either side of it, subnormals and zero.
+TEST(Fp8, CentroidScaleIsTheLeastPowerOfTwoThatFits) {
+  auto least = [](float a) {
+    if (!(a > 0)) return 1.0f;
+    int e = -100;
+    while (e < 127 && std::ldexp(448.0, e) < a) ++e;
+    return std::ldexp(1.0f, e);
+  };
+  std::vector<float> vals = {0.0f, -0.0f, 448.0f, 449.0f, 1.0f, 0x1.0p-149f, 0x1.0p-126f, FLT_MAX};
+  for (int e = -149; e <= 127; ++e)
+    for (float m : {1.0f, 1.75f, 1.5f, 1.99f}) {
+      const float v = std::ldexp(m, e);
+      if (!(v > 0) || !std::isfinite(v)) continue;
+      vals.insert(vals.end(), {v, std::nextafter(v, 0.0f), std::nextafter(v, FLT_MAX)});
+    }
+  for (float v : vals) {
+    const float s = fp8_centroid_scale_for(v);
+    EXPECT_EQ(s, least(v)) << "absmax " << v;
+    if (v > 0 && v <= std::ldexp(448.0f, 127) && s > 0x1.0p-100f) EXPECT_LE(v / s, 448.0f) << v;
+  }
 }
 
 TEST(Fp8, MatchesBruteForceOnRandomValues) {

@@ -86,7 +86,7 @@ std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods,
   }
   for (double b : budgets)
     for (const qvg::CodecConfig& c : configs) {
-      const qvg::BudgetChoice choice = qvg::choose_for_budget(c, b, span_tokens, dim);
+      const qvg::BudgetChoice choice = qvg::choose_for_budget_any_format(c, b, span_tokens, dim);
       PlannedMethod p;
       p.label = c.name;
       p.budget = b;

@@ -36,7 +36,8 @@ struct BudgetChoice {
   bool reachable = false;  ///< bits <= budget * (1 + tolerance)
 };
 
-/// The budget rule. c's family: c with the fields its method's
+/// The budget rule for c's centroid format (choose_for_budget_any_format
+/// also picks the format). c's family: c with the fields its method's
 /// budget_fields names set to any of budget_field_values (other fields, e.g.
 /// scale format, levels, KIVI's residual window, stay c's). Among the
 /// family's configs whose span_bits_per_value is at most budget * (1 +
@@ -57,5 +58,17 @@ struct BudgetChoice {
 /// > 0, tolerance >= 0), tokens < 1, or c is invalid for dim.
 BudgetChoice choose_for_budget(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
                                double tolerance = 0.03);
+
+/// The budget rule with the centroid format chosen too (what `qvg demo`,
+/// `compare` and `eval --bits` run): for methods with centroids among their
+/// budget fields and at least one stage, choose_for_budget for BF16 and for
+/// FP8 centroids, then FP8's choice when it has more centroids (C on spans of
+/// `tokens`) than BF16's (twice the centroids for the same bytes measured
+/// +1.4 to +4.6 dB at 2.5 and 3 bits: docs/BENCHMARKS.md), else BF16's (where
+/// C is capped at 256 or N, FP8 buys nothing); when only one reaches the
+/// budget, that one; when neither does, the cheaper. Other methods:
+/// choose_for_budget. Throws as it does.
+BudgetChoice choose_for_budget_any_format(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
+                                          double tolerance = 0.03);
 
 }  // namespace qvg

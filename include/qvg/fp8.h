@@ -88,4 +88,19 @@ QVG_HD float fp8_e4m3_to_float(uint8_t c) {
 #endif
 }
 
+/// The power-of-two scale of FP8 centroids (one per stage and head,
+/// docs/FORMAT.md) whose largest magnitude is absmax: the least 2^e with
+/// absmax / 2^e <= 448 (E4M3's largest value), e clamped to [-100, 127] so
+/// that code * scale is a normal BF16 value or zero; 1 when absmax is not a
+/// positive number. The CPU encoder and the GPU's share it.
+QVG_HD float fp8_centroid_scale_for(float absmax) {
+  if (!(absmax > 0)) return 1.0f;
+  int e2 = 0;
+  const float frac = frexpf(absmax, &e2);  // absmax = (2 frac) 2^(e2 - 1), 2 frac in [1, 2)
+  // 448 2^e = 1.75 2^(e + 8) >= (2 frac) 2^(e2 - 1): e = e2 - 9 when 2 frac <= 1.75, else e2 - 8.
+  int e = 2.0f * frac <= 1.75f ? e2 - 9 : e2 - 8;
+  e = e < -100 ? -100 : (e > 127 ? 127 : e);
+  return ldexpf(1.0f, e);
+}
+
 }  // namespace qvg

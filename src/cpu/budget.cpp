@@ -189,6 +189,9 @@ CodecConfig as_spec_kind(const CodecConfig& spec, CodecConfig chosen, int64_t to
   return chosen;
 }
 
+/// C of a chosen config on spans of `tokens` tokens (auto resolved).
+int chosen_centroids(const BudgetChoice& b, int64_t tokens) { return span_config(b.config, tokens).kmeans.centroids; }
+
 }  // namespace
 
 BudgetChoice choose_for_budget(const CodecConfig& c, double budget, int64_t tokens, int64_t dim, double tolerance) {
@@ -218,6 +221,25 @@ BudgetChoice choose_for_budget(const CodecConfig& c, double budget, int64_t toke
   out.bits = search.cheapest()->bits;
   out.config.name = c.name;
   return out;
+}
+
+BudgetChoice choose_for_budget_any_format(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
+                                          double tolerance) {
+  validate(c, dim);
+  const auto& fields = method_traits(c.method).budget_fields;
+  if (smoothing_stages(c) == 0 || std::find(fields.begin(), fields.end(), "centroids") == fields.end())
+    return choose_for_budget(c, budget, tokens, dim, tolerance);
+  // The centroid format: FP8 where it buys more centroids within the budget
+  // (twice the centroids for the same bytes measured +1.4 to +4.6 dB at 2.5
+  // and 3 bits, docs/BENCHMARKS.md), else BF16 (exact centroids at the same C).
+  CodecConfig bf = c, f8 = c;
+  bf.centroid_format = CentroidFormat::bf16;
+  f8.centroid_format = CentroidFormat::fp8;
+  const BudgetChoice a = choose_for_budget(bf, budget, tokens, dim, tolerance);
+  const BudgetChoice b = choose_for_budget(f8, budget, tokens, dim, tolerance);
+  if (a.reachable != b.reachable) return a.reachable ? a : b;
+  if (!a.reachable) return b.bits < a.bits - 1e-9 ? b : a;  // neither: the cheaper
+  return chosen_centroids(b, tokens) > chosen_centroids(a, tokens) ? b : a;
 }
 
 }  // namespace qvg

@@ -29,18 +29,12 @@ bool fp8_centroids(const CodecConfig& c) { return c.centroid_format == CentroidF
 /// Stored bytes of one centroid value (BF16 or FP8).
 int64_t centroid_value_bytes(const CodecConfig& c) { return fp8_centroids(c) ? 1 : 2; }
 
-/// The power-of-two scale of one stage and head's FP8 centroids: the least
-/// 2^e with absmax / 2^e <= 448 (FP8 E4M3's largest value), e clamped to
-/// [-100, 127] so every decoded centroid is a normal BF16 value or zero; 1
-/// for all-zero centroids.
+/// The power-of-two scale of one stage and head's FP8 centroids
+/// (fp8_centroid_scale_for their largest magnitude).
 float fp8_centroid_scale(const float* v, size_t n) {
   float absmax = 0;
   for (size_t i = 0; i < n; ++i) absmax = std::max(absmax, std::fabs(v[i]));
-  if (!(absmax > 0)) return 1.0f;
-  int e = static_cast<int>(std::ceil(std::log2(static_cast<double>(absmax) / kFp8E4M3Max)));
-  while (std::ldexp(static_cast<double>(kFp8E4M3Max), e) < absmax) ++e;  // log2's rounding
-  while (std::ldexp(static_cast<double>(kFp8E4M3Max), e - 1) >= absmax) --e;
-  return std::ldexp(1.0f, std::clamp(e, -100, 127));
+  return fp8_centroid_scale_for(absmax);
 }
 
 /// Index of stage s, head h's FP32 centroid scale in the centroids part

@@ -84,13 +84,20 @@ class CudaCodec final : public Codec {
       const EncodedTensor& w = *opt.warm_start;
       QVG_CHECK(w.config.method == Method::qvg && w.config.stages == sh.stages &&
                     w.config.kmeans.centroids == sh.centroids && w.heads == host.heads && w.dim == host.dim &&
-                    w.config.centroid_format == CentroidFormat::bf16 &&
-                    w.centroids.size() == static_cast<size_t>(sh.stages) * sh.heads * sh.centroids * sh.dim * 2,
+                    w.config.centroid_format == config_.centroid_format &&
+                    w.centroids.size() == static_cast<size_t>(cuda::centroid_part_bytes(sh)),
                 config_.name, ": the warm-start tensor does not match");
-      check_bf16_finite(w.centroids, "k-means: warm-start centroid");  // as the CPU's kmeans_ref
+      // As the CPU's kmeans_ref and stage_centroids: finite centroids, FP8 ones without NaN and with valid scales.
+      if (sh.fp8_centroids)
+        check_fp8_centroids(w.centroids, static_cast<size_t>(cuda::centroid_values(sh)), "k-means: warm-start");
+      else
+        check_bf16_finite(w.centroids, "k-means: warm-start centroid");
       warm.resize(w.centroids.size() / 2);
       upload_bytes(warm, w.centroids, nullptr);
-      km.warm_bf16 = warm.get();
+      if (sh.fp8_centroids)
+        km.warm_fp8 = reinterpret_cast<const uint8_t*>(warm.get());
+      else
+        km.warm_bf16 = warm.get();
     }
     // Scratch (input copy, parts, k-means buffers) kept across calls: a
     // cache encodes every span with the same codec.
@@ -167,6 +174,7 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
                                               TensorRole role) {
   check_device();
   check_finite(x, "input tensor");
+  QVG_CHECK(c.centroid_format == CentroidFormat::bf16, c.name, ": given centroids are BF16 (centroid_format=bf16)");
   const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
   check_bf16_finite(centroids, c.name + ": given centroid");
   DeviceParts parts;

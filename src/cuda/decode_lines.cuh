@@ -22,6 +22,7 @@
 #include <cuda_fp8.h>
 
 #include "cuda/qvg_kernels.cuh"
+#include "qvg/cuda.h"
 
 namespace qvg::cuda {
 
@@ -99,11 +100,19 @@ __device__ __forceinline__ const uint16_t* centroid_row(const char* cent, uint32
   return reinterpret_cast<const uint16_t*>(cent + static_cast<uint64_t>(k) * (2 * D));
 }
 
+/// centroid_row for FP8 centroids: cent8 + (st H C + id) * D bytes.
+template <int D>
+__device__ __forceinline__ const uint8_t* centroid_row8(const uint8_t* cent8, uint32_t ids, int u, int st,
+                                                        uint32_t hc) {
+  const uint32_t k = __byte_perm(ids, 0u, 0x4440u + u) + st * hc;
+  return cent8 + static_cast<uint64_t>(k) * D;
+}
+
 /// Rows r0 .. r0 + U - 1 of the range (all of them < range.count), lane c of
 /// each: dequantize, add every stage's centroid, store. ALIGNED: the ids of
 /// the run start at a multiple of U bytes in every stage (one load a
-/// stage).
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool ALIGNED>
+/// stage). CF8: FP8 centroids (codes times the stage and head's scale).
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool CF8, bool ALIGNED>
 __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                  const DecodeRange& range, int block_shift, uint32_t r0) {
   constexpr int kLanes = D / 16;
@@ -122,8 +131,14 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   const float span = __ldg(p.span_scales + h);
   OutT* o = out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset + r0) * D + 8 * c;
   // Stage st's centroid k of the head at the lane's columns: cent + (st H C + k) * 2D bytes.
-  const char* cent = reinterpret_cast<const char*>(p.centroids + static_cast<int64_t>(h) * sh.centroids * D + 8 * c);
+  const char* cent =
+      CF8 ? nullptr : reinterpret_cast<const char*>(p.centroids + static_cast<int64_t>(h) * sh.centroids * D + 8 * c);
   const uint32_t hc = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.centroids);
+  // FP8 centroids: stage st's centroid k at cent8 + (st H C + k) * D bytes, times cscale[st].
+  const uint8_t* cent8 = CF8 ? p.cent8 + static_cast<int64_t>(h) * sh.centroids * D + 8 * c : nullptr;
+  float cscale[S > 0 ? S : 1];
+#pragma unroll
+  for (int st = 0; st < S; ++st) cscale[st] = CF8 ? __ldg(p.cent_scales + st * sh.heads + h) : 0.0f;
 
   // 1. Every load that does not depend on another one.
   uint32_t w[U][2];
@@ -147,9 +162,15 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
     float cen[S > 0 ? S : 1][16];
 #pragma unroll
     for (int st = 0; st < S; ++st) {
-      const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
-      load_bf16_vals<8>(crow, cen[st]);
-      load_bf16_vals<8>(crow + kHalf, cen[st] + 8);
+      if constexpr (CF8) {
+        const uint8_t* crow = centroid_row8<D>(cent8, id[st], u, st, hc);
+        load_fp8_vals<8>(crow, cscale[st], cen[st]);
+        load_fp8_vals<8>(crow + kHalf, cscale[st], cen[st] + 8);
+      } else {
+        const uint16_t* crow = centroid_row<D>(cent, id[st], u, st, hc);
+        load_bf16_vals<8>(crow, cen[st]);
+        load_bf16_vals<8>(crow + kHalf, cen[st] + 8);
+      }
     }
     const float2 s = decode_scale_pair<FP8>(sc[u], span);
     float v[16];
@@ -165,7 +186,7 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   }
 }
 
-template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8>
+template <int BITS, int D, int S, int U, typename OutT, bool MIDRISE, bool FP8, bool CF8>
 __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgParts& p, OutT* __restrict__ out,
                                                   const DecodeRange& range, int block_shift) {
   constexpr int kGroups = kTileThreads / (D / 16);  // row groups a block
@@ -179,14 +200,14 @@ __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgP
     const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);
     if constexpr (U > 1) {
       if (((first | stage_ids) & (U - 1)) == 0) {
-        decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, true>(sh, p, out, range, block_shift, r0);
+        decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, CF8, true>(sh, p, out, range, block_shift, r0);
         return;
       }
     }
-    decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, false>(sh, p, out, range, block_shift, r0);
+    decode_lines_run<BITS, D, S, U, OutT, MIDRISE, FP8, CF8, false>(sh, p, out, range, block_shift, r0);
   } else {  // the range's last, short run: a row at a time
     for (uint32_t r = r0; r < count; ++r)
-      decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8, false>(sh, p, out, range, block_shift, r);
+      decode_lines_run<BITS, D, S, 1, OutT, MIDRISE, FP8, CF8, false>(sh, p, out, range, block_shift, r);
   }
 }
 
@@ -197,21 +218,42 @@ __device__ __forceinline__ void decode_lines_body(const QvgShape& sh, const QvgP
 /// S * H * N < 2^31 (32-bit stage offsets of the ids). block_shift =
 /// log2(sh.block). MINB > 0 is the launch bounds' minimum of resident blocks
 /// an SM (4 -> 64 registers a thread); 0 leaves the registers to ptxas.
-template <int BITS, int D, int S, int U, typename OutT, int MINB = 0>
+/// CF8: FP8 centroids (sh.fp8_centroids; with stages only).
+template <int BITS, int D, int S, int U, typename OutT, int MINB = 0, bool CF8 = false>
 __global__ void __launch_bounds__(kTileThreads, MINB) decode_lines_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                                    DecodeRange range, int block_shift) {
+  static_assert(!CF8 || S > 0, "FP8 centroids need a stage");
   static_assert(D == 64 || D == 128, "lines decode: D = 64 or 128");
   static_assert(S >= 0 && S <= kTileMaxStages, "lines decode: up to 4 stages");
   static_assert(U == 1 || U == 2 || U == 4, "lines decode: runs of 1, 2 or 4 rows");
   const bool midrise = sh.levels == LevelRule::midrise, fp8 = sh.scale_format == ScaleFormat::fp8;
   if (midrise && fp8)
-    decode_lines_body<BITS, D, S, U, OutT, true, true>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, true, CF8>(sh, p, out, range, block_shift);
   else if (midrise)
-    decode_lines_body<BITS, D, S, U, OutT, true, false>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, true, false, CF8>(sh, p, out, range, block_shift);
   else if (fp8)
-    decode_lines_body<BITS, D, S, U, OutT, false, true>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, true, CF8>(sh, p, out, range, block_shift);
   else
-    decode_lines_body<BITS, D, S, U, OutT, false, false>(sh, p, out, range, block_shift);
+    decode_lines_body<BITS, D, S, U, OutT, false, false, CF8>(sh, p, out, range, block_shift);
 }
+
+/// Launches decode_lines_kernel for a range (the launch shape of
+/// lines_rows(S) rows a group). CF8: sh has FP8 centroids.
+template <int BITS, int D, int S, bool CF8, typename OutT>
+cudaError_t launch_decode_lines(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s,
+                                int block_shift) {
+  constexpr int U = lines_rows(S);
+  constexpr int kRowsPerBlock = kTileThreads / (D / 16) * U;
+  const dim3 grid(static_cast<unsigned>((range.count + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>(sh.heads));
+  decode_lines_kernel<BITS, D, S, U, OutT, lines_min_blocks(S), CF8>
+      <<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift);
+  return cudaGetLastError();
+}
+
+/// The lines decode of a tensor with FP8 centroids (decode_lines_fp8c.cu: its
+/// own translation unit, compiled beside qvg_cuda.cu's BF16 kernels).
+void decode_lines_fp8c(const QvgShape& sh, QvgParts p, const DecodeRange& range, void* out, DeviceElement dtype,
+                       cudaStream_t s, int block_shift);
 
 }  // namespace qvg::cuda

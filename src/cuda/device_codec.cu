@@ -93,6 +93,7 @@ DeviceEncodedTensor DeviceEncodedTensor::warm_state(void* stream) const {
   w->shape = I.shape;
   w->centroids_only = true;
   w->parts.centroids.resize(I.parts.centroids.size());
+  w->parts.fp8_codes = I.parts.fp8_codes;
   QVG_CUDA_CHECK(cudaMemcpyAsync(w->parts.centroids.get(), I.parts.centroids.get(), I.parts.centroids.bytes(),
                                  cudaMemcpyDeviceToDevice, s));
   return DeviceEncodedTensor(std::move(w));
@@ -219,9 +220,14 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
     const DeviceEncodedTensor::Impl& w = warm_start->impl();
     QVG_CHECK(w.config.method == Method::qvg && smoothing_stages(w.config) == sh.stages &&
                   w.shape.centroids == sh.centroids && w.heads == heads && w.dim == dim &&
-                  w.config.centroid_format == CentroidFormat::bf16 && w.device == cuda_current_device(),
-              c.name, ": the warm-start tensor does not match (method, stages, centroids, heads, dim or device)");
-    km.warm_bf16 = w.parts.centroids.get();
+                  w.config.centroid_format == c.centroid_format && w.device == cuda_current_device(),
+              c.name,
+              ": the warm-start tensor does not match (method, stages, centroids, centroid format, heads, dim or "
+              "device)");
+    if (sh.fp8_centroids)
+      km.warm_fp8 = reinterpret_cast<const uint8_t*>(w.parts.centroids.get());
+    else
+      km.warm_bf16 = w.parts.centroids.get();
   }
   auto I = std::make_shared<DeviceEncodedTensor::Impl>(c, role, heads, tokens, dim, s);
   I->shape = sh;

@@ -18,10 +18,11 @@ namespace {
 constexpr int kThreads = 256;
 
 // The tiled encode kernels (qvg_kernels.cuh) cover up to kTileMaxStages
-// stages (with D = 64 or 128, as k-means needs) and heads of fewer than 2^30
-// values (32-bit offsets); the one-thread-per-16-values kernels cover the rest.
+// stages of BF16 centroids (with D = 64 or 128, as k-means needs) and heads of
+// fewer than 2^30 values (32-bit offsets); the one-thread-per-16-values
+// kernels cover the rest, FP8 centroids included.
 bool encode_tile_ok(const QvgShape& sh) {
-  return sh.stages <= kTileMaxStages && (sh.stages == 0 || sh.dim == 64 || sh.dim == 128) && sh.heads <= 65535 &&
+  return !sh.fp8_centroids && sh.stages <= kTileMaxStages && (sh.stages == 0 || sh.dim == 64 || sh.dim == 128) && sh.heads <= 65535 &&
          sh.tokens * sh.dim < (int64_t{1} << 30);
 }
 
@@ -93,17 +94,6 @@ void quantize_any(const void* x, DeviceElement t, const QvgShape& sh, QvgParts p
   });
 }
 
-template <int BITS, int D, int S, typename OutT>
-cudaError_t launch_decode_lines(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s) {
-  constexpr int U = lines_rows(S);
-  constexpr int kRowsPerBlock = kTileThreads / (D / 16) * U;
-  const dim3 grid(static_cast<unsigned>((range.count + kRowsPerBlock - 1) / kRowsPerBlock),
-                  static_cast<unsigned>(sh.heads));
-  decode_lines_kernel<BITS, D, S, U, OutT, lines_min_blocks(S)>
-      <<<grid, kTileThreads, 0, s>>>(sh, p, out, range, block_shift(sh));
-  return cudaGetLastError();
-}
-
 template <int BITS, typename OutT>
 cudaError_t launch_decode_vals16(const QvgShape& sh, QvgParts p, const DecodeRange& range, OutT* out, cudaStream_t s) {
   const unsigned grid = blocks_for(static_cast<int64_t>(sh.heads) * range.count * (sh.dim / 16));
@@ -118,7 +108,8 @@ void DeviceParts::allocate(const QvgShape& sh) {
   codes.resize(static_cast<size_t>(rows * sh.dim * sh.bits / 8));
   scales.resize(static_cast<size_t>(rows * (sh.dim / sh.block) * scale_bytes(sh.scale_format)));
   span_scales.resize(static_cast<size_t>(sh.heads));
-  centroids.resize(static_cast<size_t>(static_cast<int64_t>(sh.stages) * sh.heads * sh.centroids * sh.dim));
+  centroids.resize(static_cast<size_t>(centroid_part_bytes(sh) / 2));  // an even count: D % 16 == 0
+  fp8_codes = sh.fp8_centroids ? centroid_values(sh) : -1;
   ids.resize(static_cast<size_t>(static_cast<int64_t>(sh.stages) * rows));
 }
 
@@ -142,14 +133,19 @@ void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s) {
 }
 
 QvgParts DeviceParts::view() const {
-  return QvgParts{codes.get(), scales.get(), span_scales.get(), centroids.get(), ids.get()};
+  QvgParts p{codes.get(), scales.get(), span_scales.get(), nullptr, ids.get()};
+  if (fp8_codes >= 0) {  // the codes, then the scales
+    p.cent8 = reinterpret_cast<uint8_t*>(centroids.get());
+    p.cent_scales = reinterpret_cast<float*>(p.cent8 + fp8_codes);
+  } else {
+    p.centroids = centroids.get();
+  }
+  return p;
 }
 
 void check_device_config(const CodecConfig& c) {
   QVG_CHECK(c.method == Method::qvg || c.method == Method::rtn, c.name,
             ": the GPU encoder implements qvg and rtn, not ", method_name(c.method));
-  QVG_CHECK(c.centroid_format == CentroidFormat::bf16, c.name,
-            ": the CUDA backend stores BF16 centroids only (centroid_format=fp8 runs on the CPU backend)");
 }
 
 QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim) {
@@ -167,6 +163,7 @@ QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t
   sh.levels = c.levels;
   sh.stages = smoothing_stages(c);
   sh.centroids = sh.stages > 0 ? c.kmeans.centroids : 0;
+  sh.fp8_centroids = sh.stages > 0 && c.centroid_format == CentroidFormat::fp8;
   if (sh.stages > 0) {
     QVG_CHECK(dim == 64 || dim == 128, c.name, ": GPU k-means supports dim 64 and 128, got ", dim);
     QVG_CHECK(sh.centroids <= tokens, c.name, ": centroids (", sh.centroids, ") exceed the tokens (", tokens, ")");
@@ -244,6 +241,28 @@ void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, con
   QVG_CHECK(km.params.max_iter >= 0, "k-means on the GPU: max_iter must be >= 0, got ", km.params.max_iter);
   if (stats) stats->assign(static_cast<size_t>(sh.stages) * sh.heads, KMeansStats{});
   QvgParts p = parts.view();
+  GpuKMeansOptions kmo = km;
+  if (km.warm_fp8) {  // the k-means start reads BF16 centroids
+    warm_bf16_.resize(static_cast<size_t>(centroid_values(sh)));
+    widen_fp8_centroids(sh, km.warm_fp8, warm_bf16_.get(), stream);
+    kmo.warm_bf16 = warm_bf16_.get();
+    kmo.warm_fp8 = nullptr;
+  }
+  if (sh.fp8_centroids) {
+    with_element(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      encode_fp8_stages(static_cast<const T*>(x), sh, kmo, p, stream, stats);
+    });
+    if (sh.stages == 1) {
+      quantize_any(x, dtype, sh, p, head_max_.get(), false, stream);
+    } else {  // the last stage's points (points_) minus its centroids
+      QvgShape one = sh;
+      one.stages = 1;
+      quantize_any(points_.get(), DeviceElement::bf16, one, stage_parts(p, sh, sh.stages - 1), head_max_.get(), false,
+                   stream);
+    }
+    return;
+  }
   // Stage 0 clusters the input as it is (bf16 / f16 / f32: no float copy);
   // stage s > 0 the BF16 points bf16(points(s-1) - bf16(c(s-1))), which the
   // last assignment of stage s - 1 writes (the CPU reference's rule). The
@@ -256,13 +275,13 @@ void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, con
   }
   with_element(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kmeans_stage(static_cast<const T*>(x), sh, 0, km, p, stream, stats, sh.stages == 1 ? head_max_.get() : nullptr,
+    kmeans_stage(static_cast<const T*>(x), sh, 0, kmo, p, stream, stats, sh.stages == 1 ? head_max_.get() : nullptr,
                  sh.stages > 1 ? next_points_.get() : nullptr);
   });
   for (int s = 1; s < sh.stages; ++s) {
     std::swap(points_, next_points_);  // points_: this stage's points
     const bool last = s + 1 == sh.stages;
-    kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(points_.get()), sh, s, km, p, stream, stats,
+    kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(points_.get()), sh, s, kmo, p, stream, stats,
                  last ? head_max_.get() : nullptr, last ? nullptr : next_points_.get());
   }
   if (sh.stages == 1) {
@@ -276,6 +295,52 @@ void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, con
   one.stages = 1;
   quantize_any(points_.get(), DeviceElement::bf16, one, stage_parts(p, sh, sh.stages - 1), head_max_.get(), true,
                stream);
+}
+
+template <typename T>
+void Encoder::encode_fp8_stages(const T* x, const QvgShape& sh, const GpuKMeansOptions& km, QvgParts p,
+                                cudaStream_t stream, std::vector<KMeansStats>* stats) {
+  const int64_t per_stage = static_cast<int64_t>(sh.heads) * sh.centroids * sh.dim;
+  const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
+  cent_bf16_.resize(static_cast<size_t>(per_stage * sh.stages));
+  if (sh.stages > 1) {
+    points_.resize(static_cast<size_t>(values));
+    next_points_.resize(static_cast<size_t>(values));
+  }
+  QvgParts kp = p;  // k-means writes the ids into p, its BF16 centroids into cent_bf16_
+  kp.centroids = cent_bf16_.get();
+  kp.cent8 = nullptr;
+  kp.cent_scales = nullptr;
+  QvgShape one = sh;
+  one.stages = 1;
+  for (int s = 0; s < sh.stages; ++s) {
+    const QvgParts here = stage_parts(p, sh, s);
+    auto run = [&](const auto* data) {
+      kmeans_stage(data, sh, s, km, kp, stream, stats, nullptr, nullptr);
+      pack_fp8_centroids_kernel<<<static_cast<unsigned>(sh.heads), 256, 0, stream>>>(
+          cent_bf16_.get() + s * per_stage, static_cast<int64_t>(sh.centroids) * sh.dim, here.cent8, here.cent_scales);
+      QVG_CUDA_CHECK(cudaGetLastError());
+      if (s + 1 < sh.stages) {
+        stage_points_kernel<<<blocks_for(values / kValsPerThread), kThreads, 0, stream>>>(data, one, here,
+                                                                                          next_points_.get());
+        QVG_CUDA_CHECK(cudaGetLastError());
+      }
+    };
+    if (s == 0)
+      run(x);
+    else
+      run(reinterpret_cast<const __nv_bfloat16*>(points_.get()));
+    if (s + 1 < sh.stages) std::swap(points_, next_points_);  // points_: the next stage's
+  }
+}
+
+void widen_fp8_centroids(const QvgShape& sh, const uint8_t* part, uint16_t* out, cudaStream_t s) {
+  QVG_CHECK(sh.dim % 8 == 0, "widen_fp8_centroids: dim must be a multiple of 8, got ", sh.dim);
+  const int64_t values = centroid_values(sh);
+  if (values == 0) return;
+  widen_fp8_centroids_kernel<<<blocks_for(values / 8), kThreads, 0, s>>>(
+      part, reinterpret_cast<const float*>(part + values), values, static_cast<int64_t>(sh.centroids) * sh.dim, out);
+  QVG_CUDA_CHECK(cudaGetLastError());
 }
 
 void decode(const QvgShape& sh, QvgParts p, void* out, DeviceElement dtype, cudaStream_t s, DecodeKernel kernel) {
@@ -302,6 +367,10 @@ void decode_range(const QvgShape& sh, QvgParts p, const DecodeRange& range, void
             kTileMaxStages, " stages, at most 65535 heads, under 2^30 values per head, under 2^31 centroid values"
             " and under 2^31 ids; got dim ", sh.dim, ", ", sh.stages, " stages, ", sh.heads, " heads, ", range.count,
             " of ", sh.tokens, " tokens, ", sh.centroids, " centroids");
+  if (kernel == DecodeKernel::lines && sh.fp8_centroids) {
+    decode_lines_fp8c(sh, p, range, out, dtype, s, block_shift(sh));
+    return;
+  }
   with_element(dtype, [&](auto tag) {
     using OutT = typename decltype(tag)::type;
     OutT* o = static_cast<OutT*>(out);
@@ -313,7 +382,8 @@ void decode_range(const QvgShape& sh, QvgParts p, const DecodeRange& range, void
       }
       with_head_dim(sh.dim, [&](auto d) {
         with_stages(sh.stages, [&](auto st) {
-          QVG_CUDA_CHECK((launch_decode_lines<B, decltype(d)::value, decltype(st)::value>(sh, p, range, o, s)));
+          QVG_CUDA_CHECK((launch_decode_lines<B, decltype(d)::value, decltype(st)::value, false>(sh, p, range, o, s,
+                                                                                                 block_shift(sh))));
         });
       });
     });

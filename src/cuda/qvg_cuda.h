@@ -21,10 +21,13 @@ namespace qvg::cuda {
 enum class DecodeKernel { automatic, lines, vals16 };
 
 /// Device buffers for the parts of one encoded tensor, sized by allocate().
+/// centroids holds the centroids part's bytes (BF16 values, or FP8 codes
+/// and FP32 scales: centroid_part_bytes, an even count).
 struct DeviceParts {
   DeviceBuffer<uint8_t> codes, scales, ids;
   DeviceBuffer<float> span_scales;
   DeviceBuffer<uint16_t> centroids;
+  int64_t fp8_codes = -1;  ///< FP8 centroids: bytes of codes before the scales (allocate()); -1: BF16
   void allocate(const QvgShape& sh);
   QvgParts view() const;
   /// Allocations from the stream-ordered pool on s (DeviceBuffer::use_pool).
@@ -87,6 +90,9 @@ struct GpuKMeansOptions {
   bool device_convergence = false;
   /// Warm start: BF16 centroids [S][H][C][D] on the device (or null).
   const uint16_t* warm_bf16 = nullptr;
+  /// Warm start from FP8 centroids: a centroids part of the encode's shape
+  /// (FP8 codes, then FP32 scales) on the device (or null), widened exactly.
+  const uint8_t* warm_fp8 = nullptr;
 
   /// Exactly params.max_iter iterations for every head, no host
   /// synchronisation (the benchmarks' setting).
@@ -203,7 +209,16 @@ class Encoder {
   std::vector<int> active_host_;   // heads still iterating (kmeans_converged)
   std::vector<double> mse_host_, mse_prev_;
   DeviceBuffer<double> mse_prev_dev_;  // device_convergence: the last error of each head
+  /// FP8 centroids: each stage's k-means as with BF16 centroids (ids, and
+  /// its BF16 centroids into cent_bf16_), then the centroids to FP8
+  /// (pack_fp8_centroids), then the stage's residual with the FP8 values: the
+  /// next stage's points, or after the last stage the quantizer's input.
+  template <typename T>
+  void encode_fp8_stages(const T* x, const QvgShape& sh, const GpuKMeansOptions& km, QvgParts p, cudaStream_t stream,
+                         std::vector<KMeansStats>* stats);
   DeviceBuffer<uint16_t> points_, next_points_;  // BF16 points of stages 1..S-1
+  DeviceBuffer<uint16_t> cent_bf16_;             // FP8 centroids: k-means' BF16 centroids [S][H][C][D]
+  DeviceBuffer<uint16_t> warm_bf16_;             // an FP8 warm start widened to BF16 [S][H][C][D]
   DeviceBuffer<float> cent_, dist_;
   DeviceBuffer<uint32_t> head_max_, kmeans_max_;
   DeviceBuffer<unsigned long long> sums_;
@@ -237,6 +252,11 @@ bool lines_decode_fits(const QvgShape& sh, int64_t count);
 /// qvg::Error when the range does not fit.
 void decode_range(const QvgShape& sh, QvgParts parts, const DecodeRange& range, void* out, DeviceElement dtype,
                   cudaStream_t stream, DecodeKernel kernel = DecodeKernel::automatic);
+
+/// The FP8 centroids of a centroids part (sh's layout: FP8 codes, FP32
+/// scales) as BF16 bits [S][H][C][D] (exact: every code times its power-of-two
+/// scale is a BF16 value). Stream-ordered.
+void widen_fp8_centroids(const QvgShape& sh, const uint8_t* part, uint16_t* out, cudaStream_t stream);
 
 /// BF16 bits [heads][tokens][dim] on the device -> float rows of a larger
 /// destination (see DecodeRange). Exact. Stream-ordered.

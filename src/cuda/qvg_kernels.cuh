@@ -91,6 +91,42 @@ __device__ __forceinline__ void load_bf16_vals(const uint16_t* p, float* out) {
   }
 }
 
+/// VALS FP8 centroid values (VALS bytes, a multiple of 8, 8-byte aligned)
+/// -> float: code times the stage and head's power-of-two scale (the CPU
+/// decode's float product; exact).
+template <int VALS>
+__device__ __forceinline__ void load_fp8_vals(const uint8_t* p, float scale, float* out) {
+  static_assert(VALS % 8 == 0, "whole 8-byte words");
+  const uint2* q = reinterpret_cast<const uint2*>(p);
+#pragma unroll
+  for (int j = 0; j < VALS / 8; ++j) {
+    const uint2 a = __ldg(q + j);
+    const uint32_t w[2] = {a.x, a.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // Two codes at a time to FP16 (exact: every E4M3 value is an FP16 value; parts hold no NaN).
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(w[i / 2] >> (16 * (i % 2))), __NV_E4M3);
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      out[8 * j + 2 * i] = __fmul_rn(f.x, scale);
+      out[8 * j + 2 * i + 1] = __fmul_rn(f.y, scale);
+    }
+  }
+}
+
+/// VALS values (a multiple of 8) of centroid id of stage st and head h, from
+/// column col, as the decode adds them: BF16 values, or FP8 codes times the
+/// stage and head's scale (sh.fp8_centroids).
+template <int VALS>
+__device__ __forceinline__ void load_centroid_vals(const QvgShape& sh, const QvgParts& p, int st, int h, int id,
+                                                   int col, float* out) {
+  const int64_t at = ((static_cast<int64_t>(st) * sh.heads + h) * sh.centroids + id) * sh.dim + col;
+  if (sh.fp8_centroids)
+    load_fp8_vals<VALS>(p.cent8 + at, __ldg(p.cent_scales + static_cast<int64_t>(st) * sh.heads + h), out);
+  else
+    load_bf16_vals<VALS>(p.centroids + at, out);
+}
+
 /// The value x takes once stored as BF16 (qvg/half.h's round_bf16, with the
 /// hardware conversion: the same for every finite x).
 __device__ __forceinline__ float round_bf16_dev(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -106,7 +142,7 @@ __device__ __forceinline__ void load_residual16(const InT* x, const QvgShape& sh
   for (int s = 0; s < sh.stages; ++s) {
     const uint8_t id = p.ids[(static_cast<int64_t>(s) * sh.heads + h) * sh.tokens + n];
     float c[kValsPerThread];
-    load_bf16_vals<kValsPerThread>(p.centroids + ((static_cast<int64_t>(s) * sh.heads + h) * sh.centroids + id) * sh.dim + col, c);
+    load_centroid_vals<kValsPerThread>(sh, p, s, h, id, col, c);
     const bool last = s + 1 == sh.stages;
 #pragma unroll
     for (int i = 0; i < kValsPerThread; ++i) {
@@ -224,7 +260,8 @@ constexpr int kEncTileUnits = 2;  // units of 16 values per thread
 /// The residuals of a thread's U units (unit first + 256 u; dead units, past
 /// `units`, repeat the head's last unit): x minus the S stages in order, BF16
 /// between stages (load_residual16's rule).
-/// xh: the head's first value; ids, centroids of stage 0 are those of p.
+/// xh: the head's first value; ids, centroids of stage 0 are those of p
+/// (BF16 centroids: FP8 ones take load_residual16's kernels).
 template <typename InT, int D, int S, int U>
 __device__ __forceinline__ void load_residual_tile(const InT* xh, const QvgShape& sh, const QvgParts& p, int h,
                                                    uint32_t first, uint32_t units, float (&v)[U][16]) {
@@ -587,7 +624,7 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, D
   for (int st = sh.stages - 1; st >= 0; --st) {
     const uint8_t id = __ldg(p.ids + (static_cast<int64_t>(st) * sh.heads + h) * sh.tokens + n);
     float c[VALS];
-    load_bf16_vals<VALS>(p.centroids + ((static_cast<int64_t>(st) * sh.heads + h) * sh.centroids + id) * sh.dim + col, c);
+    load_centroid_vals<VALS>(sh, p, st, h, id, col, c);
 #pragma unroll
     for (int i = 0; i < VALS; ++i) v[i] = __fadd_rn(v[i], c[i]);
   }
@@ -614,5 +651,75 @@ static __global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int h
   o[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
+/// FP8 centroids of one stage (docs/FORMAT.md): head blockIdx.x's C * D
+/// BF16 centroids (cent: [H][C][D] bits) -> their scale
+/// (fp8_centroid_scale_for their largest magnitude) into scales[h] and the
+/// codes fp8(c / scale) into codes ([H][C][D]): put_stage_centroids' rule.
+/// Block: 256 threads.
+static __global__ void __launch_bounds__(256) pack_fp8_centroids_kernel(const uint16_t* __restrict__ cent,
+                                                                         int64_t per_head, uint8_t* __restrict__ codes,
+                                                                         float* __restrict__ scales) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * per_head;
+  float m = 0.0f;
+  for (int64_t i = threadIdx.x; i < per_head; i += blockDim.x)
+    m = fmaxf(m, fabsf(__uint_as_float(static_cast<uint32_t>(cent[base + i]) << 16)));
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  __shared__ float warp_max[8];
+  __shared__ float scale;
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < 8; ++w) m = fmaxf(m, warp_max[w]);
+    scale = fp8_centroid_scale_for(m);
+    scales[blockIdx.x] = scale;
+  }
+  __syncthreads();
+  const float sc = scale;
+  for (int64_t i = threadIdx.x; i < per_head; i += blockDim.x)
+    codes[base + i] = fp8_e4m3_from_float(__fdiv_rn(__uint_as_float(static_cast<uint32_t>(cent[base + i]) << 16), sc));
+}
+
+/// A centroids part's FP8 centroids (codes [S][H][C][D], scales [S][H]) ->
+/// BF16 bits: code times scale, a BF16 value (exact). per_head = C * D; one
+/// thread per 8 values.
+static __global__ void widen_fp8_centroids_kernel(const uint8_t* __restrict__ codes, const float* __restrict__ scales,
+                                                  int64_t values, int64_t per_head, uint16_t* __restrict__ out) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= values) return;
+  float v[8];
+  load_fp8_vals<8>(codes + i, __ldg(scales + i / per_head), v);
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    w[k] = (__float_as_uint(v[2 * k]) >> 16) | (__float_as_uint(v[2 * k + 1]) & 0xFFFF0000u);
+  *reinterpret_cast<uint4*>(out + i) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/// The next stage's points with stored (FP8) centroids: next = bf16(x -
+/// c[ids]) for the one stage that one (a one-stage shape) and p (that
+/// stage's view, stage_parts) describe; x [H][N][D] of InT. One thread per
+/// 16 values: load_residual16's rule, then BF16 (advance_stage's).
+template <typename InT>
+__global__ void stage_points_kernel(const InT* __restrict__ x, QvgShape one, QvgParts p,
+                                    uint16_t* __restrict__ next) {
+  const int tpr = one.dim / kValsPerThread;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= static_cast<int64_t>(one.heads) * one.tokens * tpr) return;
+  const int h = static_cast<int>(g / (one.tokens * tpr));
+  const int64_t rem = g - static_cast<int64_t>(h) * one.tokens * tpr;
+  const int64_t n = rem / tpr;
+  const int col = static_cast<int>(rem % tpr) * kValsPerThread;
+  const int64_t at = (static_cast<int64_t>(h) * one.tokens + n) * one.dim + col;
+  float v[kValsPerThread];
+  load_residual16(x + at, one, p, h, n, col, v);
+  uint32_t w[kValsPerThread / 2];
+#pragma unroll
+  for (int k = 0; k < kValsPerThread / 2; ++k)
+    w[k] = static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k]))) |
+           (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k + 1]))) << 16);
+  uint4* o = reinterpret_cast<uint4*>(next + at);
+  o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
 
 }  // namespace qvg::cuda

@@ -22,6 +22,7 @@ struct QvgShape {
   LevelRule levels = LevelRule::symmetric;
   int stages = 0;
   int centroids = 0;
+  bool fp8_centroids = false;  ///< centroid_format=fp8: FP8 codes and a scale per stage and head
 };
 
 /// log2 of the quantization block (a power of two: validate()), the shift
@@ -32,19 +33,38 @@ inline int block_shift(const QvgShape& sh) {
   return shift;
 }
 
-/// Device pointers to the parts (layouts: docs/FORMAT.md).
+/// Device pointers to the parts (layouts: docs/FORMAT.md). The centroids
+/// part holds BF16 values (centroids) or, with FP8 centroids, E4M3 codes
+/// (cent8) followed by FP32 scales (cent_scales); the other pointer is null.
 struct QvgParts {
   uint8_t* codes = nullptr;        ///< [H][N][D*b/8]
   uint8_t* scales = nullptr;       ///< [H][N][D/B] x (1 or 2 bytes)
   float* span_scales = nullptr;    ///< [H]
   uint16_t* centroids = nullptr;   ///< BF16 [S][H][C][D]
   uint8_t* ids = nullptr;          ///< [S][H][N]
+  uint8_t* cent8 = nullptr;        ///< FP8 E4M3 [S][H][C][D]
+  float* cent_scales = nullptr;    ///< FP32 [S][H], powers of two
 };
+
+/// Values of the centroids part: S * H * C * D.
+inline int64_t centroid_values(const QvgShape& sh) {
+  return static_cast<int64_t>(sh.stages) * sh.heads * sh.centroids * sh.dim;
+}
+
+/// Bytes of the centroids part (docs/FORMAT.md): 2 a value (BF16), or 1 a
+/// value plus 4 a stage and head (FP8 codes, FP32 scales).
+inline int64_t centroid_part_bytes(const QvgShape& sh) {
+  return sh.fp8_centroids ? centroid_values(sh) + 4 * static_cast<int64_t>(sh.stages) * sh.heads
+                          : 2 * centroid_values(sh);
+}
 
 /// p with its centroids and ids moved to stage s's (the rest as it is): with
 /// a one-stage shape, a view of stage s alone.
 inline QvgParts stage_parts(QvgParts p, const QvgShape& sh, int s) {
-  p.centroids += static_cast<int64_t>(s) * sh.heads * sh.centroids * sh.dim;
+  const int64_t cent = static_cast<int64_t>(s) * sh.heads * sh.centroids * sh.dim;
+  if (p.centroids) p.centroids += cent;
+  if (p.cent8) p.cent8 += cent;
+  if (p.cent_scales) p.cent_scales += static_cast<int64_t>(s) * sh.heads;
   p.ids += static_cast<int64_t>(s) * sh.heads * sh.tokens;
   return p;
 }
