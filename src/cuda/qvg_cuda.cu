@@ -248,44 +248,39 @@ void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, con
     kmo.warm_bf16 = warm_bf16_.get();
     kmo.warm_fp8 = nullptr;
   }
-  if (sh.fp8_centroids) {
-    with_element(dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      encode_fp8_stages(static_cast<const T*>(x), sh, kmo, p, stream, stats);
-    });
-    if (sh.stages == 1) {
-      quantize_any(x, dtype, sh, p, head_max_.get(), false, stream);
-    } else {  // the last stage's points (points_) minus its centroids
-      QvgShape one = sh;
-      one.stages = 1;
-      quantize_any(points_.get(), DeviceElement::bf16, one, stage_parts(p, sh, sh.stages - 1), head_max_.get(), false,
-                   stream);
-    }
-    return;
-  }
-  // Stage 0 clusters the input as it is (bf16 / f16 / f32: no float copy);
-  // stage s > 0 the BF16 points bf16(points(s-1) - bf16(c(s-1))), which the
-  // last assignment of stage s - 1 writes (the CPU reference's rule). The
-  // residual R is the last stage's points minus its centroids, so the last
-  // stage's final assignment also finds the quantizer's max |R| (head_max_).
   const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
   if (sh.stages > 1) {
     points_.resize(static_cast<size_t>(values));
     next_points_.resize(static_cast<size_t>(values));
   }
-  with_element(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    kmeans_stage(static_cast<const T*>(x), sh, 0, kmo, p, stream, stats, sh.stages == 1 ? head_max_.get() : nullptr,
-                 sh.stages > 1 ? next_points_.get() : nullptr);
-  });
-  for (int s = 1; s < sh.stages; ++s) {
-    std::swap(points_, next_points_);  // points_: this stage's points
-    const bool last = s + 1 == sh.stages;
-    kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(points_.get()), sh, s, kmo, p, stream, stats,
-                 last ? head_max_.get() : nullptr, last ? nullptr : next_points_.get());
+  if (sh.fp8_centroids) {
+    with_element(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      encode_fp8_stages(static_cast<const T*>(x), sh, kmo, p, stream, stats);
+    });
+  } else {
+    // Stage 0 clusters the input as it is (bf16 / f16 / f32: no float copy);
+    // stage s > 0 the BF16 points bf16(points(s-1) - bf16(c(s-1))), which the
+    // last assignment of stage s - 1 writes (the CPU reference's rule). The
+    // residual R is the last stage's points minus its centroids, so the last
+    // stage's final assignment also finds the quantizer's max |R| (head_max_).
+    with_element(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      kmeans_stage(static_cast<const T*>(x), sh, 0, kmo, p, stream, stats, sh.stages == 1 ? head_max_.get() : nullptr,
+                   sh.stages > 1 ? next_points_.get() : nullptr);
+    });
+    for (int s = 1; s < sh.stages; ++s) {
+      std::swap(points_, next_points_);  // points_: this stage's points
+      const bool last = s + 1 == sh.stages;
+      kmeans_stage(reinterpret_cast<const __nv_bfloat16*>(points_.get()), sh, s, kmo, p, stream, stats,
+                   last ? head_max_.get() : nullptr, last ? nullptr : next_points_.get());
+    }
   }
+  // max |R| is ready where the last BF16 k-means assignment found it; with
+  // FP8 centroids R is formed after the FP8 rounding, so the quantizer finds it.
+  const bool max_ready = !sh.fp8_centroids;
   if (sh.stages == 1) {
-    quantize_any(x, dtype, sh, p, head_max_.get(), true, stream);
+    quantize_any(x, dtype, sh, p, head_max_.get(), max_ready, stream);
     return;
   }
   // R = the last stage's points minus its centroids: quantize those points
@@ -293,7 +288,7 @@ void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, con
   // every stage: load_residual16's rule, which quantize_given runs).
   QvgShape one = sh;
   one.stages = 1;
-  quantize_any(points_.get(), DeviceElement::bf16, one, stage_parts(p, sh, sh.stages - 1), head_max_.get(), true,
+  quantize_any(points_.get(), DeviceElement::bf16, one, stage_parts(p, sh, sh.stages - 1), head_max_.get(), max_ready,
                stream);
 }
 
@@ -302,11 +297,7 @@ void Encoder::encode_fp8_stages(const T* x, const QvgShape& sh, const GpuKMeansO
                                 cudaStream_t stream, std::vector<KMeansStats>* stats) {
   const int64_t per_stage = static_cast<int64_t>(sh.heads) * sh.centroids * sh.dim;
   const int64_t values = static_cast<int64_t>(sh.heads) * sh.tokens * sh.dim;
-  cent_bf16_.resize(static_cast<size_t>(per_stage * sh.stages));
-  if (sh.stages > 1) {
-    points_.resize(static_cast<size_t>(values));
-    next_points_.resize(static_cast<size_t>(values));
-  }
+  cent_bf16_.resize(static_cast<size_t>(per_stage * sh.stages));  // points_, next_points_: sized by encode()
   QvgParts kp = p;  // k-means writes the ids into p, its BF16 centroids into cent_bf16_
   kp.centroids = cent_bf16_.get();
   kp.cent8 = nullptr;

@@ -213,6 +213,7 @@ class Encoder {
   /// its BF16 centroids into cent_bf16_), then the centroids to FP8
   /// (pack_fp8_centroids), then the stage's residual with the FP8 values: the
   /// next stage's points, or after the last stage the quantizer's input.
+  /// points_ and next_points_ are sized by the caller (encode).
   template <typename T>
   void encode_fp8_stages(const T* x, const QvgShape& sh, const GpuKMeansOptions& km, QvgParts p, cudaStream_t stream,
                          std::vector<KMeansStats>* stats);
