@@ -2,7 +2,8 @@
 //   bench_cuda [--json FILE] [--reps N] [--quick]
 // Prints, per shape and data: the device copy bandwidth (bytes read +
 // written), decode time and achieved bandwidth, encode time of QVG (S=1,
-// B=64, 2 k-means iterations) and QVG-Pro (S=4, B=16, 5 iterations), and the
+// B=64, 2 k-means iterations; with BF16 and with FP8 centroids) and QVG-Pro
+// (S=4, B=16, 5 iterations), and the
 // reconstruction error next to the CPU reference's on the same heads.
 // Decode and the same-size copy are timed two ways: one launch between two
 // events (launch gap and tail included), and back-to-back, 10 launches
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
     std::vector<ShapeCase> shapes = {{"self-forcing span [1,12,37440,128]", 12, 24},
                                      {"longcat context [1,32,29640,128]", 32, 19}};
     std::string json = "[\n";
-    std::printf("%-36s %-11s %-26s %9s %9s %7s %11s %11s %11s %11s %11s\n", "shape", "data", "method", "enc_ms", "dec_ms",
+    std::printf("%-36s %-11s %-44s %9s %9s %7s %11s %11s %11s %11s %11s\n", "shape", "data", "method", "enc_ms", "dec_ms",
                 "dec_GB/s", "dec_%copy", "%same_copy", "b2b_%copy", "b2b_%same", "mse_gpu/cpu");
     for (const auto& sc : shapes) {
       for (const std::string data : {"random-normal", "video-like"}) {
@@ -127,8 +128,10 @@ int main(int argc, char** argv) {
         DeviceBuffer<uint16_t> xd;
         xd.upload(xb.data(), xb.size());
         DeviceBuffer<uint16_t> out(xb.size());
-        // The last: QVG with its default k-means++ start (on the GPU).
-        for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg-pro:iters=5,init=random", "qvg:iters=2"}) {
+        // QVG with FP8 centroids beside its BF16 form; the last: QVG with its
+        // default k-means++ start (on the GPU).
+        for (const std::string spec : {"rtn", "qvg:iters=2,init=random", "qvg:iters=2,init=random,centroid_format=fp8",
+                                       "qvg-pro:iters=5,init=random", "qvg:iters=2"}) {
           const CodecConfig c = parse_codec_spec(spec);
           const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
           const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
@@ -194,7 +197,7 @@ int main(int argc, char** argv) {
             }
           }
           std::printf(
-              "%-36s %-11s %-26s %9.3f %9.3f %7.0f %10.1f%% %10.1f%% %10.1f%% %10.1f%% %11.4f   (vals16 kernel: %.3f ms; "
+              "%-36s %-11s %-44s %9.3f %9.3f %7.0f %10.1f%% %10.1f%% %10.1f%% %10.1f%% %11.4f   (vals16 kernel: %.3f ms; "
               "DeviceCodec encode %.3f ms = %.3fx, decode %.3f ms = %.3fx)\n",
               sc.name, data.c_str(), spec.c_str(), enc_ms, dec_ms, dec_gbs, 100.0 * dec_gbs / copy_gbs,
               100.0 * dec_gbs / same_gbs, 100.0 * b2b_gbs / copy_gbs, 100.0 * b2b_gbs / same_b2b_gbs, ratio, v16_ms,

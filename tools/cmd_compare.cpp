@@ -57,6 +57,22 @@ struct CompareArgs {
   std::string kv_plot;       ///< PNG of the caches' K/V bytes over the generated frames ("" = none)
 };
 
+/// "1 chunk", "3 chunks".
+std::string count_text(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+/// The plots' title: the clip, the context, the run and its cache policy, the budget (0: none).
+std::string plot_title(const CompareArgs& a, const std::string& clip, int gen_frames, double budget) {
+  std::string t = clip + ", context frames " + std::to_string(a.run.start) + ".." +
+                  std::to_string(a.run.start + a.run.context_frames - 1) + ", " + std::to_string(gen_frames) +
+                  " generated frames, spans of " + count_text(a.run.quant_factor, "chunk");
+  if (a.run.sink > 0) t += ", sink " + count_text(a.run.sink, "chunk");
+  if (a.run.window > 0) t += ", window " + count_text(a.run.window, "chunk");
+  if (budget > 0) t += ", budget " + psnr_text(budget, "%.3g") + " bits";
+  return t;
+}
+
 qvg::CacheConfig cache_config_for(const ModelRunArgs& run, const qvg::ModelConfig& mc, const std::string& spec) {
   return qvg::model_cache_config(mc, spec, spec, !run.post_rope, span_policy(run));
 }
@@ -176,11 +192,11 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
   if (a.as_json) {
     std::cout << json_rows(o, a.run.context_frames).dump(2) << std::endl;
   } else {
-    std::printf("qvg compare: %s frames %d..%d as context, %d generated frames (%d chunks), noise seed %" PRIu64
-                ", spans of %d chunks, keys %s RoPE; PSNR/SSIM against the BF16-cache video; %zu runs in %s\n",
-                a.run.context.c_str(), a.run.start, a.run.start + a.run.context_frames - 1, gen_frames, o.gen_chunks,
-                a.run.seed, a.run.quant_factor, a.run.post_rope ? "after" : "before", specs.size(),
-                clock_text(progress.elapsed()).c_str());
+    std::printf("qvg compare: %s frames %d..%d as context, %d generated frames (%s), noise seed %" PRIu64
+                ", spans of %s, keys %s RoPE; PSNR/SSIM against the BF16-cache video; %zu runs in %s\n",
+                a.run.context.c_str(), a.run.start, a.run.start + a.run.context_frames - 1, gen_frames,
+                count_text(o.gen_chunks, "chunk").c_str(), a.run.seed, count_text(a.run.quant_factor, "chunk").c_str(),
+                a.run.post_rope ? "after" : "before", specs.size(), clock_text(progress.elapsed()).c_str());
     if (o.budgets.empty()) print_table(o, 0);
     for (double b : o.budgets) print_table(o, b);
     if (several) print_rd_table(o, all);
@@ -207,12 +223,8 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
     write_frame_csv(labels, first_runs, a.run.context_frames, a.run.start + a.run.context_frames, a.csv);
     say(a.csv + " (PSNR against BF16 per generated frame; inf = identical)");
   }
+  const std::string title = plot_title(a, clip, gen_frames, first);
   if (!a.plot.empty()) {
-    char title[512];
-    std::snprintf(title, sizeof title, "%s, context frames %d..%d, %d generated frames, spans of %d chunks%s%s",
-                  clip.c_str(), a.run.start, a.run.start + a.run.context_frames - 1, gen_frames, a.run.quant_factor,
-                  a.run.window > 0 ? (", window " + std::to_string(a.run.window) + " chunks").c_str() : "",
-                  first > 0 ? (", budget " + psnr_text(first, "%.3g") + " bits").c_str() : "");
     std::vector<std::vector<double>> per_frame;
     for (const RunResult* r : first_runs) per_frame.push_back(r->psnr_frame);
     write_psnr_plot(a.plot, labels, per_frame, a.run.context_frames, title);
@@ -224,12 +236,6 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
     say(a.drift_csv + " (per generated frame and method: PSNR / SSIM against BF16 and against the real frames, K/V MB)");
   }
   if (!real_plot.empty() || !a.kv_plot.empty()) {
-    char title[512];
-    std::snprintf(title, sizeof title, "%s from frame %d, %d generated frames, spans of %d chunks%s%s%s", clip.c_str(),
-                  a.run.start, gen_frames, a.run.quant_factor,
-                  a.run.sink > 0 ? (", sink " + std::to_string(a.run.sink) + " chunks").c_str() : "",
-                  a.run.window > 0 ? (", window " + std::to_string(a.run.window) + " chunks").c_str() : "",
-                  first > 0 ? (", budget " + psnr_text(first, "%.3g") + " bits").c_str() : "");
     write_drift_plots(labels, first_runs, a.run.context_frames, mc.chunk_frames, real_plot, a.kv_plot, title);
     if (!real_plot.empty()) say(real_plot + " (PSNR against the real frames per generated frame, BF16 included)");
     if (!a.kv_plot.empty()) say(a.kv_plot + " (each cache's K/V bytes over the generated frames)");

@@ -79,9 +79,11 @@ class TorchCache(unittest.TestCase):
             yield ref, dev
 
     def test_kv_equals_the_host_cache_read(self):
-        spec = "qvg:centroids=8,iters=3,tol=0"
-        for layout in ("bhtd", "bthd"):
-            for ref, dev in self.both(spec, spec, "3d", 7, layout=layout, quant_factor=2, sink=1, window_chunks=4):
+        # BF16 centroids in both layouts; FP8 centroids (keys) beside BF16 ones (values) in one.
+        cases = [("qvg:centroids=8,iters=3,tol=0",) * 2 + (layout,) for layout in ("bhtd", "bthd")]
+        cases.append(("qvg:centroids=8,iters=3,tol=0,centroid_format=fp8", "qvg:centroids=8,iters=3,tol=0", "bhtd"))
+        for kspec, vspec, layout in cases:
+            for ref, dev in self.both(kspec, vspec, "3d", 7, layout=layout, quant_factor=2, sink=1, window_chunks=4):
                 rk, rv = ref.read(1)
                 for dtype in (torch.float32, torch.bfloat16):
                     k, v = dev.kv(1, dtype=dtype)
@@ -89,8 +91,8 @@ class TorchCache(unittest.TestCase):
                         k, v = k.transpose(1, 2), v.transpose(1, 2)
                     wk = torch.from_numpy(rk)[None].to(dtype)  # BF16: rounded to nearest even
                     wv = torch.from_numpy(rv)[None].to(dtype)
-                    self.assertTrue(torch.equal(k.cpu(), wk), f"{layout} {dtype} keys")
-                    self.assertTrue(torch.equal(v.cpu(), wv), f"{layout} {dtype} values")
+                    self.assertTrue(torch.equal(k.cpu(), wk), f"{kspec} {layout} {dtype} keys")
+                    self.assertTrue(torch.equal(v.cpu(), wv), f"{kspec} {layout} {dtype} values")
                 m, mr = dev.memory(1), ref.memory(1)
                 for key in ("k_spans", "v_spans", "k_tail", "v_tail", "warm_start", "tokens_live", "spans"):
                     self.assertEqual(m[key], mr[key], key)

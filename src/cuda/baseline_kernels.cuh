@@ -25,6 +25,7 @@
 
 #include <cstdint>
 
+#include "cuda/row_slot.cuh"
 #include "qvg/config.h"
 #include "qvg/half.h"
 
@@ -129,13 +130,9 @@ __device__ __forceinline__ void store16(OutT* o, const float* v) {
 template <int BITS, typename OutT>
 __global__ void kivi_decode_kernel(BaselineShape sh, BaselineParts p, OutT* __restrict__ out) {
   using namespace baseline_detail;
-  const int tpr = sh.dim / kBaselineVals;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= static_cast<int64_t>(sh.heads) * sh.tokens * tpr) return;
-  const int h = static_cast<int>(g / (sh.tokens * tpr));
-  const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
-  const int64_t t = rem / tpr;
-  const int col = static_cast<int>(rem % tpr) * kBaselineVals;
+  if (g >= row_slot_count(sh.heads, sh.tokens, sh.dim, kBaselineVals)) return;
+  const auto [h, t, col] = row_slot(g, sh.tokens, sh.dim, kBaselineVals);
   const int64_t nq = sh.quantized;
   const int gb = (sh.group * BITS + 7) / 8;  // bytes per group
   float v[kBaselineVals];

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "cuda/qvg_layout.h"
+#include "cuda/row_slot.cuh"
 #include "qvg/group_quant.h"
 
 namespace qvg::cuda {
@@ -158,18 +159,14 @@ __device__ __forceinline__ void load_residual16(const InT* x, const QvgShape& sh
 template <typename InT>
 __global__ void residual_absmax_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts p,
                                        unsigned int* __restrict__ head_max) {
-  const int tpr = sh.dim / kValsPerThread;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = static_cast<int64_t>(sh.heads) * sh.tokens * tpr;
   float m = 0.0f;
   int h = -1;
-  if (g < total) {
-    h = static_cast<int>(g / (sh.tokens * tpr));
-    const int64_t rem = g - static_cast<int64_t>(h) * sh.tokens * tpr;
-    const int64_t n = rem / tpr;
-    const int col = static_cast<int>(rem % tpr) * kValsPerThread;
+  if (g < row_slot_count(sh.heads, sh.tokens, sh.dim, kValsPerThread)) {
+    const RowSlot at = row_slot(g, sh.tokens, sh.dim, kValsPerThread);
+    h = at.h;
     float v[kValsPerThread];
-    load_residual16(x + (static_cast<int64_t>(h) * sh.tokens + n) * sh.dim + col, sh, p, h, n, col, v);
+    load_residual16(x + (static_cast<int64_t>(h) * sh.tokens + at.n) * sh.dim + at.col, sh, p, h, at.n, at.col, v);
 #pragma unroll
     for (int i = 0; i < kValsPerThread; ++i) m = fmaxf(m, fabsf(v[i]));
   }
@@ -188,16 +185,12 @@ __global__ void residual_absmax_kernel(const InT* __restrict__ x, QvgShape sh, Q
 template <int BITS, typename InT>
 __global__ void quantize_kernel(const InT* __restrict__ x, QvgShape sh, QvgParts p,
                                 const unsigned int* __restrict__ head_max) {
-  const int tpr = sh.dim / kValsPerThread;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = static_cast<int64_t>(sh.heads) * sh.tokens * tpr;
+  const int64_t total = row_slot_count(sh.heads, sh.tokens, sh.dim, kValsPerThread);
   const bool live = g < total;
-  const int64_t gg = live ? g : total - 1;  // dead lanes mirror the last one for the shuffles
-  const int h = static_cast<int>(gg / (sh.tokens * tpr));
-  const int64_t rem = gg - static_cast<int64_t>(h) * sh.tokens * tpr;
-  const int64_t n = rem / tpr;
-  const int t = static_cast<int>(rem % tpr);
-  const int col = t * kValsPerThread;
+  // Dead lanes mirror the last one for the shuffles.
+  const auto [h, n, col] = row_slot(live ? g : total - 1, sh.tokens, sh.dim, kValsPerThread);
+  const int t = col / kValsPerThread;
   const float lmax = level_max(sh.levels, BITS);
   const float span = span_scale_for(__uint_as_float(head_max[h]) / lmax, sh.scale_format);
   float v[kValsPerThread];
@@ -606,13 +599,11 @@ __device__ __forceinline__ void store_vals(OutT* o, const float* v) {
 /// Grid: H*range.count*(D/VALS) threads.
 template <int BITS, int VALS, typename OutT>
 __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, DecodeRange range) {
-  const int tpr = sh.dim / VALS;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= static_cast<int64_t>(sh.heads) * range.count * tpr) return;
-  const int h = static_cast<int>(g / (range.count * tpr));
-  const int64_t rem = g - static_cast<int64_t>(h) * range.count * tpr;
-  const int64_t n = range.begin + rem / tpr;
-  const int col = static_cast<int>(rem % tpr) * VALS;
+  if (g >= row_slot_count(sh.heads, range.count, sh.dim, VALS)) return;
+  const RowSlot at = row_slot(g, range.count, sh.dim, VALS);
+  const int h = at.h, col = at.col;
+  const int64_t n = range.begin + at.n;
   const int64_t row = static_cast<int64_t>(h) * sh.tokens + n;
   const int64_t out_row = static_cast<int64_t>(h) * range.out_tokens + range.out_offset + (n - range.begin);
   const int64_t bi = row * (sh.dim / sh.block) + col / sh.block;
@@ -637,13 +628,9 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, D
 /// ([H][range.out_tokens][D]). One thread per 8 values (D % 8 == 0).
 static __global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int heads, int64_t tokens, int dim,
                                   DecodeRange range, float* __restrict__ out) {
-  const int tpr = dim / 8;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= static_cast<int64_t>(heads) * range.count * tpr) return;
-  const int h = static_cast<int>(g / (range.count * tpr));
-  const int64_t rem = g - static_cast<int64_t>(h) * range.count * tpr;
-  const int64_t n = rem / tpr;
-  const int col = static_cast<int>(rem % tpr) * 8;
+  if (g >= row_slot_count(heads, range.count, dim, 8)) return;
+  const auto [h, n, col] = row_slot(g, range.count, dim, 8);
   float v[8];
   load_bf16_vals<8>(src + (static_cast<int64_t>(h) * tokens + range.begin + n) * dim + col, v);
   float4* o = reinterpret_cast<float4*>(out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset + n) * dim + col);
@@ -702,13 +689,9 @@ static __global__ void widen_fp8_centroids_kernel(const uint8_t* __restrict__ co
 template <typename InT>
 __global__ void stage_points_kernel(const InT* __restrict__ x, QvgShape one, QvgParts p,
                                     uint16_t* __restrict__ next) {
-  const int tpr = one.dim / kValsPerThread;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= static_cast<int64_t>(one.heads) * one.tokens * tpr) return;
-  const int h = static_cast<int>(g / (one.tokens * tpr));
-  const int64_t rem = g - static_cast<int64_t>(h) * one.tokens * tpr;
-  const int64_t n = rem / tpr;
-  const int col = static_cast<int>(rem % tpr) * kValsPerThread;
+  if (g >= row_slot_count(one.heads, one.tokens, one.dim, kValsPerThread)) return;
+  const auto [h, n, col] = row_slot(g, one.tokens, one.dim, kValsPerThread);
   const int64_t at = (static_cast<int64_t>(h) * one.tokens + n) * one.dim + col;
   float v[kValsPerThread];
   load_residual16(x + at, one, p, h, n, col, v);
