@@ -20,7 +20,8 @@ constexpr int kThreads = 256;
 // The tiled encode kernels (qvg_kernels.cuh) cover up to kTileMaxStages
 // stages of BF16 centroids (with D = 64 or 128, as k-means needs) and heads of
 // fewer than 2^30 values (32-bit offsets); the one-thread-per-16-values
-// kernels cover the rest, FP8 centroids included.
+// kernels cover the rest. (The encoder quantizes FP8-centroid tensors with
+// their centroids widened to BF16, so through the tiled kernels too.)
 bool encode_tile_ok(const QvgShape& sh) {
   return !sh.fp8_centroids && sh.stages <= kTileMaxStages && (sh.stages == 0 || sh.dim == 64 || sh.dim == 128) && sh.heads <= 65535 &&
          sh.tokens * sh.dim < (int64_t{1} << 30);
@@ -279,17 +280,29 @@ void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, con
   // max |R| is ready where the last BF16 k-means assignment found it; with
   // FP8 centroids R is formed after the FP8 rounding, so the quantizer finds it.
   const bool max_ready = !sh.fp8_centroids;
+  // The quantizer subtracts the stored centroids. FP8 ones are widened back to
+  // BF16 first: an E4M3 value times a power of two is a BF16 value, so the
+  // BF16-centroid (tiled) kernels form the same residual from them.
+  QvgShape qsh = sh;
+  QvgParts qp = p;
+  if (sh.fp8_centroids) {
+    widen_fp8_centroids(sh, p.cent8, cent_bf16_.get(), stream);
+    qsh.fp8_centroids = false;
+    qp.centroids = cent_bf16_.get();
+    qp.cent8 = nullptr;
+    qp.cent_scales = nullptr;
+  }
   if (sh.stages == 1) {
-    quantize_any(x, dtype, sh, p, head_max_.get(), max_ready, stream);
+    quantize_any(x, dtype, qsh, qp, head_max_.get(), max_ready, stream);
     return;
   }
   // R = the last stage's points minus its centroids: quantize those points
   // as a one-stage tensor of the last stage (the same bits as x through
   // every stage: load_residual16's rule, which quantize_given runs).
-  QvgShape one = sh;
+  QvgShape one = qsh;
   one.stages = 1;
-  quantize_any(points_.get(), DeviceElement::bf16, one, stage_parts(p, sh, sh.stages - 1), head_max_.get(), max_ready,
-               stream);
+  quantize_any(points_.get(), DeviceElement::bf16, one, stage_parts(qp, qsh, sh.stages - 1), head_max_.get(),
+               max_ready, stream);
 }
 
 template <typename T>
