@@ -285,11 +285,13 @@ def main():
             log(f"val step {step+1}: ema {v['ema']}  raw {v['raw']}")
     steps_done = step + (0 if stopped_early else 1) if args.steps > first_step else first_step
     train_s = time.time() - t_train
+    # A run stopped by the time limit is validated where it stopped, before the checkpoint is
+    # written, so that a resumed run's log has that validation too.
+    if stopped_early and (not vals or vals[-1]["step"] != steps_done):
+        vals.append({"step": steps_done, "ema": validate(ema), "raw": validate(model)})
     torch.save({"steps": args.steps, "step": steps_done, "train_seconds": train_s, "model": model.state_dict(),
                 "ema": ema.state_dict(), "opt": opt.state_dict(), "sampler_gen": sampler.gen.get_state(),
                 "gen": gen.get_state(), "losses": losses, "vals": vals}, ckpt_path)
-    if stopped_early and (not vals or vals[-1]["step"] != steps_done):
-        vals.append({"step": steps_done, "ema": validate(ema), "raw": validate(model)})
 
     meta = {"config": json.dumps(cfg.to_dict()), "format": "qvg-reference-video-dit-v1",
             "steps": str(steps_done), "seed": str(args.seed)}
