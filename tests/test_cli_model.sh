@@ -143,6 +143,17 @@ PY
 else
   bad "compare --rd-frames failed: $(cat "$tmp/err")"
 fi
+# Spans of 2 chunks with a window of 2: a span stays until both its chunks have left the window,
+# so at the end every cache holds a chunk the model no longer attends to, BF16's too; the ratio
+# column (against a BF16 copy of the attended tokens) is then below 1 for BF16, and the table says why.
+if "$qvg" compare --context "$clip" --start 192 --context-frames 6 --quant-factor 2 --methods rtn --sink 1 --window 2 \
+  --frames 12 --bits 2.5 >"$tmp/ratio.txt" 2>"$tmp/err"; then
+  grep -qE "^bf16 +BF16 +16\.000 +16\.000 +0\.[0-9]+x" "$tmp/ratio.txt" &&
+    grep -q "^ratio: against a BF16 copy of the tokens the model attends to; .*(the BF16 cache 0\.[0-9]*x)" "$tmp/ratio.txt" &&
+    ok || bad "compare: BF16 ratio below 1 without its note: $(cat "$tmp/ratio.txt")"
+else
+  bad "compare with spans outliving the window failed: $(cat "$tmp/err")"
+fi
 expect_status1 "--rd-frames 9 is more than the 3 generated frames" compare $SHORT --methods rtn --rd-bits 3 --rd-frames 9
 # --bits none: the specs as given.
 "$qvg" compare $SHORT --bits none --methods qvg:centroids=8 >"$tmp/none.txt" 2>"$tmp/err" &&

@@ -136,6 +136,9 @@ void print_table(const Outcome& o, double budget) {
   if (std::any_of(o.runs.begin(), o.runs.end(), [](const RunResult& r) { return r.bits != r.span_bits; }))
     std::printf("bits: the encoded spans' (every byte counted); cache: the whole cache's, with the chunks it holds in "
                 "BF16 (sink, chunks waiting for their span), the same for every method\n");
+  if (const double r = o.runs.front().memory.ratio(); r > 0 && r < 0.995)
+    std::printf("ratio: against a BF16 copy of the tokens the model attends to; a cache holds a span until all of it "
+                "has left the window, so each holds more (the BF16 cache %.2fx)\n", r);
 }
 
 /// Rows: methods; columns: budgets; cells: measured bits / PSNR.
