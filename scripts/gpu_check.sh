@@ -18,10 +18,12 @@ step "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/device.log"
 step "configure + build"
 scripts/gpu_build.sh "$OUT/build.log" test_cuda test_cuda_baselines test_model_cuda test_assign_kernel test_kmeans \
-  test_codecs test_formats test_group_quant test_device_codec bench_cuda bench_model_cuda || exit 1
+  test_codecs test_formats test_group_quant test_device_codec test_reseed_kernel test_device_cache test_hostile_numbers \
+  bench_cuda bench_model_cuda || exit 1
 rc=0
 step "tests"
-for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines test_device_codec test_model_cuda test_assign_kernel test_reseed_kernel; do  # one log file (at most 8 files come back)
+for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines test_device_codec test_model_cuda \
+  test_assign_kernel test_reseed_kernel test_device_cache test_hostile_numbers; do  # one log file (at most 8 files come back)
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
