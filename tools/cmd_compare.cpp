@@ -215,7 +215,8 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
       labels.push_back(p->label);
       first_runs.push_back(&o.runs[o.run_of.at(p->canonical)]);
       char t[96];
-      std::snprintf(t, sizeof t, "%s, %.2f bits", p->label.c_str(), first_runs.back()->bits);
+      // The encoded spans' bits (the table's "bits", what the budget counts).
+      std::snprintf(t, sizeof t, "%s, %.2f bits", p->label.c_str(), first_runs.back()->span_bits);
       panel_titles.push_back(t);
     }
   const std::string clip = std::filesystem::path(a.run.context).filename().string();
