@@ -162,6 +162,27 @@ expect_status1 "--rd-frames 9 is more than the 3 generated frames" compare $SHOR
 if "$qvg" demo --quick --out "$tmp/demo" >"$tmp/demo.txt" 2>"$tmp/err"; then
   grep -q "^rtn .*INT2 B16" "$tmp/demo.txt" && grep -q "^bf16 .* inf " "$tmp/demo.txt" && ok || bad "demo table: $(cat "$tmp/demo.txt")"
   grep -q "^kivi *cannot reach 2.5 bits" "$tmp/demo.txt" && ok || bad "demo: kivi not reported unreachable"
+  # The ranking line: the best method and its margins, over the next and (where QVG methods are
+  # first and second) over the best baseline, equal to the table's PSNR differences.
+  python3 - "$tmp/demo.txt" <<'PY' && ok || bad "demo: the best line does not match the table: $(cat "$tmp/demo.txt")"
+import re, sys
+text = open(sys.argv[1]).read().split("\nrate-distortion")[0]
+psnr = {m.group(1): float(m.group(2)) for m in re.finditer(
+    r"^(\S+) .* \d+\.\d{3} +\d+\.\d{3} +\d+\.\d+x +(\d+\.\d+) ", text, re.M)}
+assert {"rtn", "quarot", "qvg", "qvg-pro"} <= set(psnr), psnr
+order = sorted(psnr, key=psnr.get, reverse=True)
+line = re.search(r"^best: (\S+), ([\d.]+) dB at [\d.]+ bits, ([\d.]+) dB above the next, (\S+) \(.*$", text, re.M)
+assert line and line.group(1) == order[0] and line.group(4) == order[1], (line and line.group(0), order)
+assert abs(float(line.group(3)) - (psnr[order[0]] - psnr[order[1]])) < 0.011, line.group(0)
+base = re.search(r"and ([\d.]+) dB above the best baseline, (\S+) \(", line.group(0))
+qvg = {"qvg", "qvg-pro"}
+if order[0] in qvg and order[1] in qvg:
+    best_base = max(("rtn", "quarot"), key=psnr.get)
+    assert base and base.group(2) == best_base, line.group(0)
+    assert abs(float(base.group(1)) - (psnr[order[0]] - psnr[best_base])) < 0.011, line.group(0)
+else:
+    assert not base, line.group(0)
+PY
   grep -q "left$" "$tmp/err" && ok || bad "demo progress has no time left: $(cat "$tmp/err")"
   for f in psnr_per_frame.csv rate_distortion.csv side_by_side.mp4 psnr_per_frame.png drift.csv kv_bytes.png \
     psnr_vs_real.png; do
