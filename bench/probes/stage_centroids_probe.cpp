@@ -11,6 +11,7 @@
 // Prints, per tensor and configuration: bits per value (every byte of the
 // format, with the stages' counts) and the mean squared error.
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -21,6 +22,7 @@
 #include "qvg/io.h"
 #include "qvg/kmeans.h"
 #include "qvg/metrics.h"
+#include "qvg/qvg.h"
 
 using namespace qvg;
 
@@ -50,7 +52,7 @@ HeadTensor emulate(const HeadTensor& x, const std::vector<int>& cs, const CodecC
     for (size_t s = 0; s < cs.size(); ++s) {
       KMeansParams kp = base.kmeans;
       kp.centroids = cs[s];
-      kp.seed = base.kmeans.seed + 1000003ull * s + static_cast<uint64_t>(h);  // qvg_kmeans_seed's rule
+      kp.seed = qvg_kmeans_seed(base, static_cast<int>(s), h);  // the codec's seed per stage and head
       KMeansResult km = kmeans_ref(r.data(), n, d, kp);
       for (float& v : km.centroids) v = round_bf16(v);  // stored as BF16
       for (int64_t t = 0; t < n; ++t)

@@ -92,7 +92,7 @@ class TorchCache(unittest.TestCase):
                     wk = torch.from_numpy(rk)[None].to(dtype)  # BF16: rounded to nearest even
                     wv = torch.from_numpy(rv)[None].to(dtype)
                     self.assertTrue(torch.equal(k.cpu(), wk), f"{kspec} {layout} {dtype} keys")
-                    self.assertTrue(torch.equal(v.cpu(), wv), f"{kspec} {layout} {dtype} values")
+                    self.assertTrue(torch.equal(v.cpu(), wv), f"{vspec} {layout} {dtype} values")
                 m, mr = dev.memory(1), ref.memory(1)
                 for key in ("k_spans", "v_spans", "k_tail", "v_tail", "warm_start", "tokens_live", "spans"):
                     self.assertEqual(m[key], mr[key], key)

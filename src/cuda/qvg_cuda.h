@@ -218,7 +218,8 @@ class Encoder {
   void encode_fp8_stages(const T* x, const QvgShape& sh, const GpuKMeansOptions& km, QvgParts p, cudaStream_t stream,
                          std::vector<KMeansStats>* stats);
   DeviceBuffer<uint16_t> points_, next_points_;  // BF16 points of stages 1..S-1
-  DeviceBuffer<uint16_t> cent_bf16_;             // FP8 centroids: k-means' BF16 centroids [S][H][C][D]
+  DeviceBuffer<uint16_t> cent_bf16_;             // FP8 centroids: k-means' BF16 centroids [S][H][C][D], then
+                                                 // the stored FP8 values widened to BF16 (the quantizer's)
   DeviceBuffer<uint16_t> warm_bf16_;             // an FP8 warm start widened to BF16 [S][H][C][D]
   DeviceBuffer<float> cent_, dist_;
   DeviceBuffer<uint32_t> head_max_, kmeans_max_;

@@ -254,7 +254,7 @@ constexpr int kEncTileUnits = 2;  // units of 16 values per thread
 /// `units`, repeat the head's last unit): x minus the S stages in order, BF16
 /// between stages (load_residual16's rule).
 /// xh: the head's first value; ids, centroids of stage 0 are those of p
-/// (BF16 centroids: FP8 ones take load_residual16's kernels).
+/// (BF16 centroids; the encoder passes FP8 ones widened to BF16).
 template <typename InT, int D, int S, int U>
 __device__ __forceinline__ void load_residual_tile(const InT* xh, const QvgShape& sh, const QvgParts& p, int h,
                                                    uint32_t first, uint32_t units, float (&v)[U][16]) {
