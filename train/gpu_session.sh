@@ -8,6 +8,8 @@
 #                                        (CPU, fp32), K/V statistics, figures
 #   train/gpu_session.sh figures         the shipped model's figures (docs/figures): its continuations
 #                                        on the held-out windows (4 steps) and models/metrics' training log
+#   train/gpu_session.sh kvstats         the shipped model's K/V statistics (kv_stats.json, kv_absmax.png,
+#                                        kv_kmeans.png) and its K/V span of cockatoo@192, layer 3
 # Needs the decoded frames in .cache/qvg_frames (train/prepare_data.py), or as .cache/carry/qvg_frames.tar.xz
 # (smaller to carry: tar -C .cache -cf - qvg_frames | xz -9 > .cache/carry/qvg_frames.tar.xz).
 # Env: QVG_TRAIN_ARGS (train.py arguments, the same in every call).
@@ -22,7 +24,7 @@ if [[ ! -f .cache/qvg_frames/manifest.json && -f .cache/carry/qvg_frames.tar.xz 
 fi
 stamp() { echo "== $(date +%T) $*"; }
 args=(${QVG_TRAIN_ARGS:---steps 6400 --batch 32 --val-every 800 --val-reps 2})
-case "${1:?usage: gpu_session.sh train SECONDS | eval | figures}" in
+case "${1:?usage: gpu_session.sh train SECONDS | eval | figures | kvstats}" in
   train)
     stamp "train for ${2:?seconds} s: ${args[*]}"
     python3 train/train.py --out "$run/train" "${args[@]}" --time-limit "$2" --resume 2>&1 | grep -v "^step .*[1-9]00 \|^step .*[1-9]50 " | tail -40
@@ -49,6 +51,12 @@ case "${1:?usage: gpu_session.sh train SECONDS | eval | figures}" in
     cp "$run/eval_old/eval_metrics.json" "$OUT/eval_metrics_shipped.json"
     tar -cf "$OUT/rest.tar" -C "$run" figures train/train_log.txt eval/kv_stats.json golden/kv_span_cockatoo192_layer3.safetensors
     ls -la "$OUT"
+    stamp done
+    ;;
+  kvstats)
+    stamp "K/V statistics: shipped model"
+    python3 train/kv_stats.py --model models/qvg_ref_video_dit.safetensors --out "$OUT" \
+      --dump "$OUT/kv_span_cockatoo192_layer3.safetensors" 2>&1 | tail -30
     stamp done
     ;;
   figures)
