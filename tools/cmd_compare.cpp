@@ -301,13 +301,13 @@ void print_demo_header(const CompareArgs& a, int tokens_per_chunk) {
   const ModelRunArgs& r = a.run;
   std::string policy;
   if (r.sink > 0 || r.window > 0)
-    policy = "\nThe model attends to a sink (the first " + std::to_string(r.sink) + " chunk" + (r.sink == 1 ? "" : "s") +
-             ", kept in BF16) and a window of the newest " + std::to_string(r.window) +
-             " chunks;\nolder chunks are dropped, so the cache's size levels off.";
+    policy = "\nThe model attends to a sink (the first " + count_text(r.sink, "chunk") +
+             ", kept in BF16) and a window of the newest " + count_text(r.window, "chunk") +
+             ";\nolder chunks are dropped, so the cache's size levels off.";
   std::printf(
       "qvg demo: the reference video model (docs/MODEL.md; trained on the first 80 %% of each shipped clip) takes\n"
       "frames %d..%d of %s as context and generates %d frames, chunk by chunk (3 frames = %d tokens), with its\n"
-      "KV cache held in BF16 and in each method at equal memory. K/V are encoded in spans of %d chunk%s (%d\n"
+      "KV cache held in BF16 and in each method at equal memory. K/V are encoded in spans of %s (%d\n"
       "tokens per layer and head), so the generated chunks attend to compressed K/V.%s Each method runs\n"
       "the configuration of its own family (bits, block or group size, centroids, stages) closest to the budget\n"
       "of bits per value, at most 3 %% above it; a method whose family cannot get there is listed as such.\n"
@@ -315,7 +315,7 @@ void print_demo_header(const CompareArgs& a, int tokens_per_chunk) {
       "bytes / the cache's bytes; psnr / ssim: the generated frames against the BF16-cache run (higher =\n"
       "closer; inf = identical). Progress and the time left on stderr.\n",
       r.start, r.start + r.context_frames - 1, std::filesystem::path(r.context).filename().string().c_str(), r.frames,
-      tokens_per_chunk, r.quant_factor, r.quant_factor == 1 ? "" : "s", r.quant_factor * tokens_per_chunk,
+      tokens_per_chunk, count_text(r.quant_factor, "chunk").c_str(), r.quant_factor * tokens_per_chunk,
       policy.c_str());
   std::fflush(stdout);
 }

@@ -94,10 +94,7 @@ class CudaCodec final : public Codec {
         check_bf16_finite(w.centroids, "k-means: warm-start centroid");
       warm.resize(w.centroids.size() / 2);
       upload_bytes(warm, w.centroids, nullptr);
-      if (sh.fp8_centroids)
-        km.warm_fp8 = reinterpret_cast<const uint8_t*>(warm.get());
-      else
-        km.warm_bf16 = warm.get();
+      km.warm_from_part(sh, warm.get());
     }
     // Scratch (input copy, parts, k-means buffers) kept across calls: a
     // cache encodes every span with the same codec.

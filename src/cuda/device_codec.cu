@@ -224,10 +224,7 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
               c.name,
               ": the warm-start tensor does not match (method, stages, centroids, centroid format, heads, dim or "
               "device)");
-    if (sh.fp8_centroids)
-      km.warm_fp8 = reinterpret_cast<const uint8_t*>(w.parts.centroids.get());
-    else
-      km.warm_bf16 = w.parts.centroids.get();
+    km.warm_from_part(sh, w.parts.centroids.get());
   }
   auto I = std::make_shared<DeviceEncodedTensor::Impl>(c, role, heads, tokens, dim, s);
   I->shape = sh;

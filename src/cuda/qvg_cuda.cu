@@ -23,8 +23,8 @@ constexpr int kThreads = 256;
 // kernels cover the rest. (The encoder quantizes FP8-centroid tensors with
 // their centroids widened to BF16, so through the tiled kernels too.)
 bool encode_tile_ok(const QvgShape& sh) {
-  return !sh.fp8_centroids && sh.stages <= kTileMaxStages && (sh.stages == 0 || sh.dim == 64 || sh.dim == 128) && sh.heads <= 65535 &&
-         sh.tokens * sh.dim < (int64_t{1} << 30);
+  return !sh.fp8_centroids && sh.stages <= kTileMaxStages && (sh.stages == 0 || sh.dim == 64 || sh.dim == 128) &&
+         sh.heads <= 65535 && sh.tokens * sh.dim < (int64_t{1} << 30);
 }
 
 dim3 encode_tile_grid(const QvgShape& sh) {

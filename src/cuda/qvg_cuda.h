@@ -93,6 +93,14 @@ struct GpuKMeansOptions {
   /// Warm start from FP8 centroids: a centroids part of the encode's shape
   /// (FP8 codes, then FP32 scales) on the device (or null), widened exactly.
   const uint8_t* warm_fp8 = nullptr;
+  /// Sets the warm start to a centroids part of shape sh on the device, read
+  /// as sh stores its centroids (FP8 codes and scales, or BF16 values).
+  void warm_from_part(const QvgShape& sh, const void* part) {
+    if (sh.fp8_centroids)
+      warm_fp8 = static_cast<const uint8_t*>(part);
+    else
+      warm_bf16 = static_cast<const uint16_t*>(part);
+  }
 
   /// Exactly params.max_iter iterations for every head, no host
   /// synchronisation (the benchmarks' setting).
