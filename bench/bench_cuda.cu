@@ -1,5 +1,6 @@
 // GPU benchmark of the CUDA QVG/RTN backend at real model shapes.
-//   bench_cuda [--json FILE] [--reps N] [--quick]
+//   bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts]
+// (--starts: only the k-means starts' table, bench_starts.)
 // Prints, per shape and data: the device copy bandwidth (bytes read +
 // written), decode time and achieved bandwidth, encode time of QVG (S=1,
 // B=64, 2 k-means iterations; with BF16 and with FP8 centroids) and QVG-Pro
@@ -38,19 +39,68 @@ using bench::random_normal;
 using bench::Timer;
 using bench::to_bf16;
 
+/// The k-means starts at the Self-Forcing and LongCat shapes (video-like
+/// keys): the encode with iters=0 per start, its cost over the random start
+/// (a gather of C rows: the start's own time), and the error after 0 and 2
+/// Lloyd iterations relative to k-means++'s.
+void bench_starts(Timer& timer, int reps) {
+  struct Case {
+    const char* name;
+    int heads, frames;
+  };
+  std::printf("%-36s %-10s %9s %9s %12s %12s\n", "k-means start", "init", "enc0_ms", "start_ms", "mse0/pp", "mse2/pp");
+  for (const Case sc : {Case{"self-forcing span [1,12,37440,128]", 12, 24}, Case{"longcat [1,32,29640,128]", 32, 19}}) {
+    VideoLikeParams p;
+    p.heads = sc.heads;
+    p.frames = sc.frames;
+    const HeadTensor x = make_video_like(p, TensorRole::key);
+    const std::vector<uint16_t> xb = to_bf16(x);
+    HeadTensor xr(x.heads, x.tokens, x.dim);
+    for (size_t i = 0; i < xb.size(); ++i) xr.data[i] = bf16_to_float(xb[i]);
+    DeviceBuffer<uint16_t> xd, out(xb.size());
+    xd.upload(xb.data(), xb.size());
+    double random_ms = 0, pp_mse[2] = {0, 0};
+    for (const std::string init : {"random", "kmeans++", "d2-rounds"}) {
+      double ms = 0, mse[2] = {0, 0};
+      for (int iters : {0, 2}) {
+        const CodecConfig c = parse_codec_spec("qvg:iters=" + std::to_string(iters) + ",init=" + init);
+        const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
+        const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
+        Encoder enc;
+        DeviceParts parts;
+        const double t = timer.median_ms(reps, [&] { enc.encode(xd.get(), DeviceElement::bf16, sh, km, parts, nullptr); });
+        if (iters == 0) ms = t;
+        decode(sh, parts.view(), out.get(), DeviceElement::bf16, nullptr);
+        std::vector<uint16_t> ob(xb.size());
+        out.download(ob.data(), ob.size());
+        QVG_CUDA_CHECK(cudaDeviceSynchronize());
+        HeadTensor y(x.heads, x.tokens, x.dim);
+        for (size_t i = 0; i < ob.size(); ++i) y.data[i] = bf16_to_float(ob[i]);
+        mse[iters / 2] = compare(xr, y).mse;
+      }
+      if (init == "random") random_ms = ms;
+      if (init == "kmeans++") pp_mse[0] = mse[0], pp_mse[1] = mse[1];
+      const double r0 = pp_mse[0] > 0 ? mse[0] / pp_mse[0] : 0, r2 = pp_mse[1] > 0 ? mse[1] / pp_mse[1] : 0;
+      std::printf("%-36s %-10s %9.3f %9.3f %12.4f %12.4f\n", sc.name, init.c_str(), ms, ms - random_ms, r0, r2);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
   int reps = 20;
-  bool quick = false, profile = false;
+  bool quick = false, profile = false, starts = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
+    else if (!std::strcmp(argv[i], "--starts")) starts = true;
     else {
-      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick] [--profile]\n");
+      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts]\n");
       return 2;
     }
   }
@@ -81,6 +131,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     Timer timer;
+    if (starts) {  // the k-means starts alone
+      bench_starts(timer, reps);
+      return 0;
+    }
     // Copy bandwidth: 2 GiB device-to-device, bytes read + written.
     const size_t copy_bytes = size_t(2) << 30;
     DeviceBuffer<uint8_t> c0(copy_bytes), c1(copy_bytes);

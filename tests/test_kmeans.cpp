@@ -64,7 +64,7 @@ TEST(KMeans, RecoversSeparatedBlobsAndErrorNeverRises) {
   const int64_t n = 4681, d = 32;
   const int k = 16;
   const auto x = blobs(n, d, k, 4);
-  for (KMeansInit init : {KMeansInit::kmeanspp, KMeansInit::random}) {
+  for (KMeansInit init : {KMeansInit::kmeanspp, KMeansInit::d2_rounds, KMeansInit::random}) {
     KMeansParams p;
     p.centroids = k;
     p.max_iter = 50;
@@ -74,7 +74,9 @@ TEST(KMeans, RecoversSeparatedBlobsAndErrorNeverRises) {
     ASSERT_GE(r.stats.mse.size(), 2u);
     for (size_t i = 1; i < r.stats.mse.size(); ++i) EXPECT_LE(r.stats.mse[i], r.stats.mse[i - 1] * (1 + 1e-9));
     if (init == KMeansInit::kmeanspp) {
-      // Points of one blob share an id and different blobs differ.
+      // Points of one blob share an id and different blobs differ. (Not a
+      // property of d2_rounds: a round draws two centres from one blob
+      // where that blob's share of the distances exceeds total / want.)
       EXPECT_NEAR(r.stats.mse.back(), 0.01, 0.002);  // spread^2
       for (int64_t i = k; i < n; ++i) EXPECT_EQ(r.ids[i], r.ids[i % k]);
     }
@@ -140,7 +142,7 @@ TEST(KMeans, CentroidsAreBf16Values) {
   int off_grid = 0;
   for (float v : x) off_grid += round_bf16(v) != v;
   ASSERT_GT(off_grid, n * d / 2) << "the data must not be BF16 already";
-  for (const KMeansInit init : {KMeansInit::random, KMeansInit::kmeanspp}) {
+  for (const KMeansInit init : {KMeansInit::random, KMeansInit::kmeanspp, KMeansInit::d2_rounds}) {
     KMeansParams p;
     p.centroids = 12;  // more than the blobs: some clusters empty out and are re-seeded
     p.init = init;
@@ -281,6 +283,118 @@ TEST(KMeans, PlusPlusStartIsTheSortedShuffleAndTheNextDraw) {
       EXPECT_EQ(s.first, static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)))) << what;
       EXPECT_EQ(s.draws, draws + 1) << what;
     }
+}
+
+// The d2_rounds start's subsample: kmeanspp_start's rule on 16 C rows.
+TEST(KMeans, D2StartIsThePlusPlusRuleOnSixteenRowsACentroid) {
+  for (const auto& [n, c] : std::vector<std::pair<int64_t, int>>{{1, 1}, {16, 1}, {17, 1}, {300, 4}, {37440, 256}})
+    for (uint64_t seed : {3ull, 0x9E3779B97F4A7C15ull}) {
+      const KMeansPPStart s = kmeans_d2_start(n, c, seed);
+      const int64_t m = std::min<int64_t>(n, int64_t{kD2PointsPerCentroid} * c);
+      std::vector<int64_t> want(static_cast<size_t>(m));
+      std::iota(want.begin(), want.end(), 0);
+      uint64_t draws = 0;
+      if (m < n) {
+        want = kmeans_random_rows(n, static_cast<int>(m), seed);
+        std::sort(want.begin(), want.end());
+        draws = static_cast<uint64_t>(m);
+      }
+      const std::string what = "n=" + std::to_string(n) + " c=" + std::to_string(c);
+      EXPECT_EQ(s.rows, want) << what;
+      SplitMix64 rng(seed);
+      rng.discard(draws);
+      EXPECT_EQ(s.first, static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)))) << what;
+      EXPECT_EQ(s.draws, draws + 1) << what;
+    }
+}
+
+/// The d2_rounds rule of kmeans.h written out with plain loops and exact
+/// (double) squared distances: on small-integer data every distance is an
+/// integer below 2^24, so the reference's float formula gives the same values.
+std::vector<float> d2_rounds_written_out(const std::vector<float>& x, int64_t n, int64_t d, int c, uint64_t seed) {
+  const KMeansPPStart s = kmeans_d2_start(n, c, seed);
+  const auto m = static_cast<int64_t>(s.rows.size());
+  SplitMix64 rng(seed);
+  rng.discard(s.draws);
+  auto dist = [&](int64_t i, int64_t p) {
+    double e = 0;
+    for (int64_t k = 0; k < d; ++k) {
+      const double t = static_cast<double>(x[s.rows[i] * d + k]) - x[s.rows[p] * d + k];
+      e += t * t;
+    }
+    return static_cast<float>(e);
+  };
+  std::vector<float> best(static_cast<size_t>(m), INFINITY);
+  std::vector<int64_t> centres{s.first}, last{s.first};
+  for (int r = 0; static_cast<int>(centres.size()) < c && r < 2 * kD2Rounds; ++r) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p : last) best[i] = std::min(best[i], dist(i, p));
+    for (int64_t p : last) best[p] = 0;
+    double total = 0;
+    for (float b : best) total += b;
+    if (total == 0) break;
+    const int want = (c - static_cast<int>(centres.size()) + std::max(1, kD2Rounds - r) - 1) / std::max(1, kD2Rounds - r);
+    const double u = rng.uniform();
+    last.clear();
+    for (int j = 0; j < want; ++j) {
+      const double pos = (u + j) * total / want;
+      double run = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        run += best[i];
+        if (run > pos) {
+          if (std::find(last.begin(), last.end(), i) == last.end()) last.push_back(i);
+          break;
+        }
+      }
+    }
+    centres.insert(centres.end(), last.begin(), last.end());
+  }
+  while (static_cast<int>(centres.size()) < c) centres.push_back(s.first);
+  std::vector<float> out;
+  for (int64_t p : centres) out.insert(out.end(), x.begin() + s.rows[p] * d, x.begin() + (s.rows[p] + 1) * d);
+  return out;
+}
+
+TEST(KMeans, D2RoundsStartFollowsTheStatedRule) {
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int> small(-6, 6);
+  for (const auto& [n, c] : std::vector<std::pair<int64_t, int>>{{100, 8}, {5000, 16}, {9000, 200}, {300, 256}}) {
+    const int64_t d = 16;
+    std::vector<float> x(static_cast<size_t>(n * d));
+    for (int64_t i = 0; i < n; ++i)  // 8 clusters of small integers
+      for (int64_t k = 0; k < d; ++k) x[i * d + k] = static_cast<float>(small(gen) / 3 + 4 * ((i % 8) == k % 8));
+    for (uint64_t seed : {1ull, 77ull}) {
+      const std::string what = "n=" + std::to_string(n) + " c=" + std::to_string(c) + " seed=" + std::to_string(seed);
+      const std::vector<float> got = kmeans_init_ref(x.data(), n, d, c, KMeansInit::d2_rounds, seed);
+      EXPECT_EQ(got, d2_rounds_written_out(x, n, d, c, seed)) << what;
+      // The centres are distinct sample points while distances are left.
+      std::vector<std::vector<float>> rows;
+      for (int k = 0; k < c; ++k) rows.emplace_back(got.begin() + k * d, got.begin() + (k + 1) * d);
+      std::sort(rows.begin(), rows.end());
+      const auto distinct = std::unique(rows.begin(), rows.end()) - rows.begin();
+      EXPECT_EQ(distinct, c) << what;
+    }
+  }
+}
+
+// Fewer distinct points than centroids: the rounds stop when every sample
+// point is a centre; the slots left repeat the first centre.
+TEST(KMeans, D2RoundsStartFillsWithTheFirstCentre) {
+  const int64_t n = 40, d = 4;
+  std::vector<float> x(static_cast<size_t>(n * d));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < d; ++k) x[i * d + k] = static_cast<float>((i % 3) * 10 + k);  // 3 distinct rows
+  const int c = 8;
+  const std::vector<float> got = kmeans_init_ref(x.data(), n, d, c, KMeansInit::d2_rounds, 5);
+  const KMeansPPStart s = kmeans_d2_start(n, c, 5);
+  const std::vector<float> first(x.begin() + s.rows[s.first] * d, x.begin() + (s.rows[s.first] + 1) * d);
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin()));
+  std::vector<std::vector<float>> rows;
+  for (int k = 0; k < 3; ++k) rows.emplace_back(got.begin() + k * d, got.begin() + (k + 1) * d);
+  std::sort(rows.begin(), rows.end());
+  EXPECT_EQ(std::unique(rows.begin(), rows.end()) - rows.begin(), 3) << "the three distinct rows come first";
+  for (int k = 3; k < c; ++k) EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin() + k * d)) << k;
+  EXPECT_EQ(got, d2_rounds_written_out(x, n, d, c, 5));
 }
 
 // random_rows_kernel makes the C draws of the shuffle in parallel, draw i

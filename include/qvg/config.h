@@ -32,7 +32,8 @@ enum class LevelRule {
 
 enum class KMeansInit {
   random,    ///< C distinct tokens drawn with the seed
-  kmeanspp,  ///< k-means++ (D^2 sampling) with the seed
+  kmeanspp,  ///< k-means++ (D^2 sampling, one centre a step) with the seed
+  d2_rounds, ///< D^2 sampling in rounds (many centres a step) with the seed (kmeans.h)
 };
 
 /// K or V: KIVI quantizes them along different axes; the rest ignore it.
@@ -44,7 +45,7 @@ struct KMeansParams {
   int max_iter = 10;                      ///< Lloyd iterations at most
   double tol = 1e-4;                      ///< stop when the relative drop of the
                                           ///< mean squared distance is below tol
-  KMeansInit init = KMeansInit::kmeanspp; ///< start when no warm start is given
+  KMeansInit init = KMeansInit::d2_rounds; ///< start when no warm start is given
   uint64_t seed = 1234;                   ///< RNG seed (per head: seed + head)
 };
 

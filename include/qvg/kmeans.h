@@ -71,9 +71,43 @@ struct KMeansPPStart {
 };
 KMeansPPStart kmeanspp_start(int64_t n, int c, uint64_t seed);
 
+/// The `d2_rounds` start (kmeans_init_ref): D^2 sampling in rounds on a
+/// subsample of kD2PointsPerCentroid * C rows, about C / kD2Rounds centres a
+/// round instead of one a step.
+constexpr int kD2PointsPerCentroid = 16;
+constexpr int kD2Rounds = 8;
+
+/// Its subsample and first centre: kmeanspp_start's rule on
+/// kD2PointsPerCentroid * C rows (all n rows when n is at most that).
+KMeansPPStart kmeans_d2_start(int64_t n, int c, uint64_t seed);
+
 /// Initial centroids (C x d) by the seeded rule: `random` takes C distinct
 /// points (seeded partial Fisher-Yates); `kmeanspp` runs k-means++ on a seeded
 /// subsample of at most 64 * C points (all points when n <= 64 * C).
+///
+/// `d2_rounds` (the default) on the subsample and first centre of
+/// kmeans_d2_start (m rows), with the sample rows rounded to BF16:
+///  - best[i] = min over centres of max(0, (|x_i|^2 - 2 x_i.c) + |c|^2), in
+///    float, |c|^2 being the centre's |x|^2; a point taken as a centre has
+///    best = 0.
+///  - Round r = 0, 1, ... while fewer than C centres and r < 2 kD2Rounds:
+///    best is brought up to date with the previous round's centres (round 0:
+///    the first centre); total = sum of best in sample order (double); if
+///    total is 0 the rounds stop. Otherwise want = ceil((C - picked) /
+///    max(1, kD2Rounds - r)), one draw u = uniform in [0, 1), and the round
+///    takes, for j = 0 .. want - 1, the first point whose running sum of best
+///    (double, in sample order) exceeds pos_j = (u + j) * total / want (none
+///    where no point does); a point drawn for several j is taken once. The
+///    new centres follow in sample order.
+///  - Slots left when the rounds stop repeat the first centre (k-means's
+///    empty-cluster rule then re-seeds them).
+/// Unlike k-means++, a round can put two centres into one far cluster (its
+/// share of the distances above total / want) and none into a nearer one:
+/// on data of exactly C well-separated clusters it may miss one. On the
+/// clip and model K/V its error after the Lloyd iterations is within 1 % of
+/// k-means++'s (docs/BENCHMARKS.md) at a fraction of the cost.
+/// The GPU (d2_start_kernel) sums in another order: its picks equal these
+/// except where a position falls within rounding of a running-sum boundary.
 std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, KMeansInit init,
                                    uint64_t seed);
 

@@ -93,11 +93,15 @@ std::vector<int64_t> kmeans_random_rows(int64_t n, int c, uint64_t seed) {
   return rows;
 }
 
-KMeansPPStart kmeanspp_start(int64_t n, int c, uint64_t seed) {
-  QVG_CHECK(n > 0 && c > 0, "k-means++: ", n, " points, ", c, " centroids");
+namespace {
+
+/// A seeded subsample of min(n, per_centroid * C) rows, ascending, and the
+/// first centre's sample index (kmeanspp_start, kmeans_d2_start).
+KMeansPPStart sample_start(int64_t n, int c, uint64_t seed, int64_t per_centroid) {
+  QVG_CHECK(n > 0 && c > 0, "k-means start: ", n, " points, ", c, " centroids");
   SplitMix64 rng(seed);
   KMeansPPStart s;
-  const int64_t m = std::min<int64_t>(n, kPlusPlusPointsPerCentroid * c);
+  const int64_t m = std::min<int64_t>(n, per_centroid * c);
   s.rows.resize(static_cast<size_t>(n));
   std::iota(s.rows.begin(), s.rows.end(), 0);
   if (m < n) {
@@ -117,6 +121,60 @@ KMeansPPStart kmeanspp_start(int64_t n, int c, uint64_t seed) {
   return s;
 }
 
+/// The `d2_rounds` start (kmeans.h states the rule).
+std::vector<float> d2_rounds_init(const float* x, int64_t d, int c, const KMeansPPStart& start, uint64_t seed) {
+  const auto m = static_cast<int64_t>(start.rows.size());
+  SplitMix64 rng(seed);
+  rng.discard(start.draws);
+  RowMat xs(m, d);
+  for (int64_t i = 0; i < m; ++i)
+    std::transform(x + start.rows[i] * d, x + start.rows[i] * d + d, xs.row(i).data(), round_bf16);
+  const Eigen::VectorXf xnorm = xs.rowwise().squaredNorm();
+  std::vector<float> best(static_cast<size_t>(m), std::numeric_limits<float>::infinity());
+  std::vector<int64_t> centres{start.first}, fresh{start.first};
+  RowMat fresh_rows, dots;
+  for (int r = 0; static_cast<int>(centres.size()) < c && r < 2 * kD2Rounds; ++r) {
+    const auto k = static_cast<int64_t>(fresh.size());
+    fresh_rows.resize(k, d);
+    for (int64_t j = 0; j < k; ++j) fresh_rows.row(j) = xs.row(fresh[j]);
+    dots.noalias() = xs * fresh_rows.transpose();  // (m, k)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < k; ++j)
+        best[i] = std::min(best[i], std::max(0.0f, xnorm[i] - 2.0f * dots(i, j) + xnorm[fresh[j]]));
+    for (int64_t p : fresh) best[p] = 0.0f;
+    double total = 0.0;
+    for (int64_t i = 0; i < m; ++i) total += best[i];
+    if (!(total > 0.0)) break;
+    const int picked = static_cast<int>(centres.size());
+    const int left = std::max(1, kD2Rounds - r);
+    const int want = (c - picked + left - 1) / left;
+    const double u = rng.uniform();
+    fresh.clear();
+    double run = 0.0;
+    int j = 0;
+    for (int64_t i = 0; i < m && j < want; ++i) {
+      run += best[i];
+      for (; j < want && (u + j) * total / want < run; ++j)
+        if (fresh.empty() || fresh.back() != i) fresh.push_back(i);
+    }
+    centres.insert(centres.end(), fresh.begin(), fresh.end());
+  }
+  std::vector<float> cent(static_cast<size_t>(c * d));
+  for (int64_t k = 0; k < c; ++k) {
+    const int64_t p = k < static_cast<int64_t>(centres.size()) ? centres[k] : start.first;
+    std::copy_n(xs.row(p).data(), d, cent.data() + k * d);
+  }
+  return cent;
+}
+
+}  // namespace
+
+KMeansPPStart kmeanspp_start(int64_t n, int c, uint64_t seed) {
+  return sample_start(n, c, seed, kPlusPlusPointsPerCentroid);
+}
+
+KMeansPPStart kmeans_d2_start(int64_t n, int c, uint64_t seed) { return sample_start(n, c, seed, kD2PointsPerCentroid); }
+
 std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, KMeansInit init,
                                    uint64_t seed) {
   check_args(x, n, d, c);
@@ -127,6 +185,7 @@ std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, 
     for (int64_t i = 0; i < c; ++i) std::copy_n(x + rows[i] * d, d, cent.data() + i * d);
     return cent;
   }
+  if (init == KMeansInit::d2_rounds) return d2_rounds_init(x, d, c, kmeans_d2_start(n, c, seed), seed);
   // k-means++ on a seeded subsample of at most kPlusPlusPointsPerCentroid * c
   // points: the first centre uniform, each next one with probability
   // proportional to the squared distance to the nearest chosen centre.

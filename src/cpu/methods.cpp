@@ -51,7 +51,7 @@ int parse_choice(const char* key, const std::string& v, const char* const (&name
 
 const char* const kScaleNames[] = {"fp8", "fp16"};           // ScaleFormat
 const char* const kLevelNames[] = {"symmetric", "midrise"};  // LevelRule
-const char* const kInitNames[] = {"random", "kmeans++"};     // KMeansInit
+const char* const kInitNames[] = {"random", "kmeans++", "d2-rounds"};     // KMeansInit
 const char* const kCentroidNames[] = {"bf16", "fp8"};         // CentroidFormat
 
 std::string int_text(int v) { return std::to_string(v); }
@@ -130,7 +130,7 @@ const std::vector<CodecField>& codec_fields() {
          return std::string(tol);
        },
        [](CodecConfig& c, const std::string& v) { c.kmeans.tol = parse_double("tol", v); }, check_tol},
-      {"init", "random|kmeans++", false,
+      {"init", "random|kmeans++|d2-rounds", false,
        [](const CodecConfig& c) { return std::string(kInitNames[static_cast<int>(c.kmeans.init)]); },
        [](CodecConfig& c, const std::string& v) {
          c.kmeans.init = static_cast<KMeansInit>(parse_choice("init", v, kInitNames));

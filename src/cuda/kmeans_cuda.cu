@@ -1,11 +1,12 @@
 // k-means of the QVG encode on the GPU: the launchers of the update and
 // assignment kernels and the Encoder's k-means steps (start, assign,
-// update, convergence). Kernels: assign_tc.cuh, kmeans_kernels.cuh, kmeans_reseed.cuh,
-// kmeanspp.cuh. The CPU reference (src/cpu/kmeans.cpp) is the specification.
+// update, convergence). Kernels: assign_tc.cuh, d2_start.cuh, kmeans_kernels.cuh,
+// kmeans_reseed.cuh, kmeanspp.cuh. The CPU reference (src/cpu/kmeans.cpp) is the specification.
 #include <algorithm>
 #include <chrono>
 
 #include "cuda/assign_tc.cuh"
+#include "cuda/d2_start.cuh"
 #include "cuda/dispatch.h"
 #include "cuda/kmeans_kernels.cuh"
 #include "cuda/kmeans_reseed.cuh"
@@ -157,10 +158,12 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
                                                                                             H, cent_.get());
     QVG_CUDA_CHECK(cudaGetLastError());
   } else {
-    // k-means++: its start (the subsample, the first centre, their draws:
-    // kmeanspp_start, as the CPU reference) on the host, its C - 1
-    // sequential steps on the device (kmeanspp_kernel).
-    QVG_CHECK(N <= INT32_MAX && H <= 65535, "k-means++ on the GPU: ", N, " tokens (at most 2^31 - 1), ", H,
+    // k-means++ or d2_rounds: the start (the subsample, the first centre,
+    // their draws: kmeanspp_start or kmeans_d2_start, as the CPU reference)
+    // on the host, the draws of the centres on the device (kmeanspp_kernel:
+    // C - 1 sequential steps; d2_start_kernel: a few rounds).
+    const bool d2 = km.params.init == KMeansInit::d2_rounds;
+    QVG_CHECK(N <= INT32_MAX && H <= 65535, "k-means start on the GPU: ", N, " tokens (at most 2^31 - 1), ", H,
               " heads (at most 65535)");
     // The start depends on N, C and the seeds only (not on the data): drawn
     // and uploaded once per stage and shape, then reused (no host work or
@@ -168,14 +171,16 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
     if (pp_.size() <= static_cast<size_t>(stage)) pp_.resize(static_cast<size_t>(stage) + 1);
     PPStart& pp = pp_[static_cast<size_t>(stage)];
     const uint64_t seed0 = qvg_kmeans_seed(seeds, stage, 0);
-    if (pp.n != N || pp.c != C || pp.h != H || pp.seed0 != seed0) {
+    if (pp.n != N || pp.c != C || pp.h != H || pp.seed0 != seed0 || pp.init != km.params.init) {
       std::vector<uint64_t> pp_seeds(static_cast<size_t>(H));
       for (int h = 0; h < H; ++h) pp_seeds[h] = qvg_kmeans_seed(seeds, stage, h);
       // The heads' starts are independent (each one O(N)): on all cores where
       // they add up to at least 2^18 rows, on one below. The same bytes either way.
       std::vector<KMeansPPStart> starts(static_cast<size_t>(H));
       const int threads = static_cast<int64_t>(H) * N >= (int64_t{1} << 18) ? 0 : 1;
-      parallel_for(H, threads, [&](int64_t h) { starts[static_cast<size_t>(h)] = kmeanspp_start(N, C, pp_seeds[h]); });
+      parallel_for(H, threads, [&](int64_t h) {
+        starts[static_cast<size_t>(h)] = d2 ? kmeans_d2_start(N, C, pp_seeds[h]) : kmeanspp_start(N, C, pp_seeds[h]);
+      });
       // m and the draws are the same for every head: they depend on N and C only.
       pp.m = static_cast<int>(starts[0].rows.size());
       pp.draws = starts[0].draws;
@@ -193,12 +198,21 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
       pp.c = C;
       pp.h = H;
       pp.seed0 = seed0;
+      pp.init = km.params.init;
     }
     const int m = pp.m;
-    const dim3 grid(kPPBlocks, static_cast<unsigned>(H));
     with_head_dim(D, [&](auto dim) {
-      kmeanspp_kernel<T, decltype(dim)::value><<<grid, kPPThreads, kmeanspp_smem(m), stream>>>(
-          data, N, pp.rows.get(), m, C, pp.first.get(), pp.seeds.get(), pp.draws, cent_.get());
+      constexpr int kD = decltype(dim)::value;
+      if (d2) {
+        auto* kernel = d2_start_kernel<T, kD>;
+        const size_t smem = d2_smem<kD>(m);
+        QVG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        kernel<<<dim3(kD2Blocks, static_cast<unsigned>(H)), kD2Threads, smem, stream>>>(
+            data, N, pp.rows.get(), m, C, pp.first.get(), pp.seeds.get(), pp.draws, cent_.get());
+      } else {
+        kmeanspp_kernel<T, kD><<<dim3(kPPBlocks, static_cast<unsigned>(H)), kPPThreads, kmeanspp_smem(m), stream>>>(
+            data, N, pp.rows.get(), m, C, pp.first.get(), pp.seeds.get(), pp.draws, cent_.get());
+      }
     });
     QVG_CUDA_CHECK(cudaGetLastError());
   }

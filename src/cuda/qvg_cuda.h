@@ -201,7 +201,7 @@ class Encoder {
                     cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max, uint16_t* next);
   /// The starting centroids of stage `stage` into cent_ (float [H][C][D]):
   /// the warm start's BF16 centroids, random rows (the CPU's rows) or
-  /// k-means++ (the CPU reference's rule).
+  /// a sampled start, k-means++ or d2_rounds (the CPU reference's rules).
   template <typename T>
   void kmeans_start(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, cudaStream_t stream);
   /// One update of the active heads: the clusters' exact sums and counts,
@@ -235,12 +235,14 @@ class Encoder {
   DeviceBuffer<int> active_, reseeded_;
   DeviceBuffer<double> mse_;
   DeviceBuffer<int64_t> rows_;  // random start rows [H][C]
-  /// A k-means++ start of one stage (kmeanspp_start of every head) on the
-  /// device, for n tokens, c centroids, h heads and the stage's first seed.
+  /// A sampled start of one stage (kmeanspp_start or kmeans_d2_start of
+  /// every head) on the device, for n tokens, c centroids, h heads, the
+  /// stage's first seed and the rule.
   struct PPStart {
     int64_t n = -1;
     int c = 0, h = 0, m = 0;
     uint64_t seed0 = 0, draws = 0;
+    KMeansInit init = KMeansInit::kmeanspp;
     DeviceBuffer<int> rows;         // samples [H][m]
     DeviceBuffer<int64_t> first;    // first centre of each head
     DeviceBuffer<uint64_t> seeds;   // each head's seed
