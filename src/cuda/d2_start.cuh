@@ -25,9 +25,9 @@
 #pragma once
 
 #include <cooperative_groups.h>
-#include <cub/block/block_scan.cuh>
 
 #include <cstdint>
+#include <cub/block/block_scan.cuh>
 
 #include "cuda/qvg_kernels.cuh"
 #include "cuda/tensor_core.cuh"
@@ -36,41 +36,35 @@
 
 namespace qvg::cuda {
 
-constexpr int kD2Blocks =
-    8; // blocks of a head's cluster (the portable maximum)
-constexpr int kD2Threads = 256; // threads a block: 8 warps
-constexpr int kD2MaxRows = 512; // sample rows a block holds at most
-constexpr int kD2Tile = 32;     // centres a pass of the distance update
-constexpr int kD2Pad =
-    8; // BF16 padding a row: ldmatrix reads rows without bank conflicts
-constexpr int kD2MaxFresh = 256; // new centres a round, at most (C <= 256)
-constexpr int kD2PerThread =
-    kD2MaxRows / kD2Threads; // rows of the running sum a thread
-static_assert(kD2Blocks * kD2MaxRows >= kD2PointsPerCentroid * 256,
-              "the largest sample fits a cluster");
-static_assert(kD2MaxRows == 8 * 4 * 16,
-              "8 warps of 4 m16 tiles cover a block's rows");
+constexpr int kD2Blocks = 8;                           // blocks of a head's cluster (the portable maximum)
+constexpr int kD2Threads = 256;                        // threads a block: 8 warps
+constexpr int kD2MaxRows = 512;                        // sample rows a block holds at most
+constexpr int kD2Tile = 32;                            // centres a pass of the distance update
+constexpr int kD2Pad = 8;                              // BF16 padding a row: ldmatrix reads rows without bank conflicts
+constexpr int kD2MaxFresh = 256;                       // new centres a round, at most (C <= 256)
+constexpr int kD2PerThread = kD2MaxRows / kD2Threads;  // rows of the running sum a thread
+static_assert(kD2Blocks * kD2MaxRows >= kD2PointsPerCentroid * 256, "the largest sample fits a cluster");
+static_assert(kD2MaxRows == 8 * 4 * 16, "8 warps of 4 m16 tiles cover a block's rows");
 
 /// Sample rows a block owns, a multiple of 16 (the last block may own fewer
 /// real rows; the rest are zero).
-__host__ __device__ inline int d2_rows_per_block(int m) {
-  return ((m + kD2Blocks - 1) / kD2Blocks + 15) / 16 * 16;
-}
+__host__ __device__ inline int d2_rows_per_block(int m) { return ((m + kD2Blocks - 1) / kD2Blocks + 15) / 16 * 16; }
 
 /// Dynamic shared memory of d2_start_kernel.
-template <int D> inline size_t d2_smem(int m) {
+template <int D>
+inline size_t d2_smem(int m) {
   const size_t rows = static_cast<size_t>(d2_rows_per_block(m));
-  return (rows + kD2Tile) * (D + kD2Pad) * sizeof(uint16_t) +
-         (2 * rows + kD2Tile) * sizeof(float) + kD2MaxFresh * sizeof(int);
+  return (rows + kD2Tile) * (D + kD2Pad) * sizeof(uint16_t) + (2 * rows + kD2Tile) * sizeof(float) +
+         kD2MaxFresh * sizeof(int);
 }
 
 /// 8 consecutive values of T (16-byte aligned) -> 8 BF16 values, rounded to
 /// nearest even (exact for BF16 input).
-template <typename T> __device__ __forceinline__ uint4 load8_bf16(const T *p) {
+template <typename T>
+__device__ __forceinline__ uint4 load8_bf16(const T* p) {
   float v[8];
   load8_as_float(p, v);
-  return make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
-                    pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
+  return make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
 }
 
 /// BF16 bits -> float (exact).
@@ -80,7 +74,7 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) {
 
 /// |v|^2 of one BF16 row of D values.
 template <int D>
-__device__ __forceinline__ float d2_row_norm(const uint16_t *row) {
+__device__ __forceinline__ float d2_row_norm(const uint16_t* row) {
   float s = 0.0f;
   for (int k = 0; k < D; ++k) {
     const float v = bf16_bits_to_float(row[k]);
@@ -93,15 +87,13 @@ __device__ __forceinline__ float d2_row_norm(const uint16_t *row) {
 /// max(0, (|x_r|^2 - 2 x_r.c_j) + |c_j|^2)) for the warp's rows r < mine:
 /// 4 m16 tiles of rows a warp, the tile's 32 centres as 4 n8 tiles.
 template <int D>
-__device__ __forceinline__ void
-d2_tile_update(const uint16_t *xs, const uint16_t *ctile, const float *xnorm,
-               const float *cnorm, float *best, int rows, int mine, int kc) {
+__device__ __forceinline__ void d2_tile_update(const uint16_t* xs, const uint16_t* ctile, const float* xnorm,
+                                               const float* cnorm, float* best, int rows, int mine, int kc) {
   constexpr int kStride = D + kD2Pad;
   constexpr int kMT = 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row_base = warp * kMT * 16;
-  if (row_base >= mine)
-    return;
+  if (row_base >= mine) return;
   const int tiles = min(kMT, (rows - row_base) / 16);
   float acc[kMT][4][4];
 #pragma unroll
@@ -109,8 +101,7 @@ d2_tile_update(const uint16_t *xs, const uint16_t *ctile, const float *xnorm,
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[mt][nt][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
   const uint32_t xs_addr = smem_u32(xs), ct_addr = smem_u32(ctile);
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
@@ -120,28 +111,23 @@ d2_tile_update(const uint16_t *xs, const uint16_t *ctile, const float *xnorm,
     for (int p = 0; p < 2; ++p) {
       const int n = p * 16 + (lane >> 4) * 8 + (lane & 7);
       const int k = ks * 16 + ((lane >> 3) & 1) * 8;
-      ldmatrix_x4(ct_addr + static_cast<uint32_t>(n * kStride + k) * 2,
-                  bf[2 * p][0], bf[2 * p][1], bf[2 * p + 1][0],
+      ldmatrix_x4(ct_addr + static_cast<uint32_t>(n * kStride + k) * 2, bf[2 * p][0], bf[2 * p][1], bf[2 * p + 1][0],
                   bf[2 * p + 1][1]);
     }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
-      if (mt >= tiles)
-        break; // the same for the whole warp
+      if (mt >= tiles) break;  // the same for the whole warp
       uint32_t a[4];
       const int row = row_base + mt * 16 + (lane & 15);
       const int k = ks * 16 + (lane >> 4) * 8;
-      ldmatrix_x4(xs_addr + static_cast<uint32_t>(row * kStride + k) * 2, a[0],
-                  a[1], a[2], a[3]);
+      ldmatrix_x4(xs_addr + static_cast<uint32_t>(row * kStride + k) * 2, a[0], a[1], a[2], a[3]);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-        mma_bf16_16816(acc[mt][nt], a, bf[nt][0], bf[nt][1]);
+      for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(acc[mt][nt], a, bf[nt][0], bf[nt][1]);
     }
   }
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
-    if (mt >= tiles)
-      break;
+    if (mt >= tiles) break;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row_base + mt * 16 + (lane >> 2) + half * 8;
@@ -153,18 +139,12 @@ d2_tile_update(const uint16_t *xs, const uint16_t *ctile, const float *xnorm,
         for (int e = 0; e < 2; ++e) {
           const int j = nt * 8 + 2 * (lane & 3) + e;
           if (j < kc)
-            dmin = fminf(
-                dmin,
-                fmaxf(0.0f,
-                      __fadd_rn(
-                          __fsub_rn(xn,
-                                    __fmul_rn(2.0f, acc[mt][nt][2 * half + e])),
-                          cnorm[j])));
+            dmin = fminf(dmin,
+                         fmaxf(0.0f, __fadd_rn(__fsub_rn(xn, __fmul_rn(2.0f, acc[mt][nt][2 * half + e])), cnorm[j])));
         }
       dmin = fminf(dmin, __shfl_xor_sync(0xFFFFFFFFu, dmin, 1));
       dmin = fminf(dmin, __shfl_xor_sync(0xFFFFFFFFu, dmin, 2));
-      if ((lane & 3) == 0 && row < mine)
-        best[row] = fminf(best[row], dmin);
+      if ((lane & 3) == 0 && row < mine) best[row] = fminf(best[row], dmin);
     }
   }
 }
@@ -176,61 +156,51 @@ d2_tile_update(const uint16_t *xs, const uint16_t *ctile, const float *xnorm,
 /// draws: the start's draws (the same for every head); cent: [H][C][D].
 template <typename T, int D>
 __global__ void __cluster_dims__(kD2Blocks, 1, 1) __launch_bounds__(kD2Threads)
-    d2_start_kernel(const T *__restrict__ x, int64_t n_tokens,
-                    const int *__restrict__ rows, int m, int c_count,
-                    const int64_t *__restrict__ first,
-                    const uint64_t *__restrict__ seeds, uint64_t draws,
-                    float *__restrict__ cent) {
-  static_assert(D == 64 || D == 128,
-                "the d2_rounds start on the GPU: D = 64 or 128");
+    d2_start_kernel(const T* __restrict__ x, int64_t n_tokens, const int* __restrict__ rows, int m, int c_count,
+                    const int64_t* __restrict__ first, const uint64_t* __restrict__ seeds, uint64_t draws,
+                    float* __restrict__ cent) {
+  static_assert(D == 64 || D == 128, "the d2_rounds start on the GPU: D = 64 or 128");
   namespace cg = cooperative_groups;
   using SumScan = cub::BlockScan<double, kD2Threads>;
   using CountScan = cub::BlockScan<int, kD2Threads>;
   constexpr int kStride = D + kD2Pad;
-  constexpr int kQ = D / 8; // 16-byte words a BF16 row
+  constexpr int kQ = D / 8;  // 16-byte words a BF16 row
   cg::cluster_group cluster = cg::this_cluster();
   const int b = static_cast<int>(cluster.block_rank());
   const int h = blockIdx.y, tid = threadIdx.x;
   const int per_block = d2_rows_per_block(m);
-  const int r0 = min(b * per_block, m), r1 = min(r0 + per_block, m),
-            mine = r1 - r0;
+  const int r0 = min(b * per_block, m), r1 = min(r0 + per_block, m), mine = r1 - r0;
   extern __shared__ __align__(16) unsigned char d2_smem_raw[];
-  uint16_t *xs =
-      reinterpret_cast<uint16_t *>(d2_smem_raw); // [per_block][kStride]
-  uint16_t *ctile = xs + per_block * kStride;    // [kD2Tile][kStride]
-  float *best =
-      reinterpret_cast<float *>(ctile + kD2Tile * kStride); // [per_block]
-  float *xnorm = best + per_block;                          // [per_block]
-  float *cnorm = xnorm + per_block;                         // [kD2Tile]
-  int *fresh = reinterpret_cast<int *>(
-      cnorm + kD2Tile); // [kD2MaxFresh]: the last round's centres
-  __shared__ double part_sum[kD2Blocks]; // slice totals, written by every block
-                                         // of the cluster
-  __shared__ int part_count[kD2Blocks];  // picks of each slice
+  uint16_t* xs = reinterpret_cast<uint16_t*>(d2_smem_raw);            // [per_block][kStride]
+  uint16_t* ctile = xs + per_block * kStride;                         // [kD2Tile][kStride]
+  float* best = reinterpret_cast<float*>(ctile + kD2Tile * kStride);  // [per_block]
+  float* xnorm = best + per_block;                                    // [per_block]
+  float* cnorm = xnorm + per_block;                                   // [kD2Tile]
+  int* fresh = reinterpret_cast<int*>(cnorm + kD2Tile);               // [kD2MaxFresh]: the last round's centres
+  __shared__ double part_sum[kD2Blocks];                              // slice totals, written by every block
+                                                                      // of the cluster
+  __shared__ int part_count[kD2Blocks];                               // picks of each slice
   __shared__ typename SumScan::TempStorage sum_tmp;
   __shared__ typename CountScan::TempStorage count_tmp;
-  const T *xh = x + static_cast<int64_t>(h) * n_tokens * D;
-  const int *rh = rows + static_cast<int64_t>(h) * m;
-  float *ch = cent + static_cast<int64_t>(h) * c_count * D;
+  const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
+  const int* rh = rows + static_cast<int64_t>(h) * m;
+  float* ch = cent + static_cast<int64_t>(h) * c_count * D;
   const int f = static_cast<int>(first[h]);
 
   for (int i = tid; i < per_block * kQ; i += kD2Threads) {
     const int r = i / kQ, q = i % kQ;
     uint4 w = make_uint4(0, 0, 0, 0);
-    if (r < mine)
-      w = load8_bf16(xh + static_cast<int64_t>(rh[r0 + r]) * D + q * 8);
-    *reinterpret_cast<uint4 *>(xs + r * kStride + q * 8) = w;
+    if (r < mine) w = load8_bf16(xh + static_cast<int64_t>(rh[r0 + r]) * D + q * 8);
+    *reinterpret_cast<uint4*>(xs + r * kStride + q * 8) = w;
   }
   __syncthreads();
   for (int r = tid; r < mine; r += kD2Threads) {
     xnorm[r] = d2_row_norm<D>(xs + r * kStride);
     best[r] = INFINITY;
   }
-  if (f >= r0 && f < r1) // centroid 0: the first centre
-    for (int k = tid; k < D; k += kD2Threads)
-      ch[k] = bf16_bits_to_float(xs[(f - r0) * kStride + k]);
-  if (tid == 0)
-    fresh[0] = f;
+  if (f >= r0 && f < r1)  // centroid 0: the first centre
+    for (int k = tid; k < D; k += kD2Threads) ch[k] = bf16_bits_to_float(xs[(f - r0) * kStride + k]);
+  if (tid == 0) fresh[0] = f;
   // No block may write another's shared memory before that block has
   // started (compute-sanitizer racecheck): one cluster barrier first.
   cluster.sync();
@@ -245,77 +215,61 @@ __global__ void __cluster_dims__(kD2Blocks, 1, 1) __launch_bounds__(kD2Threads)
       for (int i = tid; i < kD2Tile * kQ; i += kD2Threads) {
         const int j = i / kQ, q = i % kQ;
         uint4 w = make_uint4(0, 0, 0, 0);
-        if (j < kc)
-          w = load8_bf16(xh + static_cast<int64_t>(rh[fresh[t0 + j]]) * D +
-                         q * 8);
-        *reinterpret_cast<uint4 *>(ctile + j * kStride + q * 8) = w;
+        if (j < kc) w = load8_bf16(xh + static_cast<int64_t>(rh[fresh[t0 + j]]) * D + q * 8);
+        *reinterpret_cast<uint4*>(ctile + j * kStride + q * 8) = w;
       }
       __syncthreads();
-      if (tid < kD2Tile)
-        cnorm[tid] = d2_row_norm<D>(ctile + tid * kStride);
+      if (tid < kD2Tile) cnorm[tid] = d2_row_norm<D>(ctile + tid * kStride);
       __syncthreads();
       d2_tile_update<D>(xs, ctile, xnorm, cnorm, best, per_block, mine, kc);
       __syncthreads();
     }
     for (int j = tid; j < nfresh; j += kD2Threads) {
       const int p = fresh[j];
-      if (p >= r0 && p < r1)
-        best[p - r0] = 0.0f;
+      if (p >= r0 && p < r1) best[p - r0] = 0.0f;
     }
     __syncthreads();
     // The slice total and this thread's offset in it (double, fixed order).
     const int per_thread = (mine + kD2Threads - 1) / kD2Threads;
     const int a0 = min(tid * per_thread, mine), a1 = min(a0 + per_thread, mine);
     double ts = 0.0;
-    for (int r = a0; r < a1; ++r)
-      ts += best[r];
+    for (int r = a0; r < a1; ++r) ts += best[r];
     double offset = 0.0, slice = 0.0;
     SumScan(sum_tmp).ExclusiveSum(ts, offset, slice);
     if (tid == 0)
-      for (int rank = 0; rank < kD2Blocks; ++rank)
-        cluster.map_shared_rank(part_sum, rank)[b] = slice;
+      for (int rank = 0; rank < kD2Blocks; ++rank) cluster.map_shared_rank(part_sum, rank)[b] = slice;
     cluster.sync();
     double total = 0.0, before = 0.0;
     for (int rank = 0; rank < kD2Blocks; ++rank) {
-      if (rank == b)
-        before = total;
+      if (rank == b) before = total;
       total += part_sum[rank];
     }
-    if (!(total > 0.0))
-      break; // every sample point is a centre (the same in every block)
+    if (!(total > 0.0)) break;  // every sample point is a centre (the same in every block)
     const int left = max(1, kD2Rounds - round);
     const int want = (c_count - picked + left - 1) / left;
     const double u = rng.uniform();
-    auto pos = [&](int j) {
-      return (u + static_cast<double>(j)) * total / static_cast<double>(want);
-    };
+    auto pos = [&](int j) { return (u + static_cast<double>(j)) * total / static_cast<double>(want); };
     // This thread's rows: the first point whose running sum exceeds pos_j.
     double acc = before + offset;
     int j = max(0, static_cast<int>(acc / total * want - u) - 1);
-    while (j > 0 && pos(j - 1) >= acc)
-      --j;
-    while (j < want && pos(j) < acc)
-      ++j;
+    while (j > 0 && pos(j - 1) >= acc) --j;
+    while (j < want && pos(j) < acc) ++j;
     int mine_picks[kD2PerThread];
     int np = 0;
     for (int r = a0; r < a1 && j < want; ++r) {
       acc += best[r];
       bool hit = false;
-      for (; j < want && pos(j) < acc; ++j)
-        hit = true;
-      if (hit)
-        mine_picks[np++] = r;
+      for (; j < want && pos(j) < acc; ++j) hit = true;
+      if (hit) mine_picks[np++] = r;
     }
     int first_slot = 0, block_count = 0;
     CountScan(count_tmp).ExclusiveSum(np, first_slot, block_count);
     if (tid == 0)
-      for (int rank = 0; rank < kD2Blocks; ++rank)
-        cluster.map_shared_rank(part_count, rank)[b] = block_count;
+      for (int rank = 0; rank < kD2Blocks; ++rank) cluster.map_shared_rank(part_count, rank)[b] = block_count;
     cluster.sync();
     int block_first = 0, fresh_count = 0;
     for (int rank = 0; rank < kD2Blocks; ++rank) {
-      if (rank == b)
-        block_first = fresh_count;
+      if (rank == b) block_first = fresh_count;
       fresh_count += part_count[rank];
     }
     // Where the blocked running sum leaves a position to two threads (a
@@ -323,19 +277,15 @@ __global__ void __cluster_dims__(kD2Blocks, 1, 1) __launch_bounds__(kD2Threads)
     // slots past C are dropped.
     fresh_count = min(fresh_count, c_count - picked);
     for (int k = 0; k < np; ++k) {
-      const int slot = block_first + first_slot +
-                       k; // among this round's centres, in sample order
-      if (slot >= fresh_count)
-        break;
+      const int slot = block_first + first_slot + k;  // among this round's centres, in sample order
+      if (slot >= fresh_count) break;
       const int r = mine_picks[k];
-      for (int rank = 0; rank < kD2Blocks; ++rank)
-        cluster.map_shared_rank(fresh, rank)[slot] = r0 + r;
-      float *out = ch + static_cast<int64_t>(picked + slot) * D;
-      for (int d = 0; d < D; ++d)
-        out[d] = bf16_bits_to_float(xs[r * kStride + d]);
+      for (int rank = 0; rank < kD2Blocks; ++rank) cluster.map_shared_rank(fresh, rank)[slot] = r0 + r;
+      float* out = ch + static_cast<int64_t>(picked + slot) * D;
+      for (int d = 0; d < D; ++d) out[d] = bf16_bits_to_float(xs[r * kStride + d]);
     }
-    cluster.sync(); // fresh is complete everywhere; part_* are read before the
-                    // next round writes them
+    cluster.sync();  // fresh is complete everywhere; part_* are read before the
+                     // next round writes them
     picked += fresh_count;
     nfresh = fresh_count;
   }
@@ -343,9 +293,8 @@ __global__ void __cluster_dims__(kD2Blocks, 1, 1) __launch_bounds__(kD2Threads)
   if (b == 0)
     for (int i = tid; i < (c_count - picked) * D; i += kD2Threads) {
       const int slot = picked + i / D, k = i % D;
-      ch[static_cast<int64_t>(slot) * D + k] = round_bf16_dev(
-          load_as_float(xh + static_cast<int64_t>(rh[f]) * D + k));
+      ch[static_cast<int64_t>(slot) * D + k] = round_bf16_dev(load_as_float(xh + static_cast<int64_t>(rh[f]) * D + k));
     }
 }
 
-} // namespace qvg::cuda
+}  // namespace qvg::cuda
