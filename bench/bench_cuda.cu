@@ -1,6 +1,7 @@
 // GPU benchmark of the CUDA QVG/RTN backend at real model shapes.
-//   bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts]
-// (--starts: only the k-means starts' table, bench_starts.)
+//   bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch]
+// (--starts, --batch: only the k-means starts' table, bench_starts; only
+// the batched span encodes, bench_batch.)
 // Prints, per shape and data: the device copy bandwidth (bytes read +
 // written), decode time and achieved bandwidth, encode time of QVG (S=1,
 // B=64, 2 k-means iterations; with BF16 and with FP8 centroids) and QVG-Pro
@@ -87,20 +88,61 @@ void bench_starts(Timer& timer, int reps) {
   }
 }
 
+/// 60 span encodes (30 layers' K or V... here 60 tensors of one shape) one
+/// by one (DeviceCodec::encode) against DeviceCodec::encode_batch, cold
+/// (the default start) and warm-started, at Self-Forcing's span of 2 chunks
+/// and of 8 chunks.
+void bench_batch(Timer& timer, int reps) {
+  constexpr int64_t kCount = 60;
+  std::printf("%-30s %-34s %-5s %11s %11s %8s\n", "batched span encodes (60)", "spec", "start", "one_by_one_ms",
+              "batch_ms", "speedup");
+  for (const int64_t tokens : {int64_t{9360}, int64_t{37440}}) {
+    const int64_t heads = 12, dim = 128, per = heads * tokens * dim;
+    const std::vector<uint16_t> xb = to_bf16(random_normal(static_cast<int>(heads), tokens, static_cast<int>(dim), 3));
+    DeviceBuffer<uint16_t> xd(static_cast<size_t>(kCount * per));
+    for (int64_t i = 0; i < kCount; ++i) QVG_CUDA_CHECK(cudaMemcpy(xd.get() + i * per, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+    for (const std::string spec : {"qvg:iters=3,centroid_format=fp8", "qvg"}) {
+      const DeviceCodec codec(parse_codec_spec(spec));
+      std::vector<DeviceEncodedTensor> warm =
+          codec.encode_batch(xd.get(), DeviceElement::bf16, kCount, heads, tokens, dim, TensorRole::key, nullptr);
+      std::vector<const DeviceEncodedTensor*> wp;
+      for (const auto& w : warm) wp.push_back(&w);
+      for (const bool use_warm : {false, true}) {
+        std::vector<DeviceEncodedTensor> out(static_cast<size_t>(kCount));
+        const double one_ms = timer.median_ms(reps, [&] {
+          for (int64_t i = 0; i < kCount; ++i)
+            out[static_cast<size_t>(i)] = codec.encode(xd.get() + i * per, DeviceElement::bf16, heads, tokens, dim,
+                                                       TensorRole::key, nullptr, use_warm ? wp[i] : nullptr);
+        });
+        const double batch_ms = timer.median_ms(reps, [&] {
+          out = codec.encode_batch(xd.get(), DeviceElement::bf16, kCount, heads, tokens, dim, TensorRole::key, nullptr,
+                                   use_warm ? wp.data() : nullptr);
+        });
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "60 x [12,%lld,128]", static_cast<long long>(tokens));
+        std::printf("%-30s %-34s %-5s %11.2f %11.2f %7.2fx\n", shape, spec.c_str(), use_warm ? "warm" : "cold", one_ms,
+                    batch_ms, one_ms / batch_ms);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
   int reps = 20;
-  bool quick = false, profile = false, starts = false;
+  bool quick = false, profile = false, starts = false, batch = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--starts")) starts = true;
+    else if (!std::strcmp(argv[i], "--batch")) batch = true;
     else {
-      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts]\n");
+      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch]\n");
       return 2;
     }
   }
@@ -131,8 +173,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     Timer timer;
-    if (starts) {  // the k-means starts alone
-      bench_starts(timer, reps);
+    if (starts || batch) {  // the k-means starts, the batched encodes
+      if (starts) bench_starts(timer, reps);
+      if (batch) bench_batch(timer, reps);
       return 0;
     }
     // Copy bandwidth: 2 GiB device-to-device, bytes read + written.

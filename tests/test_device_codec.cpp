@@ -196,6 +196,60 @@ TEST(DeviceCodec, WarmStartEqualsTheCpuReference) {
   EXPECT_THROW(DeviceCodec(bf).encode(xd.get(), DeviceElement::f32, 2, 640, 128, TensorRole::key, nullptr, &b), Error);
 }
 
+// encode_batch gives each tensor the bytes encode() gives it alone: every
+// start (each tensor's head h draws with head h's seed), several stages,
+// FP8 centroids, rtn and a host-encoded method; groups of one, two and all
+// tensors; then warm starts from the first batch, and a batch with warm
+// starts for only some tensors refused.
+TEST(DeviceCodec, EncodeBatchEqualsEncodingOneByOne) {
+  REQUIRE_GPU();
+  const int64_t count = 5, heads = 3, tokens = 700, dim = 64;
+  std::vector<float> all;
+  for (int64_t i = 0; i < count; ++i) {
+    const HeadTensor x = blobs(heads, tokens, dim, 2, 6, 40 + static_cast<unsigned>(i), 5);
+    all.insert(all.end(), x.data.begin(), x.data.end());
+  }
+  const size_t per = static_cast<size_t>(heads * tokens * dim);
+  auto xd = cuda_allocate(all.size() * 4);
+  ASSERT_EQ(cudaMemcpy(xd.get(), all.data(), all.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  auto tensor = [&](int64_t i) { return static_cast<const float*>(xd.get()) + i * static_cast<int64_t>(per); };
+  for (const std::string spec :
+       {"qvg:centroids=16,iters=3", "qvg:centroids=16,iters=3,init=random", "qvg:centroids=16,iters=3,init=kmeans++",
+        "qvg-pro:centroids=8,iters=3", "qvg:centroids=16,iters=2,centroid_format=fp8",
+        "qvg-pro:centroids=8,iters=2,centroid_format=fp8", "rtn", "kivi"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    const DeviceCodec codec(c);
+    std::vector<DeviceEncodedTensor> one;
+    for (int64_t i = 0; i < count; ++i)
+      one.push_back(codec.encode(tensor(i), DeviceElement::f32, heads, tokens, dim, TensorRole::key, nullptr));
+    for (const int64_t group : {int64_t{1}, int64_t{2}, count}) {
+      const std::vector<DeviceEncodedTensor> batch = codec.encode_batch(
+          xd.get(), DeviceElement::f32, count, heads, tokens, dim, TensorRole::key, nullptr, nullptr,
+          group * heads * tokens);
+      ASSERT_EQ(batch.size(), static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i)
+        expect_same_parts(one[i].to_host(), batch[i].to_host(),
+                          spec + " tensor " + std::to_string(i) + ", groups of " + std::to_string(group));
+    }
+    if (smoothing_stages(c) == 0) continue;
+    // Warm starts: each tensor from its own first encode.
+    std::vector<const DeviceEncodedTensor*> warm;
+    for (const DeviceEncodedTensor& e : one) warm.push_back(&e);
+    const std::vector<DeviceEncodedTensor> batch = codec.encode_batch(
+        xd.get(), DeviceElement::f32, count, heads, tokens, dim, TensorRole::key, nullptr, warm.data(), 2 * heads * tokens);
+    for (int64_t i = 0; i < count; ++i) {
+      const DeviceEncodedTensor want =
+          codec.encode(tensor(i), DeviceElement::f32, heads, tokens, dim, TensorRole::key, nullptr, &one[i]);
+      expect_same_parts(want.to_host(), batch[i].to_host(), spec + " warm tensor " + std::to_string(i));
+    }
+    warm[2] = nullptr;
+    EXPECT_THROW(codec.encode_batch(xd.get(), DeviceElement::f32, count, heads, tokens, dim, TensorRole::key, nullptr,
+                                    warm.data()),
+                 Error)
+        << spec << ": warm starts for some tensors only";
+  }
+}
+
 // decode_rows writes exactly its rows of a larger destination.
 TEST(DeviceCodec, DecodeRowsWritesOnlyItsRows) {
   REQUIRE_GPU();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "qvg/codec.h"
 #include "qvg/cuda.h"
@@ -109,6 +110,23 @@ class DeviceCodec {
   /// codec (calls from several threads are serialized).
   DeviceEncodedTensor encode(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim,
                              TensorRole role, void* stream, const DeviceEncodedTensor* warm_start = nullptr) const;
+
+  /// Encode `count` tensors of one shape: x holds them one after another
+  /// ([count][heads, tokens, dim] of `type`, contiguous, 16-byte aligned).
+  /// The same bytes as encode() of each one (tensor i's head h draws its
+  /// k-means start with head h's seed), for qvg and rtn with one launch
+  /// sequence per k-means step over the tensors of a group (groups of
+  /// whole tensors, at most group_rows rows of heads x tokens together, at
+  /// least one tensor: the scratch memory grows with the group); other
+  /// methods encode one by one. warm_starts: null, or `count` pointers, each
+  /// null, empty or a warm start as encode() takes it; with smoothing
+  /// stages either every tensor has one or none (qvg::Error otherwise).
+  /// Each result owns its parts (copied out of the group's).
+  std::vector<DeviceEncodedTensor> encode_batch(const void* x, DeviceElement type, int64_t count, int64_t heads,
+                                                int64_t tokens, int64_t dim, TensorRole role, void* stream,
+                                                const DeviceEncodedTensor* const* warm_starts = nullptr,
+                                                int64_t group_rows = kBatchRows) const;
+  static constexpr int64_t kBatchRows = int64_t{1} << 21;
 
   /// Decode e into out ([heads, tokens, dim] of `type` on e's device,
   /// 16-byte aligned): the float decode (bit-identical to the CPU decode's),

@@ -182,7 +182,55 @@ struct DeviceCodec::Impl {
   std::unique_ptr<Codec> reference;  // the CPU reference's encode (kivi, quarot, bf16)
   std::mutex mutex;                  // one encode at a time: the Encoder's scratch
   cuda::Encoder encoder;
+  cuda::DeviceParts batch;            // encode_batch: a group's parts
+  cuda::DeviceBuffer<uint16_t> warm;  // encode_batch: a group's warm-start centroids part
 };
+
+namespace {
+
+/// Checks that warm start w fits an encode of shape sh (heads, dim) with config c.
+void check_warm(const DeviceEncodedTensor::Impl& w, const CodecConfig& c, const cuda::QvgShape& sh, int64_t heads,
+                int64_t dim) {
+  QVG_CHECK(w.config.method == Method::qvg && smoothing_stages(w.config) == sh.stages &&
+                w.shape.centroids == sh.centroids && w.heads == heads && w.dim == dim &&
+                w.config.centroid_format == c.centroid_format && w.device == cuda_current_device(),
+            c.name,
+            ": the warm-start tensor does not match (method, stages, centroids, centroid format, heads, dim or "
+            "device)");
+}
+
+/// Heads [src_head, src_head + heads) of every stage of src (stage pitch
+/// src_heads heads of per_head bytes) -> heads from dst_head of dst (stage
+/// pitch dst_heads heads). Stream-ordered.
+void copy_stage_heads(void* dst, int64_t dst_heads, int64_t dst_head, const void* src, int64_t src_heads,
+                      int64_t src_head, int64_t heads, int64_t per_head, int64_t stages, cudaStream_t s) {
+  if (stages == 0 || per_head == 0) return;
+  QVG_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(dst) + dst_head * per_head,
+                                   static_cast<size_t>(dst_heads * per_head),
+                                   static_cast<const uint8_t*>(src) + src_head * per_head,
+                                   static_cast<size_t>(src_heads * per_head), static_cast<size_t>(heads * per_head),
+                                   static_cast<size_t>(stages), cudaMemcpyDeviceToDevice, s));
+}
+
+/// The centroids part of one tensor (shape one) <-> heads [first, first +
+/// one.heads) of a group's (shape group): BF16 values [S][H][C][D], or FP8
+/// codes [S][H][C][D] then FP32 scales [S][H]. to_group: which way.
+void copy_centroid_heads(void* group_part, const cuda::QvgShape& group, void* one_part, const cuda::QvgShape& one,
+                         int64_t first, bool to_group, cudaStream_t s) {
+  const int64_t per_head = static_cast<int64_t>(one.centroids) * one.dim * (one.fp8_centroids ? 1 : 2);
+  auto copy = [&](int64_t group_off, int64_t one_off, int64_t bytes) {
+    uint8_t* g = static_cast<uint8_t*>(group_part) + group_off;
+    uint8_t* o = static_cast<uint8_t*>(one_part) + one_off;
+    if (to_group)
+      copy_stage_heads(g, group.heads, first, o, one.heads, 0, one.heads, bytes, one.stages, s);
+    else
+      copy_stage_heads(o, one.heads, 0, g, group.heads, first, one.heads, bytes, one.stages, s);
+  };
+  copy(0, 0, per_head);
+  if (one.fp8_centroids) copy(cuda::centroid_values(group), cuda::centroid_values(one), 4);
+}
+
+}  // namespace
 
 DeviceCodec::DeviceCodec(const CodecConfig& config) : impl_(std::make_unique<Impl>()) {
   check_device();
@@ -218,12 +266,7 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
   km.device_convergence = true;
   if (warm_start && !warm_start->empty() && sh.stages > 0) {
     const DeviceEncodedTensor::Impl& w = warm_start->impl();
-    QVG_CHECK(w.config.method == Method::qvg && smoothing_stages(w.config) == sh.stages &&
-                  w.shape.centroids == sh.centroids && w.heads == heads && w.dim == dim &&
-                  w.config.centroid_format == c.centroid_format && w.device == cuda_current_device(),
-              c.name,
-              ": the warm-start tensor does not match (method, stages, centroids, centroid format, heads, dim or "
-              "device)");
+    check_warm(w, c, sh, heads, dim);
     km.warm_from_part(sh, w.parts.centroids.get());
   }
   auto I = std::make_shared<DeviceEncodedTensor::Impl>(c, role, heads, tokens, dim, s);
@@ -233,6 +276,80 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
     impl_->encoder.encode(x, type, sh, km, I->parts, s);
   }
   return DeviceEncodedTensor(std::move(I));
+}
+
+std::vector<DeviceEncodedTensor> DeviceCodec::encode_batch(const void* x, DeviceElement type, int64_t count,
+                                                          int64_t heads, int64_t tokens, int64_t dim, TensorRole role,
+                                                          void* stream,
+                                                          const DeviceEncodedTensor* const* warm_starts,
+                                                          int64_t group_rows) const {
+  const CodecConfig c = impl_->config.auto_centroids ? span_config(impl_->config, tokens) : impl_->config;
+  QVG_CHECK(count >= 1, c.name, ": encode_batch of ", count, " tensors");
+  QVG_CHECK(heads > 0 && tokens > 0 && dim > 0, c.name, ": empty tensor [", heads, ", ", tokens, ", ", dim, "]");
+  const int64_t stride = heads * tokens * dim * static_cast<int64_t>(element_bytes(type));  // bytes a tensor
+  auto input = [&](int64_t i) { return static_cast<const uint8_t*>(x) + i * stride; };
+  auto warm_of = [&](int64_t i) -> const DeviceEncodedTensor* {
+    return warm_starts && warm_starts[i] && !warm_starts[i]->empty() ? warm_starts[i] : nullptr;
+  };
+  std::vector<DeviceEncodedTensor> out;
+  out.reserve(static_cast<size_t>(count));
+  if (impl_->reference) {  // encoded on the host: one by one
+    for (int64_t i = 0; i < count; ++i)
+      out.push_back(encode(input(i), type, heads, tokens, dim, role, stream, warm_of(i)));
+    return out;
+  }
+  QVG_CHECK(x != nullptr && reinterpret_cast<uintptr_t>(x) % 16 == 0 && stride % 16 == 0, c.name,
+            ": encode_batch needs a non-null, 16-byte aligned input with tensors of a multiple of 16 bytes");
+  const cudaStream_t s = as_stream(stream);
+  const cuda::QvgShape one = cuda::make_shape(c, heads, tokens, dim);
+  int64_t warm_count = 0;
+  for (int64_t i = 0; i < count; ++i)
+    if (warm_of(i)) {
+      check_warm(warm_of(i)->impl(), c, one, heads, dim);
+      ++warm_count;
+    }
+  const bool warm = one.stages > 0 && warm_count > 0;
+  QVG_CHECK(one.stages == 0 || warm_count == 0 || warm_count == count, c.name,
+            ": encode_batch needs a warm start for every tensor or for none (", warm_count, " of ", count, " have one)");
+  const int64_t per_group = std::max<int64_t>(1, std::min<int64_t>(group_rows / (heads * tokens), 65535 / heads));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  for (int64_t g0 = 0; g0 < count; g0 += per_group) {
+    const int64_t n = std::min(per_group, count - g0);
+    const cuda::QvgShape sh = cuda::make_shape(c, heads * n, tokens, dim);
+    cuda::GpuKMeansOptions km;  // the CPU's stopping rule, applied on the device; each tensor's seeds
+    km.params = c.kmeans;
+    km.device_convergence = true;
+    km.seed_period = static_cast<int>(heads);
+    if (warm) {
+      impl_->warm.resize(static_cast<size_t>(cuda::centroid_part_bytes(sh) / 2));
+      for (int64_t i = 0; i < n; ++i)
+        copy_centroid_heads(impl_->warm.get(), sh, warm_of(g0 + i)->impl().parts.centroids.get(), one, i * heads,
+                            true, s);
+      km.warm_from_part(sh, impl_->warm.get());
+    }
+    impl_->batch.use_pool(s);  // stream-ordered: groups of another size cost no device synchronization
+    impl_->encoder.encode(input(g0), type, sh, km, impl_->batch, s);
+    const cuda::DeviceParts& b = impl_->batch;
+    for (int64_t i = 0; i < n; ++i) {
+      auto I = std::make_shared<DeviceEncodedTensor::Impl>(c, role, heads, tokens, dim, s);
+      I->shape = one;
+      I->parts.allocate(one);
+      cuda::DeviceParts& p = I->parts;
+      // codes, scales, span scales: [H]-major, one block of heads; ids [S][H][N].
+      for (const auto& [dst, src, bytes] :
+           {std::tuple<void*, const void*, size_t>{p.codes.get(), b.codes.get(), p.codes.bytes()},
+            {p.scales.get(), b.scales.get(), p.scales.bytes()},
+            {p.span_scales.get(), b.span_scales.get(), p.span_scales.bytes()}})
+        if (bytes > 0)
+          QVG_CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<const uint8_t*>(src) + i * bytes, bytes,
+                                         cudaMemcpyDeviceToDevice, s));
+      copy_stage_heads(p.ids.get(), heads, 0, b.ids.get(), sh.heads, i * heads, heads, tokens, one.stages, s);
+      if (one.stages > 0) copy_centroid_heads(const_cast<uint16_t*>(b.centroids.get()), sh, p.centroids.get(), one,
+                                              i * heads, false, s);
+      out.push_back(DeviceEncodedTensor(std::move(I)));
+    }
+  }
+  return out;
 }
 
 namespace {

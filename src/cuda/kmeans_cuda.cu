@@ -127,10 +127,10 @@ void centroid_sums(const void* x, DeviceElement dtype, int heads, int64_t n, int
   });
 }
 
-void random_rows(int64_t n, int c, int heads, uint64_t seed_base, int64_t* rows, cudaStream_t s) {
+void random_rows(int64_t n, int c, int heads, uint64_t seed_base, int64_t* rows, cudaStream_t s, int period) {
   QVG_CHECK(c >= 1 && c <= 256 && c <= n, "k-means: cannot draw ", c, " distinct rows from ", n, " (at most 256)");
-  QVG_CHECK(heads >= 1, "k-means random start: ", heads, " heads");
-  random_rows_kernel<<<static_cast<unsigned>(heads), 256, 0, s>>>(n, c, seed_base, rows);
+  QVG_CHECK(heads >= 1 && period >= 0, "k-means random start: ", heads, " heads, seed period ", period);
+  random_rows_kernel<<<static_cast<unsigned>(heads), 256, 0, s>>>(n, c, seed_base, period > 0 ? period : heads, rows);
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -148,12 +148,13 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
                      cent_.get(), stream);
   } else if (km.params.init == KMeansInit::random) {
     // kmeans_random_rows of every head, drawn on the device (seeds
-    // qvg_kmeans_seed(stage, h) = base + h).
+    // qvg_kmeans_seed(stage, h % period) = base + h % period).
+    const int period = km.seed_period > 0 ? km.seed_period : H;
     const uint64_t seed_base = qvg_kmeans_seed(seeds, stage, 0);
-    QVG_CHECK(qvg_kmeans_seed(seeds, stage, H - 1) == seed_base + static_cast<uint64_t>(H - 1),
+    QVG_CHECK(qvg_kmeans_seed(seeds, stage, period - 1) == seed_base + static_cast<uint64_t>(period - 1),
               "k-means seeds are not consecutive across heads");
     rows_.resize(static_cast<size_t>(H) * C);
-    random_rows(N, C, H, seed_base, rows_.get(), stream);
+    random_rows(N, C, H, seed_base, rows_.get(), stream, period);
     gather_rows_kernel<<<blocks_for(static_cast<int64_t>(H) * C * D), kThreads, 0, stream>>>(data, N, D, C, rows_.get(),
                                                                                             H, cent_.get());
     QVG_CUDA_CHECK(cudaGetLastError());
@@ -171,16 +172,20 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
     if (pp_.size() <= static_cast<size_t>(stage)) pp_.resize(static_cast<size_t>(stage) + 1);
     PPStart& pp = pp_[static_cast<size_t>(stage)];
     const uint64_t seed0 = qvg_kmeans_seed(seeds, stage, 0);
-    if (pp.n != N || pp.c != C || pp.h != H || pp.seed0 != seed0 || pp.init != km.params.init) {
+    const int period = km.seed_period > 0 ? km.seed_period : H;
+    QVG_CHECK(H % period == 0, "k-means start: ", H, " heads are not whole tensors of ", period);
+    if (pp.n != N || pp.c != C || pp.h != H || pp.seed0 != seed0 || pp.init != km.params.init || pp.period != period) {
       std::vector<uint64_t> pp_seeds(static_cast<size_t>(H));
-      for (int h = 0; h < H; ++h) pp_seeds[h] = qvg_kmeans_seed(seeds, stage, h);
-      // The heads' starts are independent (each one O(N)): on all cores where
-      // they add up to at least 2^18 rows, on one below. The same bytes either way.
+      for (int h = 0; h < H; ++h) pp_seeds[h] = qvg_kmeans_seed(seeds, stage, h % period);
+      // The tensors' heads' starts are independent (each one O(N)) and the
+      // same for every tensor: on all cores where they add up to at least
+      // 2^18 rows, on one below. The same bytes either way.
       std::vector<KMeansPPStart> starts(static_cast<size_t>(H));
-      const int threads = static_cast<int64_t>(H) * N >= (int64_t{1} << 18) ? 0 : 1;
-      parallel_for(H, threads, [&](int64_t h) {
+      const int threads = static_cast<int64_t>(period) * N >= (int64_t{1} << 18) ? 0 : 1;
+      parallel_for(period, threads, [&](int64_t h) {
         starts[static_cast<size_t>(h)] = d2 ? kmeans_d2_start(N, C, pp_seeds[h]) : kmeanspp_start(N, C, pp_seeds[h]);
       });
+      for (int h = period; h < H; ++h) starts[static_cast<size_t>(h)] = starts[static_cast<size_t>(h % period)];
       // m and the draws are the same for every head: they depend on N and C only.
       pp.m = static_cast<int>(starts[0].rows.size());
       pp.draws = starts[0].draws;
@@ -199,6 +204,7 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
       pp.h = H;
       pp.seed0 = seed0;
       pp.init = km.params.init;
+      pp.period = period;
     }
     const int m = pp.m;
     with_head_dim(D, [&](auto dim) {

@@ -622,12 +622,12 @@ static __global__ void convergence_kernel(const double* __restrict__ mse, double
 /// < k had j[k'] == k (the last one: prev[k]), and then what position k'
 /// held before step k', and so on down the chain k, prev[k], ... to its
 /// end (prev[k] < k, so the chain ends).
-static __global__ void random_rows_kernel(int64_t n, int c, uint64_t seed_base, int64_t* __restrict__ rows) {
+static __global__ void random_rows_kernel(int64_t n, int c, uint64_t seed_base, int period, int64_t* __restrict__ rows) {
   __shared__ int64_t js[256];
   __shared__ int prev[256];  // last step k < i with j[k] == i, or -1
   const int i = threadIdx.x, h = blockIdx.x;
   if (i < c) {
-    SplitMix64 rng(seed_base + static_cast<uint64_t>(h));
+    SplitMix64 rng(seed_base + static_cast<uint64_t>(h % period));
     rng.discard(static_cast<uint64_t>(i));
     js[i] = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
   }

@@ -63,6 +63,11 @@ DeviceEncodedTensor DeviceCodec::encode(const void*, DeviceElement, int64_t, int
                                         const DeviceEncodedTensor*) const {
   no_cuda();
 }
+std::vector<DeviceEncodedTensor> DeviceCodec::encode_batch(const void*, DeviceElement, int64_t, int64_t, int64_t,
+                                                          int64_t, TensorRole, void*, const DeviceEncodedTensor* const*,
+                                                          int64_t) const {
+  no_cuda();
+}
 void DeviceCodec::decode(const DeviceEncodedTensor&, void*, DeviceElement, void*) const { no_cuda(); }
 void DeviceCodec::decode_rows(const DeviceEncodedTensor&, void*, DeviceElement, int64_t, int64_t, void*, int64_t,
                               int64_t) const {

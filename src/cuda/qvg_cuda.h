@@ -102,6 +102,12 @@ struct GpuKMeansOptions {
       warm_bf16 = static_cast<const uint16_t*>(part);
   }
 
+  /// Several tensors encoded as one (DeviceCodec::encode_batch): the heads
+  /// of one tensor. Head h draws its start with the seed of head h %
+  /// seed_period (qvg_kmeans_seed), as if each tensor were encoded alone;
+  /// 0: the heads are one tensor.
+  int seed_period = 0;
+
   /// Exactly params.max_iter iterations for every head, no host
   /// synchronisation (the benchmarks' setting).
   static GpuKMeansOptions fixed_iterations(const KMeansParams& params) {
@@ -135,10 +141,11 @@ void centroid_sums(const void* x, DeviceElement dtype, int heads, int64_t n, int
                    const unsigned* head_max, const int* active, unsigned long long* sums, int* counts,
                    cudaStream_t stream, SumKernel kernel = SumKernel::automatic, int64_t chunk_rows = 0);
 
-/// rows[h][i] = kmeans_random_rows(n, c, seed_base + h)[i] for h < heads (the
-/// random start of the encoder's k-means; exposed mainly for tests). rows:
-/// [H][C] on the device; 1 <= C <= min(n, 256). Stream-ordered.
-void random_rows(int64_t n, int c, int heads, uint64_t seed_base, int64_t* rows, cudaStream_t stream);
+/// rows[h][i] = kmeans_random_rows(n, c, seed_base + h % period)[i] for h <
+/// heads (the random start of the encoder's k-means; exposed mainly for
+/// tests; period 0: heads). rows: [H][C] on the device; 1 <= C <= min(n,
+/// 256). Stream-ordered.
+void random_rows(int64_t n, int c, int heads, uint64_t seed_base, int64_t* rows, cudaStream_t stream, int period = 0);
 
 /// FP8 E4M3 on the device (exposed for tests): out[i] = fp8_e4m3_from_float(x[i])
 /// as device code computes it (the hardware conversion). x, out: n values on
@@ -243,6 +250,7 @@ class Encoder {
     int c = 0, h = 0, m = 0;
     uint64_t seed0 = 0, draws = 0;
     KMeansInit init = KMeansInit::kmeanspp;
+    int period = 0;
     DeviceBuffer<int> rows;         // samples [H][m]
     DeviceBuffer<int64_t> first;    // first centre of each head
     DeviceBuffer<uint64_t> seeds;   // each head's seed
