@@ -45,22 +45,26 @@ void bind_device_cache(py::module_& m) {
   cls.def(py::init([](int layers, int heads, int dim, const std::string& key, const std::string& value,
                        int64_t chunk_tokens, int quant_factor, int keep_recent, int sink, int64_t window_chunks,
                        int64_t window_tokens, const std::string& rope, double rope_theta,
-                       const std::string& rope_pairing, bool warm_start, bool overlap_encode, int64_t first_head) {
+                       const std::string& rope_pairing, bool warm_start, bool overlap_encode, int64_t first_head,
+                       bool batch_encodes) {
              return std::make_unique<PyDeviceCache>(
                  make_cache_config(layers, heads, dim, key, value, chunk_tokens, quant_factor, keep_recent, sink,
                                    window_chunks, window_tokens, rope, rope_theta, rope_pairing, "bf16", warm_start,
                                    first_head),
-                 qvg::DeviceCacheOptions{.overlap_encode = overlap_encode});
+                 qvg::DeviceCacheOptions{.overlap_encode = overlap_encode, .batch_encodes = batch_encodes});
            }),
            py::arg("layers"), py::arg("heads"), py::arg("dim"), py::kw_only(), py::arg("key") = "qvg",
            py::arg("value") = "qvg", py::arg("chunk_tokens") = 0, py::arg("quant_factor") = 8,
            py::arg("keep_recent") = 0, py::arg("sink") = 0, py::arg("window_chunks") = 0, py::arg("window_tokens") = 0,
            py::arg("rope") = "none", py::arg("rope_theta") = 10000.0, py::arg("rope_pairing") = "interleaved",
            py::arg("warm_start") = true, py::arg("overlap_encode") = false, py::arg("first_head") = 0,
+           py::arg("batch_encodes") = false,
            "The policy and codecs of qvg.StreamingKVCache (same arguments, first_head included); full-precision "
            "chunks held in BF16. "
            "overlap_encode: encode spans on a stream of the cache's own while the caller goes on; a span's "
-           "chunks are read in BF16 until the layer's next append (qvg/device_cache.h).")
+           "chunks are read in BF16 until the layer's next append (qvg/device_cache.h). batch_encodes: spans are "
+           "encoded together, every layer's at once, by flush() or the first append of a later chunk; until then "
+           "their chunks are read in BF16.")
       .def(
           "append",
           [](PyDeviceCache& c, int layer, const py::object& k, const py::object& v, const std::string& layout,
@@ -116,6 +120,19 @@ void bind_device_cache(py::module_& m) {
           "Writes the layer's live K and V into rows 0 .. n-1 of k_out and v_out (contiguous CUDA tensors [heads, "
           "rows, dim] or [1, heads, rows, dim], rows >= n, both bfloat16 or both float32) on `stream`, keys rotated "
           "with RoPE on read; returns n. No synchronization.")
+      .def(
+          "flush",
+          [](PyDeviceCache& c, const py::object& stream) {
+            void* s = stream_of(stream);
+            c.run_mut([&](qvg::DeviceKVCache& cc) { cc.flush(s); });
+          },
+          py::kw_only(), py::arg("stream") = py::none(),
+          "batch_encodes: encodes every pending span now (each wave's K of all layers in one batch, its V in "
+          "another) on `stream`; a no-op without pending spans.")
+      .def_property_readonly("pending_spans",
+                             [](const PyDeviceCache& c) {
+                               return c.run([](const qvg::DeviceKVCache& cc) { return cc.pending_spans(); });
+                             })
       .def_property_readonly("scratch_bytes",
                              [](const PyDeviceCache& c) {
                                return c.run([](const qvg::DeviceKVCache& cc) { return cc.scratch_bytes(); });

@@ -292,6 +292,79 @@ TEST(DeviceKVCache, OverlappedEncodesReadChunksUntilTheNextAppend) {
   cudaStreamDestroy(s);
 }
 
+// batch_encodes: the spans an append forms wait for flush() (explicit after
+// odd chunks, automatic at the next chunk's first append after even ones)
+// and are then the bytes of encoding them at once: every layer's read equals
+// the plain cache's bit for bit, the reports say the same bytes and warm
+// starts, and while spans wait their chunks are held (and counted) in BF16.
+TEST(DeviceKVCache, BatchedEncodesEqualEncodingAtOnce) {
+  REQUIRE_GPU();
+  CacheConfig c = small_config("qvg:centroids=8,iters=3", "qvg-pro:centroids=4,iters=2", RopeMode::wan_3d);
+  c.layers = 3;
+  EXPECT_THROW(DeviceKVCache(c, DeviceCacheOptions{.overlap_encode = true, .batch_encodes = true}), Error);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  {
+    DeviceKVCache batched(c, DeviceCacheOptions{.batch_encodes = true}), plain(c);
+    auto read_layer = [&](const DeviceKVCache& cache, int layer) {
+      const int64_t n = cache.live_tokens(layer);
+      const size_t cells = static_cast<size_t>(c.heads * n * c.dim);
+      auto ko = cuda_allocate(cells * 4), vo = cuda_allocate(cells * 4);
+      EXPECT_EQ(cache.read(layer, ko.get(), vo.get(), DeviceElement::f32, n, s), n);
+      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      std::vector<float> kv = download<float>(ko.get(), cells), vv = download<float>(vo.get(), cells);
+      kv.insert(kv.end(), vv.begin(), vv.end());
+      return kv;
+    };
+    int64_t waited = 0;
+    for (int i = 0; i < 10; ++i) {
+      int64_t formed = 0;
+      for (int layer = 0; layer < c.layers; ++layer) {
+        const std::string what = "chunk " + std::to_string(i) + " layer " + std::to_string(layer);
+        const HeadTensor k = blobs(c.heads, kChunk, c.dim, 2, 8, static_cast<unsigned>(10 + i + 100 * layer), 77);
+        const HeadTensor v = blobs(c.heads, kChunk, c.dim, 2, 4, static_cast<unsigned>(50 + i + 100 * layer), 78);
+        const auto kd = upload(k.data.data(), k.data.size() * 4), vd = upload(v.data.data(), v.data.size() * 4);
+        const DeviceChunkView kv = DeviceChunkView::head_major(kd.get(), DeviceElement::f32, c.heads, kChunk, c.dim);
+        const DeviceChunkView vv = DeviceChunkView::head_major(vd.get(), DeviceElement::f32, c.heads, kChunk, c.dim);
+        const ChunkPositions grid = ChunkPositions::wan_grid(i * kFramesPerChunk, kGridH, kGridW);
+        const AppendReport got = batched.append(layer, kv, vv, grid, s);
+        const AppendReport want = plain.append(layer, kv, vv, grid, s);
+        if (layer == 0)  // the chunk's first append flushed the spans waiting; its own may wait
+          EXPECT_EQ(batched.pending_spans(), static_cast<int64_t>(got.spans.size())) << what;
+        ASSERT_EQ(got.spans.size(), want.spans.size()) << what;
+        EXPECT_EQ(got.evicted, want.evicted) << what;
+        for (size_t j = 0; j < got.spans.size(); ++j) {
+          EXPECT_EQ(got.spans[j].k_bytes.total(), want.spans[j].k_bytes.total()) << what;
+          EXPECT_EQ(got.spans[j].v_bytes.total(), want.spans[j].v_bytes.total()) << what;
+          EXPECT_EQ(got.spans[j].k_warm_started, want.spans[j].k_warm_started) << what;
+          EXPECT_EQ(got.spans[j].v_warm_started, want.spans[j].v_warm_started) << what;
+        }
+        formed += static_cast<int64_t>(got.spans.size());
+      }
+      EXPECT_EQ(batched.pending_spans(), formed) << "chunk " << i;
+      if (formed > 0) {
+        ++waited;
+        const LayerMemory mb = batched.layer_memory(0), mp = plain.layer_memory(0);
+        EXPECT_GT(mb.k.tail, mp.k.tail) << "chunk " << i << ": the waiting spans' chunks are held in BF16";
+        EXPECT_EQ(mb.tokens_held, mp.tokens_held) << "chunk " << i;
+      }
+      if (i % 2 == 1 || i == 9) batched.flush(s);
+      if (batched.pending_spans() > 0) continue;  // flushed by the next chunk's first append
+      for (int layer = 0; layer < c.layers; ++layer) {
+        EXPECT_TRUE(read_layer(batched, layer) == read_layer(plain, layer)) << "chunk " << i << " layer " << layer;
+        const LayerMemory mb = batched.layer_memory(layer), mp = plain.layer_memory(layer);
+        EXPECT_EQ(mb.k.tail, mp.k.tail);
+        EXPECT_EQ(mb.k.spans.total(), mp.k.spans.total());
+        EXPECT_EQ(mb.v.spans.total(), mp.v.spans.total());
+        EXPECT_EQ(batched.spans_encoded(layer), plain.spans_encoded(layer));
+      }
+    }
+    EXPECT_GE(waited, 3);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  cudaStreamDestroy(s);
+}
+
 TEST(DeviceKVCache, BadArgumentsLeaveTheCacheUnchanged) {
   REQUIRE_GPU();
   const CacheConfig c = small_config("qvg:centroids=8,iters=2", "qvg:centroids=8,iters=2", RopeMode::wan_3d);

@@ -97,6 +97,14 @@ struct DeviceCacheOptions {
   /// Encode spans on the cache's own stream, read their chunks in BF16 until
   /// the layer's next append (see the file comment).
   bool overlap_encode = false;
+  /// Batched span encodes: a span an append forms is encoded later, together
+  /// with the spans other layers formed (DeviceCodec::encode_batch, the K of
+  /// every layer in one batch, the V in another), by flush() or
+  /// automatically by the first append of a later chunk than the pending
+  /// spans' newest. Until then read() reads the span's chunks from their BF16
+  /// buffers, and memory counts them as BF16. The spans' bytes equal those of
+  /// encoding them at once. Not with overlap_encode.
+  bool batch_encodes = false;
 };
 
 class DeviceKVCache {
@@ -128,6 +136,14 @@ class DeviceKVCache {
   /// nothing is allocated once the scratch has grown to the layer's size.
   /// Throws qvg::Error for an empty layer or a bad destination.
   int64_t read(int layer, void* k_out, void* v_out, DeviceElement type, int64_t row_stride, void* stream) const;
+
+  /// batch_encodes: encodes every pending span now (in waves: the first
+  /// pending span of every layer, then the second, ...; each wave's K of
+  /// all layers in one encode_batch and its V in another). Stream-ordered;
+  /// a no-op without pending spans.
+  void flush(void* stream);
+  /// Spans formed but not yet encoded (batch_encodes), over all layers.
+  int64_t pending_spans() const;
 
   int64_t chunks_appended(int layer) const;
   int64_t tokens_appended(int layer) const;

@@ -9,6 +9,7 @@ scaled_dot_product_attention. Caches, fed the same noise:
            position, rolled left past the sink when full, attention over the buffer);
   SPEC     qvg.torch.SelfForcingKVCache with that codec for K and V (e.g. qvg, qvg-pro);
   SPEC+overlap  the same with overlap_encode=True (spans encoded on the cache's own stream).
+  SPEC+batch    the same with batch_encodes=True (every block's span encoded in one batch).
 Each chunk is timed by the wall clock from an idle device to an idle device (torch.cuda.synchronize
 at both ends: the cache's own stream included; the model stream's CUDA-event time is in the JSON as
 mem.stream_ms); runs of the
@@ -154,11 +155,12 @@ def generate(model, mode, args, rope, noise, profile=None):
     else:
         # "SPEC+overlap": overlap_encode=True (spans encoded on the cache's own stream); "SPEC": False
         spec, overlap = (mode[:-len("+overlap")], True) if mode.endswith("+overlap") else (mode, False)
+        spec, batch = (spec[:-len("+batch")], True) if spec.endswith("+batch") else (spec, False)
         cache = qvg.torch.SelfForcingKVCache(nb, s["heads"], s["dim"], frame_seqlen=fs,
                                              frames_per_chunk=s["frames_per_chunk"],
                                              local_attn_size=args.local_attn_size, sink_size=args.sink_size,
                                              key=spec, value=spec, quant_factor=args.quant_factor,
-                                             overlap_encode=overlap)
+                                             overlap_encode=overlap, batch_encodes=batch)
         upd = lambda i, k, v, st: cache[i].update(k, v, st)  # noqa: E731
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

@@ -48,13 +48,15 @@ class KVCache:
     H200 True saved no time (the model keeps the GPU busy; docs/BENCHMARKS.md). first_head: the model's
     index of this cache's first head when it holds some of the heads (head-sharded sequence parallelism,
     Ulysses: `heads` is then the rank's count); its spans then equal, byte for byte, those heads of a cache
-    of all heads (qvg.distributed).
+    of all heads (qvg.distributed). batch_encodes: True: a span is encoded later, with the spans the other
+    layers form, in one batch (the K of every layer, then the V) by flush() or by the first append of a
+    later chunk; until then kv() reads its chunks in BF16. The spans' bytes equal those encoded at once.
     """
 
     def __init__(self, layers, heads, dim, *, key="qvg", value="qvg", chunk_tokens=0, quant_factor=8,
                  keep_recent=0, sink=0, window_chunks=0, window_tokens=0, rope="none", rope_theta=10000.0,
                  rope_pairing="interleaved", warm_start=True, layout="bthd", device=None, overlap_encode=False,
-                 first_head=0):
+                 first_head=0, batch_encodes=False):
         if layout not in _LAYOUTS:
             raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
         if not torch.cuda.is_available():
@@ -70,7 +72,7 @@ class KVCache:
                             keep_recent=keep_recent, sink=sink, window_chunks=window_chunks,
                             window_tokens=window_tokens, rope=rope, rope_theta=rope_theta,
                             rope_pairing=rope_pairing, warm_start=warm_start, overlap_encode=overlap_encode,
-                            first_head=first_head)
+                            first_head=first_head, batch_encodes=batch_encodes)
         self.reset()
         self._buffers = {}  # dtype -> (k, v), each [1, heads, capacity, dim]
 
@@ -96,6 +98,16 @@ class KVCache:
     def native(self):
         """The qvg.DeviceKVCache underneath."""
         return self._cache
+
+    @property
+    def pending_spans(self):
+        """Spans formed but not encoded yet (batch_encodes)."""
+        return self._cache.pending_spans
+
+    def flush(self):
+        """batch_encodes: encodes every pending span now, on the current stream."""
+        with torch.cuda.device(self.device):
+            self._cache.flush(stream=_stream(self.device))
 
     # ---- append / kv -------------------------------------------------------------------------
     def _check(self, x, name):
@@ -189,6 +201,7 @@ class SelfForcingBlockCache:
         self._parent = parent
         self._layer = layer
         self._pending = None  # (k, v, start) of the chunk being generated: the last values written
+        self._moved = False  # batch_encodes: the pending chunk is in the compressed cache already
         self._global_end = 0
 
     def __getitem__(self, name):
@@ -197,7 +210,7 @@ class SelfForcingBlockCache:
             return torch.tensor([self._global_end], dtype=torch.long, device=self._parent.device)
         if name == "local_end_index":
             n = self._parent.cache.live_tokens(self._layer)
-            pending = 0 if self._pending is None else self._pending[0].shape[1]
+            pending = 0 if self._pending is None or self._moved else self._pending[0].shape[1]
             return torch.tensor([n + pending], dtype=torch.long, device=self._parent.device)
         raise KeyError(f"{name!r}: a qvg block cache has no tensor {name!r} (its K/V are compressed; use update())")
 
@@ -218,8 +231,11 @@ class SelfForcingBlockCache:
                 if current_start != self._pending[2] + self._pending[0].shape[1]:
                     raise ValueError(f"the next chunk must start at token {self._pending[2] + self._pending[0].shape[1]}"
                                      f", got {current_start}")
-                pk, pv, _ = self._pending
-                self._parent.cache.append(self._layer, pk, pv)
+                if self._parent.batch_encodes:  # every block's chunk in, then their spans in one batch
+                    self._parent._move_pending(self._pending[2])
+                elif not self._moved:
+                    pk, pv, _ = self._pending
+                    self._parent.cache.append(self._layer, pk, pv)
             elif current_start != 0:
                 raise ValueError(f"the first chunk must start at token 0, got {current_start}")
             self._global_end = end
@@ -228,10 +244,12 @@ class SelfForcingBlockCache:
                              f"chunk being generated (from token {self._pending[2] if self._pending else 0}) can "
                              "be written again")
         self._pending = (roped_key, v, current_start)
+        self._moved = False
         return self._parent.cache.kv(self._layer, extra=(roped_key, v))
 
     def reset(self):
         self._pending = None
+        self._moved = False
         self._global_end = 0
 
 
@@ -243,12 +261,13 @@ class SelfForcingKVCache:
     per generated chunk (3). local_attn_size: frames attended, sink included, as Self-Forcing counts
     them (-1: everything); sink_size: frames at the start never evicted (a multiple of
     frames_per_chunk). key / value / quant_factor / overlap_encode / first_head: as KVCache (Self-Forcing's
-    span: 8 chunks).
+    span: 8 chunks). batch_encodes: at the first update() of a chunk, every block's finished chunk goes into
+    the cache at once and the spans they complete are encoded together (KVCache's batch_encodes).
     """
 
     def __init__(self, num_blocks=30, heads=12, dim=128, *, frame_seqlen=1560, frames_per_chunk=3,
                  local_attn_size=-1, sink_size=0, key="qvg", value="qvg", quant_factor=8, device=None,
-                 overlap_encode=False, first_head=0):
+                 overlap_encode=False, first_head=0, batch_encodes=False):
         chunk = frame_seqlen * frames_per_chunk
         if sink_size % frames_per_chunk:
             raise ValueError(f"sink_size ({sink_size} frames) must be a multiple of frames_per_chunk "
@@ -262,9 +281,20 @@ class SelfForcingKVCache:
                                  f"{sink_size} frames and a chunk of {frames_per_chunk}")
         self.cache = KVCache(num_blocks, heads, dim, key=key, value=value, chunk_tokens=chunk,
                              quant_factor=quant_factor, sink=sink_size // frames_per_chunk, window_tokens=window,
-                             layout="bthd", device=device, overlap_encode=overlap_encode, first_head=first_head)
+                             layout="bthd", device=device, overlap_encode=overlap_encode, first_head=first_head,
+                             batch_encodes=batch_encodes)
+        self.batch_encodes = batch_encodes
         self.device = self.cache.device
         self._blocks = [SelfForcingBlockCache(self, i) for i in range(num_blocks)]
+
+    def _move_pending(self, start):
+        """batch_encodes: appends every block's chunk that starts at `start` and is not in the cache yet,
+        then encodes the spans they complete in one batch."""
+        for b in self._blocks:
+            if b._pending is not None and not b._moved and b._pending[2] == start:
+                self.cache.append(b._layer, b._pending[0], b._pending[1])
+                b._moved = True
+        self.cache.flush()
 
     def __len__(self):
         return len(self._blocks)
@@ -286,5 +316,5 @@ class SelfForcingKVCache:
         generated (one per block, held in BF16 until the next chunk starts)."""
         m = self.cache.memory()
         m["pending"] = sum(b._pending[0].numel() * b._pending[0].element_size() * 2
-                           for b in self._blocks if b._pending is not None)
+                           for b in self._blocks if b._pending is not None and not b._moved)
         return m

@@ -130,6 +130,7 @@ class OwnStream {
 struct DSpan {
   int64_t id = 0, first_chunk = 0, chunks = 0, first_token = 0, tokens = 0;
   DeviceEncodedTensor k, v;
+  bool pending = false;  // batch_encodes: formed, not encoded yet (k, v empty; its chunks keep their BF16)
 };
 
 struct DLayer {
@@ -170,6 +171,8 @@ struct DeviceKVCache::Impl {
   mutable DeviceBuffer<float> rotate;   // keys before rotation (bf16 reads with RoPE)
   mutable DeviceBuffer<uint8_t> whole;  // whole-span decodes (codecs without a ranged decode)
   DeviceRopeTable rope;
+  int64_t pending = 0;             // batch_encodes: spans not encoded yet, over all layers
+  int64_t pending_last_chunk = -1; // the newest chunk index inside them
 
   int pd() const { return rope_position_dims(config.rope.mode); }
 
@@ -219,6 +222,8 @@ DeviceKVCache::DeviceKVCache(CacheConfig config, DeviceCacheOptions options) : i
   cuda::check_device();
   validate(config);
   QVG_CHECK(config.tail == TailFormat::bf16, "DeviceKVCache holds full-precision chunks in BF16 (tail must be bf16)");
+  QVG_CHECK(!(options.overlap_encode && options.batch_encodes),
+            "DeviceKVCache: overlap_encode and batch_encodes cannot be combined");
   impl_->config = std::move(config);
   impl_->options = options;
   impl_->device = cuda_current_device();
@@ -295,6 +300,7 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   }
 
   DLayer& L = I.layers[static_cast<size_t>(layer)];
+  if (I.pending > 0 && L.next_chunk > I.pending_last_chunk) flush(stream);  // a later chunk starts
   if (L.awaiting) {  // the last append's overlapped encodes: wait for them, drop the BF16 copies
     L.encoded.wait(s);
     for (DChunk& ch : L.chunks)
@@ -347,6 +353,24 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
     sr.chunks = sp.chunks;
     sr.first_token = sp.first_token;
     sr.tokens = sp.tokens;
+    if (I.options.batch_encodes) {  // encoded by flush(); the report says what it will hold
+      for (const bool key : {true, false}) {
+        const TensorRole role = key ? TensorRole::key : TensorRole::value;
+        const CodecConfig cc = span_config(key ? c.key : c.value, sp.tokens);
+        const DeviceEncodedTensor& warm = key ? L.warm_k : L.warm_v;
+        const bool pending_before = !new_spans.empty() || std::any_of(L.spans.begin(), L.spans.end(),
+                                                                      [](const DSpan& x) { return x.pending; });
+        const bool use_warm = c.warm_start && runs_kmeans(cc) &&
+                              (pending_before || (!warm.empty() && warm.config().kmeans.centroids == cc.kmeans.centroids));
+        if (runs_kmeans(cc)) sr.centroids = cc.kmeans.centroids;
+        (key ? sr.k_warm_started : sr.v_warm_started) = use_warm;
+        (key ? sr.k_bytes : sr.v_bytes) = expected_part_bytes(cc, role, c.heads, sp.tokens, c.dim);
+      }
+      sp.pending = true;
+      new_spans.push_back(std::move(sp));
+      rep.spans.push_back(std::move(sr));
+      continue;
+    }
     uint16_t* x = ensure(I.gather, static_cast<size_t>(c.heads) * sp.tokens * c.dim, es);
     for (const bool key : {true, false}) {
       int64_t off = 0;
@@ -415,7 +439,11 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
       ch.span = new_spans[gi].id;
       ch.span_offset = off;
       off += ch.tokens;
-      if (!overlap) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
+      if (!overlap && !new_spans[gi].pending) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
+    }
+    if (new_spans[gi].pending) {
+      ++I.pending;
+      I.pending_last_chunk = std::max(I.pending_last_chunk, new_spans[gi].first_chunk + new_spans[gi].chunks - 1);
     }
     L.spans.push_back(std::move(new_spans[gi]));
   }
@@ -423,13 +451,101 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   L.next_token += T;
   L.next_span = span_id;
   L.awaiting = overlap && !plan.groups.empty();
-  if (!plan.groups.empty()) {
+  if (!plan.groups.empty() && !I.options.batch_encodes) {
     L.warm_k = std::move(warm_k);
     L.warm_v = std::move(warm_v);
   }
   if (pd > 0) L.live_positions = std::move(live_pos);
   drop_unreachable(L.chunks, L.spans);
+  if (I.options.batch_encodes) I.pending = pending_spans();
   return rep;
+}
+
+int64_t DeviceKVCache::pending_spans() const {
+  int64_t n = 0;
+  for (const DLayer& L : impl_->layers)
+    n += std::count_if(L.spans.begin(), L.spans.end(), [](const DSpan& sp) { return sp.pending; });
+  return n;
+}
+
+void DeviceKVCache::flush(void* stream) {
+  Impl& I = *impl_;
+  const CacheConfig& c = I.config;
+  const cudaStream_t s = as_stream(stream);
+  struct Item {
+    DLayer* layer;
+    DSpan* span;
+  };
+  for (;;) {
+    // A wave: the oldest pending span of every layer (a layer's later
+    // pending span starts warm from this one's centroids).
+    std::vector<Item> wave;
+    for (DLayer& L : I.layers)
+      for (DSpan& sp : L.spans)
+        if (sp.pending) {
+          wave.push_back({&L, &sp});
+          break;
+        }
+    if (wave.empty()) break;
+    for (const bool key : {true, false}) {
+      const TensorRole role = key ? TensorRole::key : TensorRole::value;
+      std::vector<char> done(wave.size(), 0);
+      for (size_t a = 0; a < wave.size(); ++a) {
+        if (done[a]) continue;
+        // One batch: the wave's spans of a's length whose layers have (or
+        // lack) a warm start as a's does (encode_batch takes all or none).
+        const int64_t T = wave[a].span->tokens;
+        const DeviceCodec& codec = I.span_codec(role, T);
+        const CodecConfig cc = codec.config();
+        auto warm_of = [&](const DLayer& L) -> const DeviceEncodedTensor* {
+          const DeviceEncodedTensor& w = key ? L.warm_k : L.warm_v;
+          return c.warm_start && runs_kmeans(cc) && !w.empty() && w.config().kmeans.centroids == cc.kmeans.centroids
+                     ? &w
+                     : nullptr;
+        };
+        const bool warm = warm_of(*wave[a].layer) != nullptr;
+        std::vector<size_t> members;
+        for (size_t b = a; b < wave.size(); ++b)
+          if (!done[b] && wave[b].span->tokens == T && (warm_of(*wave[b].layer) != nullptr) == warm) {
+            members.push_back(b);
+            done[b] = true;
+          }
+        const size_t per = static_cast<size_t>(std::max<int64_t>(1, DeviceCodec::kBatchRows / (c.heads * T)));
+        const int64_t values = int64_t{c.heads} * T * c.dim;  // a tensor
+        for (size_t m0 = 0; m0 < members.size(); m0 += per) {
+          const size_t n = std::min(per, members.size() - m0);
+          uint16_t* x = ensure(I.gather, n * static_cast<size_t>(values), s);
+          std::vector<const DeviceEncodedTensor*> warms;
+          for (size_t i = 0; i < n; ++i) {
+            const Item& it = wave[members[m0 + i]];
+            int64_t off = 0;
+            for (const DChunk& ch : it.layer->chunks) {
+              if (ch.span != it.span->id) continue;
+              copy_bf16_rows((key ? ch.k : ch.v).get(), ch.tokens, 0, ch.tokens, c.heads, c.dim,
+                             x + static_cast<int64_t>(i) * values, DeviceElement::bf16, T, off, s);
+              off += ch.tokens;
+            }
+            QVG_CHECK(off == T, "flush: span ", it.span->id, " has ", off, " of its ", T, " tokens (corrupt state)");
+            warms.push_back(warm_of(*it.layer));
+          }
+          std::vector<DeviceEncodedTensor> enc = codec.encode_batch(
+              x, DeviceElement::bf16, static_cast<int64_t>(n), c.heads, T, c.dim, role, stream, warm ? warms.data() : nullptr);
+          for (size_t i = 0; i < n; ++i) {
+            const Item& it = wave[members[m0 + i]];
+            if (c.warm_start && runs_kmeans(cc)) (key ? it.layer->warm_k : it.layer->warm_v) = enc[i].warm_state(stream);
+            (key ? it.span->k : it.span->v) = std::move(enc[i]);
+          }
+        }
+      }
+    }
+    for (const Item& it : wave) {  // encoded: the chunks' BF16 copies go
+      it.span->pending = false;
+      for (DChunk& ch : it.layer->chunks)
+        if (ch.span == it.span->id) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
+    }
+  }
+  I.pending = 0;
+  I.pending_last_chunk = -1;
 }
 
 int64_t DeviceKVCache::read(int layer, void* k_out, void* v_out, DeviceElement type, int64_t row_stride,
@@ -560,9 +676,10 @@ LayerMemory DeviceKVCache::layer_memory(int layer) const {
   }
   m.positions += L.live_positions.bytes();
   for (const DSpan& sp : L.spans) {
+    m.tokens_held += sp.tokens;
+    if (sp.pending) continue;  // its chunks are counted as BF16 above
     add_parts(m.k.spans, sp.k.bytes());
     add_parts(m.v.spans, sp.v.bytes());
-    m.tokens_held += sp.tokens;
     m.tokens_encoded += sp.tokens;
   }
   m.spans = static_cast<int64_t>(L.spans.size());

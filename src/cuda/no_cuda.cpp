@@ -85,6 +85,8 @@ AppendReport DeviceKVCache::append(int, const DeviceChunkView&, const DeviceChun
   no_cuda();
 }
 int64_t DeviceKVCache::read(int, void*, void*, DeviceElement, int64_t, void*) const { no_cuda(); }
+void DeviceKVCache::flush(void*) { no_cuda(); }
+int64_t DeviceKVCache::pending_spans() const { no_cuda(); }
 int64_t DeviceKVCache::chunks_appended(int) const { no_cuda(); }
 int64_t DeviceKVCache::tokens_appended(int) const { no_cuda(); }
 int64_t DeviceKVCache::live_tokens(int) const { no_cuda(); }
