@@ -1,7 +1,8 @@
 // GPU benchmark of the CUDA QVG/RTN backend at real model shapes.
-//   bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch]
-// (--starts, --batch: only the k-means starts' table, bench_starts; only
-// the batched span encodes, bench_batch.)
+//   bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch] [--warm]
+// (--starts, --batch, --warm: only the k-means starts' table, bench_starts;
+// the batched span encodes, bench_batch; iterations after a warm start,
+// bench_warm.)
 // Prints, per shape and data: the device copy bandwidth (bytes read +
 // written), decode time and achieved bandwidth, encode time of QVG (S=1,
 // B=64, 2 k-means iterations; with BF16 and with FP8 centroids) and QVG-Pro
@@ -128,12 +129,87 @@ void bench_batch(Timer& timer, int reps) {
   }
 }
 
+/// Lloyd iterations after a warm start: a video-like stream of 96 frames
+/// (keys and values, 12 heads) cut into spans of 6 frames (9,360 tokens,
+/// Self-Forcing's span of 2 chunks) and of 24 (37,440, its span of 8); span 0
+/// cold (the default start, the setting's iterations), each later span
+/// warm-started from the previous one's centroids (DeviceCodec::encode, as
+/// the caches do). Per setting: the mean squared error of the decoded warm
+/// spans relative to 10 iterations with tol 1e-4 from a cold start, and the
+/// median time of a warm encode.
+void bench_warm(Timer& timer, int reps) {
+  std::printf("%-26s %-5s %-30s %12s %12s\n", "warm-started spans", "role", "spec", "mse/cold10", "warm_enc_ms");
+  VideoLikeParams p;
+  p.frames = 96;
+  for (const TensorRole role : {TensorRole::key, TensorRole::value}) {
+    const HeadTensor x = make_video_like(p, role);
+    const std::vector<uint16_t> xb = to_bf16(x);
+    for (const int frames : {6, 24}) {
+      const int64_t tokens = int64_t{frames} * p.height * p.width, spans = x.tokens / tokens;
+      // Span i as a contiguous [H][tokens][D] bf16 tensor on the device, and its BF16 values on the host.
+      std::vector<DeviceBuffer<uint16_t>> span_d(static_cast<size_t>(spans));
+      std::vector<HeadTensor> span_h;
+      for (int64_t i = 0; i < spans; ++i) {
+        std::vector<uint16_t> s(static_cast<size_t>(x.heads * tokens * x.dim));
+        HeadTensor h(x.heads, tokens, x.dim);
+        for (int64_t hd = 0; hd < x.heads; ++hd)
+          for (int64_t t = 0; t < tokens * x.dim; ++t) {
+            const uint16_t b = xb[static_cast<size_t>((hd * x.tokens + i * tokens) * x.dim + t)];
+            s[static_cast<size_t>(hd * tokens * x.dim + t)] = b;
+            h.data[static_cast<size_t>(hd * tokens * x.dim + t)] = bf16_to_float(b);
+          }
+        span_d[static_cast<size_t>(i)].upload(s.data(), s.size());
+        span_h.push_back(std::move(h));
+      }
+      DeviceBuffer<uint16_t> out(static_cast<size_t>(x.heads * tokens * x.dim));
+      auto run = [&](const std::string& spec, bool warm, double* enc_ms) {
+        const DeviceCodec codec(parse_codec_spec(spec));
+        DeviceEncodedTensor prev;
+        double mse = 0;
+        std::vector<double> times;
+        for (int64_t i = 0; i < spans; ++i) {
+          const bool w = warm && i > 0;
+          DeviceEncodedTensor e;
+          const double ms = timer.median_ms(w ? reps : 1, [&] {
+            e = codec.encode(span_d[static_cast<size_t>(i)].get(), DeviceElement::bf16, x.heads, tokens, x.dim, role,
+                             nullptr, w ? &prev : nullptr);
+          });
+          if (w) times.push_back(ms);
+          codec.decode(e, out.get(), DeviceElement::bf16, nullptr);
+          std::vector<uint16_t> ob(out.size());
+          out.download(ob.data(), ob.size());
+          QVG_CUDA_CHECK(cudaDeviceSynchronize());
+          HeadTensor y(x.heads, tokens, x.dim);
+          for (size_t j = 0; j < ob.size(); ++j) y.data[j] = bf16_to_float(ob[j]);
+          if (i > 0) mse += compare(span_h[static_cast<size_t>(i)], y).mse;
+          prev = e;
+        }
+        std::sort(times.begin(), times.end());
+        if (enc_ms) *enc_ms = times.empty() ? 0 : times[times.size() / 2];
+        return mse / static_cast<double>(spans - 1);
+      };
+      const double cold = run("qvg:iters=10,tol=1e-4", false, nullptr);
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%lld spans x [12,%lld,128]", static_cast<long long>(spans),
+                    static_cast<long long>(tokens));
+      for (const std::string spec : {"qvg:iters=1,tol=0", "qvg:iters=2,tol=0", "qvg:iters=3,tol=0", "qvg:iters=5,tol=0",
+                                     "qvg:iters=10,tol=1e-4", "qvg:iters=3,tol=0,centroid_format=fp8"}) {
+        double ms = 0;
+        const double mse = run(spec, true, &ms);
+        std::printf("%-26s %-5s %-30s %12.4f %12.3f\n", shape, role == TensorRole::key ? "K" : "V", spec.c_str(),
+                    mse / cold, ms);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
   int reps = 20;
-  bool quick = false, profile = false, starts = false, batch = false;
+  bool quick = false, profile = false, starts = false, batch = false, warm = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
@@ -141,8 +217,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--starts")) starts = true;
     else if (!std::strcmp(argv[i], "--batch")) batch = true;
+    else if (!std::strcmp(argv[i], "--warm")) warm = true;
     else {
-      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch]\n");
+      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch] [--warm]\n");
       return 2;
     }
   }
@@ -173,9 +250,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     Timer timer;
-    if (starts || batch) {  // the k-means starts, the batched encodes
+    if (starts || batch || warm) {  // the k-means starts, the batched encodes, warm-start iterations
       if (starts) bench_starts(timer, reps);
       if (batch) bench_batch(timer, reps);
+      if (warm) bench_warm(timer, reps);
       return 0;
     }
     // Copy bandwidth: 2 GiB device-to-device, bytes read + written.

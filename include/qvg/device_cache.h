@@ -23,8 +23,8 @@
 // Streams: every call queues its work on the caller's `stream` (a
 // cudaStream_t as void*; null = the legacy default stream) and returns
 // without waiting for the device, except where a codec encodes on the host
-// (kivi, quarot, bf16: DeviceCodec::encode) and the first k-means++ start of
-// a span shape. The cache's memory comes from the device's stream-ordered
+// (kivi, quarot, bf16: DeviceCodec::encode) and the first d2-rounds or
+// k-means++ start of a span shape. The cache's memory comes from the device's stream-ordered
 // pool on the stream of the call that allocates it and is released on that
 // stream: every stream given to the cache must outlive it (use one stream per
 // cache, or order the streams yourself). Not thread-safe (one caller at a time).

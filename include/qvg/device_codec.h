@@ -98,8 +98,9 @@ class DeviceCodec {
   ///   and no head's drop lies within rounding of tol (the GPU sums the
   ///   error in another order). Starts: random rows and a warm start
   ///   (warm_start: a previous encoding of this config with the same heads,
-  ///   dim and centroids) run on the device; a k-means++ start is drawn on
-  ///   the host once per shape and stage (it depends on tokens, C and the
+  ///   dim and centroids) run on the device; the subsample of a d2-rounds
+  ///   (the default) or k-means++ start is drawn on the host once per shape
+  ///   and stage (it depends on tokens, C and the
   ///   seed only) and reused, so only the first encode of a shape waits for
   ///   the host. Values are not checked: a non-finite input or a residual
   ///   that overflows float gives non-finite parts (docs/FORMAT.md); check
