@@ -341,7 +341,7 @@ def main():
     base = result["modes"].get("bf16")
     bf16_frame = 2 * args.blocks * fs * s["heads"] * s["dim"] * 2  # K and V of one latent frame, all blocks
     print(f"\n{'mode':10s} {'total ms':>10s} {'overhead':>9s} {'steady ms':>10s} {'overhead':>9s} "
-          f"{'KV GB':>7s} {'peak GB':>8s} {'frames in 16 GB':>16s}")
+          f"{'KV GB':>7s} {'peak GB':>8s} {'frames in 16 GB':>16s} {'device GB':>10s} {'frames/16GB dev':>16s}")
     for m, r in result["modes"].items():
         ov = 100 * (r["total_ms"] / base["total_ms"] - 1) if base else float("nan")
         sov = 100 * (r["steady_ms"] / base["steady_ms"] - 1) if base else float("nan")
@@ -358,8 +358,15 @@ def main():
             frames16 = 0
         r["frames_in_16GB"] = frames16
         peak = (mem["torch_peak"] + mem.get("spans_bytes", 0) + mem.get("scratch", 0)) / GB
+        # Device level: the lowest free memory (cudaMemGetInfo after every chunk; PyTorch's caching
+        # allocator and qvg's stream-ordered pool keep what they reserved, so it is the run's peak)
+        # below the free memory before it: model activations, PyTorch's pool and qvg's together.
+        # Frames in 16 GB from it, as if all of it grew with the frames (a lower bound).
+        dev = mem["device_used_delta"]
+        frames16_dev = int(args.frames * 16 * GB // dev) if dev > 0 else 0
+        r["device_peak_GB"], r["frames_in_16GB_device"] = dev / GB, frames16_dev
         print(f"{m:10s} {r['total_ms']:10.1f} {ov:8.2f}% {r['steady_ms']:10.1f} {sov:8.2f}% "
-              f"{mem['kv_bytes'] / GB:7.3f} {peak:8.2f} {frames16:16d}")
+              f"{mem['kv_bytes'] / GB:7.3f} {peak:8.2f} {frames16:16d} {dev / GB:10.2f} {frames16_dev:16d}")
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
         result["profile_last_chunk"] = {}
