@@ -131,6 +131,26 @@ if "$qvg" inspect "$tmp/four.npy" --json >"$tmp/f.json" 2>"$tmp/err"; then  # 1,
 else
   bad "inspect of a .npy failed: $(cat "$tmp/err")"
 fi
+# A value no encoder writes behind valid checksums (issue 41): BF16 0xffff as the
+# first key centroid of layer 0's first span, CRCs recomputed; inspect names it.
+python3 - "$tmp/c2.qvgc" "$tmp/nan.qvgc" <<'PY' || bad "could not patch a cache file"
+import struct, sys, zlib
+b = bytearray(open(sys.argv[1], "rb").read())
+u64 = lambda at: struct.unpack_from("<Q", b, at)[0]
+pos = 20 + 16 + u64(28) + 4                     # header, CONF section
+p = pos + 16 + 4 + 4 + 3 * 8 + 16 + 5 * 8 + 8   # LAYR payload: ..., span 0, keys: C
+for _ in range(4):                              # codes, scales, zero_points, span_scales
+    p += 8 + u64(p)
+b[p + 8:p + 10] = b"\xff\xff"                 # centroids: stage 0, head 0, centroid 0, channel 0
+at = 20
+while at < len(b):                              # section CRCs over tag, flags, length, payload
+    n = u64(at + 8)
+    struct.pack_into("<I", b, at + 16 + n, zlib.crc32(bytes(b[at:at + 16 + n])))
+    at += 16 + n + 4
+open(sys.argv[2], "wb").write(b)
+PY
+expect_fail "layer 0, span 0, keys: encoded tensor: part 'centroids' holds a non-finite value (BF16 0xffff) at stage 0, head 0, centroid 0, channel 0" inspect "$tmp/nan.qvgc"
+expect_fail "part 'centroids' holds a non-finite value" stream $S --load "$tmp/nan.qvgc"
 printf 'not a cache file' >"$tmp/junk.bin"
 expect_fail "not a qvg streaming cache" inspect "$tmp/junk.bin"
 expect_fail "cannot open" inspect "$tmp/missing.qvgc"

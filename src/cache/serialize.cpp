@@ -481,12 +481,20 @@ StreamingKVCache StreamingKVCache::load_file(const std::string& path, const Cach
     impl->layers[static_cast<size_t>(l)] = read_layer(r, *impl, l);
     try {
       check_layer_state(*impl, l);
-      // Every span must decode (part sizes, centroid ids, span scales).
+      // Every span must decode (part sizes, centroid ids, span scales), and hold
+      // values an encoder can have written (check_encoded_tensor: finite, and a
+      // decode inside the float range).
       HeadTensor tmp;
-      for (const CacheSpan& sp : impl->layers[static_cast<size_t>(l)].spans) {
-        impl->key_codec->decode(sp.k, tmp, options.threads);
-        impl->value_codec->decode(sp.v, tmp, options.threads);
-      }
+      for (const CacheSpan& sp : impl->layers[static_cast<size_t>(l)].spans)
+        for (const bool key : {true, false}) {
+          const EncodedTensor& t = key ? sp.k : sp.v;
+          try {
+            (key ? impl->key_codec : impl->value_codec)->decode(t, tmp, options.threads);
+            check_encoded_tensor(t, &tmp);
+          } catch (const Error& e) {
+            QVG_CHECK(false, "layer ", l, ", span ", sp.id, key ? ", keys: " : ", values: ", e.what());
+          }
+        }
     } catch (const Error& e) {
       QVG_CHECK(false, path, ": ", e.what());
     }
