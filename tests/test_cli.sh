@@ -200,6 +200,20 @@ fi
 # A save leaves no temporary file next to the cache.
 "$qvg" stream $S --save "$tmp/s.qvgc" >/dev/null 2>"$tmp/err" && [ -f "$tmp/s.qvgc" ] &&
   [ -z "$(ls "$tmp" | grep 's\.qvgc\.tmp')" ] && ok || bad "stream --save left a temporary file: $(ls "$tmp")"
+# --save replaced FIFOs, devices and links with a regular file, exit 0 (as root,
+# /dev/null became a 1.6 MB file; issue 41). Other kinds are refused before the
+# run, named; a link is written through, its file keeping its mode. (/dev/null is
+# reached through a link: a regression replaces the link, not the device.)
+mkfifo "$tmp/save_fifo"
+expect_usage "--save.*save_fifo: cannot save: is a FIFO (named pipe); a save replaces regular files only" stream ${S/--quiet/} --save "$tmp/save_fifo"
+[ -p "$tmp/save_fifo" ] && ok || bad "--save replaced a FIFO"
+ln -s /dev/null "$tmp/null_link"
+expect_usage "--save.*null_link: cannot save: it leads to '/dev/null', which is a character device" stream ${S/--quiet/} --save "$tmp/null_link"
+[ -c /dev/null ] && [ -L "$tmp/null_link" ] && ok || bad "--save through a link to /dev/null changed something"
+cp "$tmp/s.qvgc" "$tmp/linked.qvgc" && chmod 640 "$tmp/linked.qvgc" && ln -s linked.qvgc "$tmp/save_link"
+"$qvg" stream $S --save "$tmp/save_link" >/dev/null 2>"$tmp/err" && [ -L "$tmp/save_link" ] &&
+  cmp -s "$tmp/linked.qvgc" "$tmp/s.qvgc" && [ "$(stat -c %a "$tmp/linked.qvgc")" = 640 ] && ok ||
+  bad "--save through a link: $(cat "$tmp/err"; ls -l "$tmp")"
 
 # A FIFO given as input blocked forever (its open waits for a writer): every reader
 # refuses it at once, naming it (a 60 s timeout stands for "forever").

@@ -468,16 +468,23 @@ void run_stream(const StreamArgs& args) {
 }
 
 /// --save: checked when parsed, so a path that cannot be written fails before the run
-/// (it was reported only after the whole run; '' saved nothing and exited 0). The save
-/// writes a temporary file in the target's directory, so that directory must exist
-/// and be writable.
+/// (it was reported only after the whole run; '' saved nothing and exited 0). What the
+/// save replaces (qvg::save_target: a regular file, through links) is checked, and it
+/// writes a temporary file in that file's directory, so the directory must exist and
+/// be writable.
 const CLI::Validator kWritableSavePath(
     [](std::string& path) -> std::string {
       if (path.empty()) return "empty path (give the file to save the cache to)";
       namespace fs = std::filesystem;
       std::error_code ec;
       if (fs::is_directory(path, ec)) return "'" + path + "' is a directory";
-      std::string dir = fs::path(path).parent_path().string();
+      std::string target;
+      try {
+        target = qvg::save_target(path);
+      } catch (const qvg::Error& e) {
+        return e.what();
+      }
+      std::string dir = fs::path(target).parent_path().string();
       if (dir.empty()) dir = ".";
       if (!fs::is_directory(dir, ec))
         return "cannot save to '" + path + "': " + (fs::exists(dir, ec) ? "'" + dir + "' is not a directory"

@@ -388,6 +388,37 @@ class Cache(unittest.TestCase):
                 with self.assertRaises(ValueError, msg=f"damage {i}"):
                     qvg.StreamingKVCache.load(path)
 
+    def test_save_replaces_regular_files_only(self):
+        # save replaced FIFOs, devices and links with a regular file (issue 41):
+        # other kinds are refused and left as they are; a link is written through.
+        import stat
+        cache = qvg.StreamingKVCache(1, 2, 64, quant_factor=2)
+        for k, v in self.chunks(3):
+            cache.append(0, k, v)
+        with tempfile.TemporaryDirectory() as tmp:
+            fifo = os.path.join(tmp, "fifo")
+            os.mkfifo(fifo)
+            self.assert_raises_with("fifo: cannot save: is a FIFO (named pipe)", cache.save, fifo)
+            self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+            self.assert_raises_with("cannot save: is a directory", cache.save, tmp)
+            null_link = os.path.join(tmp, "null_link")
+            os.symlink("/dev/null", null_link)
+            self.assert_raises_with("it leads to '/dev/null', which is a character device", cache.save, null_link)
+            real, link = os.path.join(tmp, "real.qvgc"), os.path.join(tmp, "link.qvgc")
+            cache.save(real)
+            os.chmod(real, 0o600)
+            with open(real, "rb") as fh:
+                want = fh.read()
+            with open(real, "wb") as fh:
+                fh.write(b"old")
+            os.symlink("real.qvgc", link)
+            cache.save(link)
+            self.assertTrue(os.path.islink(link))
+            with open(real, "rb") as fh:
+                self.assertEqual(fh.read(), want)
+            self.assertEqual(stat.S_IMODE(os.stat(real).st_mode), 0o600)
+            self.assertEqual(sorted(os.listdir(tmp)), ["fifo", "link.qvgc", "null_link", "real.qvgc"])
+
     def test_threads_appending_to_two_layers(self):
         # The cache releases the GIL while it works and holds its own lock:
         # two threads appending to layers 0 and 1 at once leave what one
