@@ -106,7 +106,18 @@ if [ -f "$tmp/rec2/rtn.k.npy" ]; then  # (--grid applies to K/V files)
   F="--k $tmp/rec2/rtn.k.npy --v $tmp/rec2/rtn.v.npy --key rtn --value rtn --quiet"
   expect_fail "H and W in 1..1048576" stream $F --grid 4294967296x4294967296
   expect_fail "H and W in 1..1048576" stream $F --grid 1x
+  # Options that do nothing were accepted (issue 41): a frame larger than the file,
+  # built-in data's sizes and seed beside files.
+  expect_fail "grid 100000x100000 makes frames of 10000000000 tokens, more than the 1560 tokens of the K/V files" stream $F --grid 100000x100000
+  expect_fail "heads does nothing here: it sizes or picks the built-in data" stream $F --heads 4
+  expect_fail "seed does nothing here" eval --k "$tmp/rec2/rtn.k.npy" --v "$tmp/rec2/rtn.v.npy" --methods rtn --seed 5 --quiet
 fi
+expect_fail "layout does nothing here: it describes K/V files, and none is given" eval --heads 1 --frames 1 --queries 0 --methods rtn --layout thd --quiet
+expect_fail "grid does nothing here" stream ${S} --grid 30x52
+for m in bf16:bits=2 rtn:centroids=4 quarot:group=32 qvg:residual=4 kivi:block=16; do
+  expect_fail "codec option '.*' in '$m' does nothing for method" eval --heads 1 --frames 1 --queries 0 --methods "$m" --quiet
+done
+expect_fail "in 'qvg:residual=4' does nothing for method qvg" stream --heads 1 --frames 2 --key qvg:residual=4 --quiet
 # qvg inspect: a saved cache's config and memory (text and JSON), and a .npy's
 # value statistics against values worked out by hand.
 if "$qvg" inspect "$tmp/c2.qvgc" --quiet >"$tmp/i.txt" 2>"$tmp/err"; then
@@ -189,6 +200,12 @@ expect_usage "--threads: value -5 not in range 0 to 65536" stream ${S/--quiet/} 
 # --save '' saved nothing and exited 0; an unwritable --save path failed only after
 # the whole run. Both are refused before any work.
 expect_usage "--save.*empty path" stream ${S/--quiet/} --save ''
+expect_usage "--load: empty path" stream ${S/--quiet/} --load ''
+# --seed -1 wrapped to 2^64 - 1 and larger numbers saturated to it (the same data).
+expect_usage "--seed: seed '-1' is not an integer in 0..18446744073709551615" eval --heads 1 --frames 1 --queries 0 --methods rtn --seed -1
+expect_usage "seed '99999999999999999999999' is not an integer in 0..18446744073709551615" eval --heads 1 --frames 1 --queries 0 --methods rtn --seed 99999999999999999999999
+"$qvg" eval --heads 1 --frames 1 --queries 0 --methods rtn --seed 18446744073709551615 --quiet >/dev/null 2>"$tmp/err" && ok ||
+  bad "--seed 2^64-1 refused: $(cat "$tmp/err")"
 expect_usage "--save.*directory '$tmp/nodir' does not exist" stream ${S/--quiet/} --save "$tmp/nodir/c.qvgc"
 expect_usage "--save.*'$tmp/four.npy' is not a directory" stream ${S/--quiet/} --save "$tmp/four.npy/c.qvgc"
 expect_usage "--save.*is a directory" stream ${S/--quiet/} --save "$tmp"

@@ -1,6 +1,7 @@
 // The shared data options and their loader (tools/data_options.h).
 #include "data_options.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "qvg/data.h"
@@ -35,6 +36,15 @@ void parse_grid(const std::string& grid, int64_t* h, int64_t* w) {
   *w = side(grid.substr(x + 1));
 }
 
+/// Throws for the first of `names` given on the command line, saying why it does nothing.
+void refuse_given(const CLI::App* app, std::initializer_list<const char*> names, const std::string& why) {
+  if (!app) return;
+  for (const char* n : names) {
+    const CLI::Option* o = app->get_option_no_throw(n);  // (not every command has every option)
+    if (o && o->count() > 0) throw qvg::Error(std::string(n) + " does nothing here: " + why);
+  }
+}
+
 void say(const Progress& progress, const std::string& s) {
   if (progress) progress(s);
 }
@@ -58,7 +68,19 @@ KvData load_files(const DataOptions& d, const Progress& progress) {
 
 }  // namespace
 
+const CLI::Validator kSeedRange(
+    [](std::string& s) -> std::string {
+      const std::string max = "18446744073709551615";  // 2^64 - 1
+      const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+      const std::string t = digits ? s.substr(std::min(s.find_first_not_of('0'), s.size() - 1)) : s;
+      if (!digits || t.size() > max.size() || (t.size() == max.size() && t > max))
+        return "seed '" + s + "' is not an integer in 0.." + max;
+      return "";
+    },
+    "0..2^64-1", "seed range");
+
 void add_data_options(CLI::App* app, DataOptions& d, DataOptionSet set) {
+  d.app = app;
   if (set.files) {
     app->add_option("--k", d.k, "keys file (.npy or .safetensors)");
     app->add_option("--v", d.v, "values file (.npy or .safetensors)");
@@ -85,7 +107,7 @@ void add_data_options(CLI::App* app, DataOptions& d, DataOptionSet set) {
   if (set.queries)
     app->add_option("--queries", d.queries, "built-in data: queries for the attention error (0 = none)")
         ->check(CLI::Range(0, 100000));
-  app->add_option("--seed", d.seed, "built-in data: seed");
+  app->add_option("--seed", d.seed, "built-in data: seed")->check(kSeedRange);
 }
 
 KvData make_builtin_data(const std::string& kind, const DataOptions& d, int threads, const Progress& progress) {
@@ -126,8 +148,14 @@ KvData make_builtin_data(const std::string& kind, const DataOptions& d, int thre
 }
 
 KvData load_data(const DataOptions& d, int threads, const Progress& progress) {
-  if (!d.k.empty() || !d.v.empty()) return load_files(d, progress);
+  if (!d.k.empty() || !d.v.empty()) {
+    refuse_given(d.app, {"--heads", "--frames", "--frame-step", "--queries", "--seed", "--data", "--clip"},
+                 "it sizes or picks the built-in data, and the K/V files (--k, --v) are read instead");
+    return load_files(d, progress);
+  }
   if (!d.q.empty()) throw qvg::Error("--q needs --k and --v");
+  refuse_given(d.app, {"--layout", "--raw16", "--grid", "--k-name", "--v-name", "--q-name"},
+               "it describes K/V files, and none is given (--k, --v); the built-in data need none of it");
   return make_builtin_data(d.data, d, threads, progress);
 }
 

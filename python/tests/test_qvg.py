@@ -488,6 +488,17 @@ class BadInput(unittest.TestCase):
             self.assert_error("finite", codec.encode, np.full((1, 300, 64), 1e39))  # inf once float32
         self.assert_error("multiple", codec.encode, random_kv(dim=48))  # not a multiple of the block
         self.assert_error("tokens", codec.encode, np.zeros((2, 0, 64), np.float32))
+        # A complex array was cast with its imaginary part dropped (issue 41).
+        for dtype in (np.complex64, np.complex128):
+            z = random_kv().astype(dtype) + 1j
+            with self.assertRaisesRegex(TypeError, r"x is a complex array \(dtype complex\d+\); qvg encodes real "
+                                                   r"tensors: pass its .real or .imag part"):
+                codec.encode(z)
+        cache = qvg.StreamingKVCache(1, 2, 64)
+        with self.assertRaisesRegex(TypeError, "k is a complex array"):
+            cache.append(0, random_kv(tokens=64).astype(np.complex64), random_kv(tokens=64))
+        self.assertEqual(cache.chunks_appended(0), 0)
+        self.assert_error("does nothing for method bf16", qvg.Codec, "bf16:bits=2")
         with self.assertRaises(TypeError):
             codec.encode("not an array")
 
