@@ -615,6 +615,26 @@ TEST(ConfigSpec, KeysTheMethodDoesNotReadAreRefused) {
     EXPECT_NO_THROW(parse_codec_spec(ok)) << ok;
 }
 
+// An integer beyond int's range said only "needs an integer" (issue 41): the
+// message gives the option's values.
+TEST(ConfigSpec, IntegerOutOfRangeNamesTheRange) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"qvg:iters=99999999999", "codec option 'iters' needs an integer in 0..10000, got '99999999999'"},
+      {"kivi:group=x", "codec option 'group' needs an integer in 1..4096, got 'x'"},
+      {"kivi:residual=3000000000", "codec option 'residual' needs an integer in 0..2147483647, got '3000000000'"},
+      {"rtn:bits=9999999999", "codec option 'bits' needs an integer of 2|4, got '9999999999'"},
+  };
+  for (const auto& [spec, message] : cases) {
+    std::string got;
+    try {
+      parse_codec_spec(spec);
+    } catch (const Error& e) {
+      got = e.what();
+    }
+    EXPECT_EQ(got, message) << spec;
+  }
+}
+
 // ---- FP8 centroids (centroid_format=fp8) -------------------------------------------------
 
 /// The centroids part of an fp8 encoding read back by hand (docs/FORMAT.md):

@@ -57,6 +57,11 @@ void progress(const StreamArgs& args, const std::string& s) {
 }
 
 KvData load_stream_data(const StreamArgs& args) {
+  if (const double kv = builtin_kv_bytes(args.data); kv > 0)
+    check_memory(2 * kv + args.layers * kv / 16,
+                 "the K and V as float32 (" + std::to_string(static_cast<int64_t>(kv / 1e6)) +
+                     " MB), the reference they are compared with, and " + std::to_string(args.layers) +
+                     " layer(s) of cache at 2 bits a value or more");
   KvData d = load_data(args.data, args.threads, [&](const std::string& s) { progress(args, s); });
   if (d.from_files && !d.k.same_shape(d.v)) throw qvg::Error("--k and --v have different shapes");
   // A frame larger than the data made one partial chunk whatever --grid said.

@@ -2,7 +2,9 @@
 #include "data_options.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "qvg/data.h"
 #include "qvg/metrics.h"
@@ -108,6 +110,45 @@ void add_data_options(CLI::App* app, DataOptions& d, DataOptionSet set) {
     app->add_option("--queries", d.queries, "built-in data: queries for the attention error (0 = none)")
         ->check(CLI::Range(0, 100000));
   app->add_option("--seed", d.seed, "built-in data: seed")->check(kSeedRange);
+}
+
+double builtin_kv_bytes(const DataOptions& d) {
+  if (!d.k.empty() || !d.v.empty()) return 0;
+  double tokens = 0, dim = 0;
+  if (d.data == "clip") {
+    qvg::ClipKVParams p;
+    p.heads = d.heads;
+    p.frames = d.frames;
+    tokens = static_cast<double>(p.tokens());
+    dim = p.dim;
+  } else {
+    qvg::VideoLikeParams p;
+    p.heads = d.heads;
+    p.frames = d.frames;
+    tokens = static_cast<double>(p.tokens());
+    dim = p.dim;
+  }
+  return 2.0 * d.heads * tokens * dim * 4.0;
+}
+
+void check_memory(double need, const std::string& what) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = -1;
+  while (meminfo >> key) {
+    if (key == "MemAvailable:") {
+      meminfo >> kib;
+      break;
+    }
+    meminfo.ignore(256, '\n');
+  }
+  if (kib < 0) return;
+  const double available = kib * 1024.0;
+  if (need <= available) return;
+  char text[160];
+  std::snprintf(text, sizeof text, "this run needs at least %.1f GB of memory, %.1f GB are available: ", need / 1e9,
+                available / 1e9);
+  throw qvg::Error(text + what + " (use fewer frames, heads or layers)");
 }
 
 KvData make_builtin_data(const std::string& kind, const DataOptions& d, int threads, const Progress& progress) {

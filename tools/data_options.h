@@ -82,6 +82,17 @@ using Progress = std::function<void(const std::string&)>;
 /// --raw16, --grid, --k-name, --v-name, --q-name without them.
 KvData load_data(const DataOptions& d, int threads, const Progress& progress);
 
+/// Bytes of the built-in K and V (float32, together) that d asks for; 0 when
+/// K/V files are given (their size is known once they are read).
+double builtin_kv_bytes(const DataOptions& d);
+
+/// Refuses a run before it allocates: throws qvg::Error naming `need` bytes (and
+/// `what` they hold) when they exceed the memory available now (MemAvailable of
+/// /proc/meminfo); nothing where that cannot be read. `need` is a lower bound,
+/// so a run that fits is never refused (it was std::bad_alloc, or the OOM killer,
+/// after minutes).
+void check_memory(double need, const std::string& what);
+
 /// The built-in data set `kind` ("video-like" or "clip") with d's sizes and
 /// seed; with d.queries > 0, that many of the keys' tokens, spread over the
 /// span, as queries (self-attention of cached tokens: the generators have

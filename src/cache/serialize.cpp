@@ -389,7 +389,7 @@ std::vector<uint8_t> read_section(std::ifstream& f, const std::string& path, uin
   f.read(reinterpret_cast<char*>(head), sizeof head);
   QVG_CHECK(f.good(), where, ": read error");
   QVG_CHECK(std::memcmp(head, tag, 4) == 0, where, ": expected section tag '", std::string(tag, 4), "' at byte ",
-            pos, ", found '", std::string(reinterpret_cast<char*>(head), 4), "' (corrupt file)");
+            pos, ", found '", printable(std::string(reinterpret_cast<char*>(head), 4)), "' (corrupt file)");
   QVG_CHECK(get_le32(head + 4) == 0, where, ": unknown section flags");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(head[8 + i]) << (8 * i);
@@ -466,7 +466,7 @@ StreamingKVCache StreamingKVCache::load_file(const std::string& path, const Cach
   try {
     j = json::parse(conf.begin(), conf.end());
   } catch (const std::exception& e) {
-    QVG_CHECK(false, path, ": config section is not valid JSON (", e.what(), ")");
+    QVG_CHECK(false, path, ": config section is not valid JSON (", printable(e.what()), ")");
   }
   CacheConfig config = config_from_json(j, path);
   // Compare the config before reading the (large) layer sections.

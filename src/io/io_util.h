@@ -16,13 +16,14 @@ namespace qvg::io_detail {
 static_assert(std::endian::native == std::endian::little,
               "tensor files are little-endian; a big-endian host needs byte swaps here");
 
-/// Throws qvg::Error("<path>: <parts...>").
+/// Throws qvg::Error("<path>: <parts...>"), escaped by printable (the parts may
+/// quote bytes of a damaged header).
 template <typename... Args>
 [[noreturn]] void file_fail(const std::string& path, Args&&... args) {
   std::ostringstream os;
   os << path << ": ";
   (os << ... << args);
-  throw Error(os.str());
+  throw Error(printable(os.str()));
 }
 
 /// Product of dims with overflow checks; 0 if any dim is 0. Throws (naming `what`) on a
