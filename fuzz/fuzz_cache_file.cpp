@@ -10,7 +10,9 @@
 // CacheFile.LoadRejectsDamagedFiles.)
 //
 // Properties: every rejection is a qvg::Error; reading a loaded layer gives
-// as many tokens as live_tokens says.
+// as many tokens as live_tokens says, every value finite without RoPE on read
+// (load checks stored values: check_encoded_tensor).
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -63,6 +65,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const qvg::CacheRead r = cache->read(l);
       QVG_FUZZ_REQUIRE(r.k.tokens == cache->live_tokens(l) && r.v.tokens == r.k.tokens);
       QVG_FUZZ_REQUIRE(r.k.heads == c.heads && r.k.dim == c.dim);
+      if (c.rope.mode == qvg::RopeMode::none) {  // (a rotation may carry values near FLT_MAX beyond it)
+        for (const float x : r.k.data) QVG_FUZZ_REQUIRE(std::isfinite(x));
+        for (const float x : r.v.data) QVG_FUZZ_REQUIRE(std::isfinite(x));
+      }
     }
   } catch (const qvg::Error& e) {
     std::fprintf(stderr, "a loaded cache failed: %s\n", e.what());

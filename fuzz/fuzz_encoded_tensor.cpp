@@ -2,11 +2,13 @@
 // the Python module's unpickler (EncodedTensor.__setstate__,
 // python/qvg_module.cpp) builds it: parse the spec, take the role and shape,
 // refuse an empty shape, validate the config against the dim, take the seven
-// parts as they are; then decode it as Codec.decode does on the CPU. (Cache
-// files reach decode through StreamingKVCache::load: fuzz_cache_file.)
-// Input layout: encoded_input.h.
-// Properties: every rejection is a qvg::Error; an accepted tensor decodes to
-// [heads, tokens, dim], and its byte accounting equals the parts' sizes.
+// parts, check them and their values (check_encoded_tensor); then decode it as
+// Codec.decode does on the CPU. (Cache files reach decode through
+// StreamingKVCache::load: fuzz_cache_file.) Input layout: encoded_input.h.
+// Properties: every rejection is a qvg::Error; the byte accounting equals the
+// parts' sizes; a tensor the check accepts decodes without an error to
+// [heads, tokens, dim] finite values.
+#include <cmath>
 #include <cstdint>
 
 #include "encoded_input.h"
@@ -35,13 +37,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     total += in->parts[i].size();
   }
   QVG_FUZZ_REQUIRE(e.bytes().total() == total);
-  qvg::HeadTensor out;
   try {
-    qvg::make_codec(e.config)->decode(e, out, 1);
+    qvg::check_encoded_tensor(e);  // the unpickler's last step
   } catch (const qvg::Error&) {
     return 0;
   }
+  qvg::HeadTensor out;
+  try {
+    qvg::make_codec(e.config)->decode(e, out, 1);
+  } catch (const qvg::Error& err) {
+    std::fprintf(stderr, "an accepted tensor failed to decode: %s\n", err.what());
+    QVG_FUZZ_REQUIRE(false);
+  }
   QVG_FUZZ_REQUIRE(out.heads == e.heads && out.tokens == e.tokens && out.dim == e.dim);
   QVG_FUZZ_REQUIRE(static_cast<int64_t>(out.data.size()) == out.numel());
+  for (const float v : out.data) QVG_FUZZ_REQUIRE(std::isfinite(v));
   return 0;
 }

@@ -245,6 +245,10 @@ HeadTensor host_input(const py::handle& x, KvLayout layout, const char* what, co
       fail(std::string(what) + " is a CUDA tensor, and " + where + " takes host tensors (NumPy arrays, CPU tensors)");
     return host_tensor(*t, layout, what);
   }
+  // A complex array would be cast to float32 with its imaginary part dropped.
+  if (const py::array raw = py::array::ensure(x); raw && raw.dtype().kind() == 'c')
+    throw py::type_error(std::string(what) + " is a complex array (dtype " + std::string(py::str(raw.dtype())) +
+                         "); qvg encodes real tensors: pass its .real or .imag part");
   const FloatArray a = FloatArray::ensure(x);
   if (!a)
     throw py::type_error(std::string(what) + " must be an array (NumPy, or any object with __dlpack__), got " +

@@ -46,6 +46,65 @@ py::dict parts(const qvg::EncodedTensor& e) {
   return d;
 }
 
+/// The Python type name of o, for messages.
+std::string type_name(const py::handle& o) { return py::str(py::type::of(o).attr("__name__")).cast<std::string>(); }
+
+/// One size of a pickled shape: a Python int in [1, 2^63); wrong types raise
+/// TypeError, values outside the range ValueError, each naming the shape.
+int64_t state_size(const py::handle& v, const std::string& shape) {
+  if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v))
+    throw py::type_error("EncodedTensor state: shape " + shape + " holds a " + type_name(v) + "; sizes are ints");
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (overflow != 0)
+    throw qvg::Error("EncodedTensor state: shape " + shape + " holds a size outside the int64 range");
+  if (x < 0) throw qvg::Error("EncodedTensor state: shape " + shape + " holds a negative size");
+  if (x == 0) throw qvg::Error("EncodedTensor state: shape " + shape + " is empty (a size is 0)");
+  return static_cast<int64_t>(x);
+}
+
+/// __setstate__: (spec, role, shape, parts) -> an EncodedTensor whose parts are
+/// checked here, values included (qvg::check_encoded_tensor), so a damaged state
+/// is refused when it is loaded rather than decoded to NaN.
+qvg::EncodedTensor encoded_from_state(const py::tuple& t) {
+  if (t.size() != 4) throw qvg::Error("EncodedTensor state: expected 4 fields, got " + std::to_string(t.size()));
+  if (!py::isinstance<py::str>(t[0]))
+    throw py::type_error("EncodedTensor state: the spec is a " + type_name(t[0]) + ", not a str");
+  if (!py::isinstance<py::str>(t[1]))
+    throw py::type_error("EncodedTensor state: the role is a " + type_name(t[1]) + ", not the str \"key\" or \"value\"");
+  if (!py::isinstance<py::tuple>(t[2]) && !py::isinstance<py::list>(t[2]))
+    throw py::type_error("EncodedTensor state: the shape is a " + type_name(t[2]) + ", not a tuple of 3 ints");
+  if (!py::isinstance<py::dict>(t[3]))
+    throw py::type_error("EncodedTensor state: the parts are a " + type_name(t[3]) + ", not a dict of bytes");
+  qvg::EncodedTensor e;
+  e.config = qvg::parse_codec_spec(t[0].cast<std::string>());
+  e.role = parse_role(t[1].cast<std::string>());
+  const py::sequence shape = t[2].cast<py::sequence>();
+  const std::string shape_text = py::repr(t[2]).cast<std::string>();
+  if (shape.size() != 3)
+    throw qvg::Error("EncodedTensor state: shape " + shape_text + " has " + std::to_string(shape.size()) +
+                     " sizes, not 3 (heads, tokens, dim)");
+  e.heads = state_size(shape[0], shape_text);
+  e.tokens = state_size(shape[1], shape_text);
+  e.dim = state_size(shape[2], shape_text);
+  qvg::validate(e.config, e.dim);
+  const auto d = t[3].cast<py::dict>();
+  for (const auto& [name, member, unused] : qvg::kPartFields) {
+    if (!d.contains(name)) throw qvg::Error(std::string("EncodedTensor state: no part '") + name + "'");
+    const py::object part = d[name];
+    if (!py::isinstance<py::bytes>(part))
+      throw py::type_error(std::string("EncodedTensor state: part '") + name + "' is a " + type_name(part) +
+                           ", not bytes");
+    const std::string b = part.cast<std::string>();
+    (e.*member).assign(b.begin(), b.end());
+  }
+  {
+    py::gil_scoped_release unlocked;
+    qvg::check_encoded_tensor(e);
+  }
+  return e;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_qvg, m) {
@@ -99,26 +158,7 @@ PYBIND11_MODULE(_qvg, m) {
             return py::make_tuple(qvg::codec_spec(e.config), e.role == qvg::TensorRole::key ? "key" : "value",
                                   py::make_tuple(e.heads, e.tokens, e.dim), parts(e));
           },
-          [](const py::tuple& t) {
-            if (t.size() != 4)
-              throw qvg::Error("EncodedTensor state: expected 4 fields, got " + std::to_string(t.size()));
-            qvg::EncodedTensor e;
-            e.config = qvg::parse_codec_spec(t[0].cast<std::string>());
-            e.role = parse_role(t[1].cast<std::string>());
-            const auto shape = t[2].cast<std::tuple<int64_t, int64_t, int64_t>>();
-            e.heads = std::get<0>(shape);
-            e.tokens = std::get<1>(shape);
-            e.dim = std::get<2>(shape);
-            if (e.heads <= 0 || e.tokens <= 0 || e.dim <= 0) throw qvg::Error("EncodedTensor state: empty shape");
-            qvg::validate(e.config, e.dim);
-            const auto d = t[3].cast<py::dict>();
-            for (const auto& [name, member, unused] : qvg::kPartFields) {
-              if (!d.contains(name)) throw qvg::Error(std::string("EncodedTensor state: no part '") + name + "'");
-              const std::string b = d[name].cast<std::string>();
-              (e.*member).assign(b.begin(), b.end());
-            }
-            return e;  // decode checks the parts against the shape and config, and their values
-          }))
+          &encoded_from_state))
       .def("__repr__", [](const qvg::EncodedTensor& e) {
         return "<qvg.EncodedTensor " + qvg::describe(e.config) + " [" + std::to_string(e.heads) + ", " +
                std::to_string(e.tokens) + ", " + std::to_string(e.dim) + "] " +

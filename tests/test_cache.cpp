@@ -786,7 +786,11 @@ TEST(CacheBadInput, ClearErrorsAndTheCacheIsUnchanged) {
   expect_error("needs 3 positions per token", [&] { cache.append(0, k, v, std::vector<int32_t>(pos.size() - 1)); });
   HeadTensor nan_k = k;
   nan_k.data[77] = std::nanf("");
-  expect_error("key chunk", [&] { cache.append(0, nan_k, v, pos); });
+  // The message names the chunk and the place in it (issue 41: the chunk was missing).
+  const std::string nan_at = "append (layer 0, chunk " + std::to_string(cache.chunks_appended(0)) +
+                             "): the key chunk holds a non-finite value (nan) at head 0, token " +
+                             std::to_string(77 / kDim) + ", channel " + std::to_string(77 % kDim);
+  expect_error(nan_at.c_str(), [&] { cache.append(0, nan_k, v, pos); });
   HeadTensor huge_v = v;
   huge_v.data[5] = 3.4e38f;  // finite, above qvg-pro's magnitude range (as BF16: test_hostile_numbers)
   expect_error("the value chunk: qvg-pro:centroids=8: the input's largest magnitude",

@@ -569,14 +569,70 @@ TEST(MethodTable, EncodingsHaveTheTableBytes) {
 
 TEST(ConfigSpec, CanonicalSpecNamesOnlyTheMethodsFields) {
   EXPECT_EQ(codec_spec(parse_codec_spec("rtn")), "rtn:bits=2,block=64,scale=fp8,levels=symmetric");
-  EXPECT_EQ(codec_spec(parse_codec_spec("bf16:bits=4,centroids=3")), "bf16");
+  CodecConfig bf16 = parse_codec_spec("bf16");
+  bf16.bits = 4;  // fields the method does not read (set in code; a spec refuses them)
+  bf16.kmeans.centroids = 3;
+  EXPECT_EQ(codec_spec(bf16), "bf16");
   EXPECT_EQ(codec_spec(parse_codec_spec("kivi-int4:residual=8")), "kivi:bits=4,group=32,residual=8");
   std::string diff;
-  EXPECT_TRUE(same_codec(parse_codec_spec("rtn"), parse_codec_spec("rtn:centroids=7,stages=3"), &diff));
+  CodecConfig rtn = parse_codec_spec("rtn");
+  rtn.kmeans.centroids = 7;
+  rtn.stages = 3;
+  EXPECT_TRUE(same_codec(parse_codec_spec("rtn"), rtn, &diff));
   EXPECT_FALSE(same_codec(parse_codec_spec("qvg"), parse_codec_spec("qvg:iters=9"), &diff));
   EXPECT_EQ(diff, "iters");
   EXPECT_FALSE(same_codec(parse_codec_spec("qvg"), parse_codec_spec("rtn"), &diff));
   EXPECT_EQ(diff, "method");
+}
+
+// A key the method does not read was accepted and did nothing (issue 41): each is
+// refused, naming the key, the method and what it reads; the same keys work for
+// the methods that read them.
+TEST(ConfigSpec, KeysTheMethodDoesNotReadAreRefused) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bf16:bits=2", "codec option 'bits' in 'bf16:bits=2' does nothing for method bf16 (it has no options)"},
+      {"rtn:centroids=4",
+       "codec option 'centroids' in 'rtn:centroids=4' does nothing for method rtn (it reads bits, block, scale, "
+       "levels)"},
+      {"quarot:group=32", "codec option 'group' in 'quarot:group=32' does nothing for method quarot (it reads bits)"},
+      {"qvg:residual=4", "codec option 'residual' in 'qvg:residual=4' does nothing for method qvg (it reads bits, "
+                         "block, scale, levels, stages, centroids, iters, tol, init, seed, centroid_format, "
+                         "centroid_bits)"},
+      {"kivi:block=16", "codec option 'block' in 'kivi:block=16' does nothing for method kivi (it reads bits, group, "
+                        "residual)"},
+      {"qvg-pro-int4:group=8", "does nothing for method qvg"},
+  };
+  for (const auto& [spec, message] : cases) {
+    std::string got;
+    try {
+      parse_codec_spec(spec);
+    } catch (const Error& e) {
+      got = e.what();
+    }
+    EXPECT_NE(got.find(message), std::string::npos) << spec << ": " << got;
+  }
+  for (const char* ok : {"rtn:block=16", "kivi:group=16", "kivi:residual=4", "qvg:centroids=4", "quarot:bits=4"})
+    EXPECT_NO_THROW(parse_codec_spec(ok)) << ok;
+}
+
+// An integer beyond int's range said only "needs an integer" (issue 41): the
+// message gives the option's values.
+TEST(ConfigSpec, IntegerOutOfRangeNamesTheRange) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"qvg:iters=99999999999", "codec option 'iters' needs an integer in 0..10000, got '99999999999'"},
+      {"kivi:group=x", "codec option 'group' needs an integer in 1..4096, got 'x'"},
+      {"kivi:residual=3000000000", "codec option 'residual' needs an integer in 0..2147483647, got '3000000000'"},
+      {"rtn:bits=9999999999", "codec option 'bits' needs an integer of 2|4, got '9999999999'"},
+  };
+  for (const auto& [spec, message] : cases) {
+    std::string got;
+    try {
+      parse_codec_spec(spec);
+    } catch (const Error& e) {
+      got = e.what();
+    }
+    EXPECT_EQ(got, message) << spec;
+  }
 }
 
 // ---- FP8 centroids (centroid_format=fp8) -------------------------------------------------

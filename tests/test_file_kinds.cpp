@@ -1,9 +1,12 @@
 // What the readers and the crash-safe writer do with what is not a plain file
 // (issue 27): a FIFO given as input (it blocked the tool forever), a device, a
-// directory; and the temporary files that killed saves leave behind.
+// directory; and the temporary files that killed saves leave behind. What a
+// save may replace (issue 41: it replaced FIFOs, devices and links): regular
+// files only, written through symbolic links, their mode kept.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +17,8 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -120,6 +125,111 @@ TEST_F(FileKinds, SaveRemovesOnlyStaleTemporaryFilesOfItsTarget) {
   EXPECT_EQ(io_detail::remove_stale_temp_files(target), 1);
   EXPECT_FALSE(fs::exists(held));
   EXPECT_EQ(read_npy(target).bytes, (std::vector<uint8_t>{7, 8}));
+}
+
+std::vector<uint8_t> bytes_of(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+/// Names in dir holding ".tmp.": temporary files a save left.
+int temp_files_in(const fs::path& dir) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename().string().find(".tmp.") != std::string::npos;
+  return n;
+}
+
+CacheConfig tiny_cache_config() {
+  CacheConfig c;
+  c.layers = 1;
+  c.heads = 1;
+  c.dim = 16;
+  c.key = c.value = parse_codec_spec("bf16");
+  return c;
+}
+
+// Every existing target that is not a regular file is refused, named, and left
+// as it was; nothing is written. (This suite runs as root in CI's container:
+// /dev/null is reached only through a link here, so a save that regressed would
+// replace the link, not the device.)
+TEST_F(FileKinds, SaveRefusesTargetsThatAreNotRegularFiles) {
+  StreamingKVCache cache(tiny_cache_config(), CacheOptions{1});
+  cache.append(0, HeadTensor(1, 4, 16), HeadTensor(1, 4, 16));
+  const RawTensor t{DType::u8, {2}, {1, 2}};
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0644), 0);
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = path("sock");
+  ASSERT_LT(sock_path.size(), sizeof addr.sun_path);
+  std::strcpy(addr.sun_path, sock_path.c_str());
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  fs::create_directory(path("dir"));
+  fs::create_symlink("/dev/null", path("null_link"));
+  fs::create_symlink(path("dir"), path("dir_link"));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {path("fifo"), "fifo: cannot save: is a FIFO (named pipe); a save replaces regular files only"},
+      {sock_path, "sock: cannot save: is a socket; a save replaces regular files only"},
+      {path("dir"), "dir: cannot save: is a directory"},
+      {path("null_link"), "null_link: cannot save: it leads to '/dev/null', which is a character device"},
+      {path("dir_link"), "dir_link: cannot save: it leads to '" + path("dir") + "', which is a directory"},
+  };
+  for (const auto& [target, message] : cases) {
+    SCOPED_TRACE(target);
+    const fs::file_status before = fs::symlink_status(target);
+    for (const std::string& e : {error_of([&] { cache.save(target); }), error_of([&] { write_npy(target, t); }),
+                                 error_of([&] { write_safetensors(target, {{"t", t}}); })})
+      EXPECT_NE(e.find(message), std::string::npos) << e;
+    EXPECT_EQ(fs::symlink_status(target).type(), before.type());
+  }
+  EXPECT_NE(error_of([] { (void)save_target("/dev/null"); }).find("/dev/null: cannot save: is a character device"),
+            std::string::npos);
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  EXPECT_EQ(temp_files_in(dir_), 0);
+  ::close(sock);
+}
+
+// A symbolic link is written through: the file it leads to (through a chain of
+// links, in another directory) gets the new bytes and keeps its mode; the links
+// stay links. A link to nothing is refused and nothing is created.
+TEST_F(FileKinds, SaveWritesThroughSymbolicLinksAndKeepsTheMode) {
+  StreamingKVCache cache(tiny_cache_config(), CacheOptions{1});
+  cache.append(0, HeadTensor(1, 4, 16), HeadTensor(1, 4, 16));
+  cache.save(path("reference.qvgc"));
+  const std::vector<uint8_t> reference = bytes_of(path("reference.qvgc"));
+  fs::create_directory(path("sub"));
+  const std::string file = path("sub/real.qvgc");
+  std::ofstream(file) << "old";
+  fs::create_symlink("sub/real.qvgc", path("link1"));  // relative
+  fs::create_symlink(path("link1"), path("link2"));     // a chain
+  for (const fs::perms mode : {fs::perms(0640), fs::perms(0600), fs::perms(0751)}) {
+    fs::permissions(file, mode);
+    cache.save(path("link2"));
+    EXPECT_EQ(bytes_of(file), reference);
+    EXPECT_EQ(fs::status(file).permissions() & fs::perms::all, mode);
+    EXPECT_TRUE(fs::is_symlink(path("link1")));
+    EXPECT_TRUE(fs::is_symlink(path("link2")));
+    EXPECT_EQ(fs::read_symlink(path("link1")), "sub/real.qvgc");
+    EXPECT_EQ(save_target(path("link2")), fs::canonical(file).string());
+  }
+  EXPECT_NO_THROW(StreamingKVCache::load(path("link2")));
+  EXPECT_EQ(temp_files_in(dir_), 0);
+  EXPECT_EQ(temp_files_in(path("sub")), 0);
+  // A file saved over directly keeps its mode too; a new file gets 0666 & ~umask.
+  fs::permissions(path("reference.qvgc"), fs::perms(0604));
+  cache.save(path("reference.qvgc"));
+  EXPECT_EQ(fs::status(path("reference.qvgc")).permissions() & fs::perms::all, fs::perms(0604));
+  // A link to nothing.
+  fs::create_symlink("missing/none.qvgc", path("dangling"));
+  const std::string e = error_of([&] { cache.save(path("dangling")); });
+  EXPECT_NE(e.find("dangling: cannot save: is a symbolic link to 'missing/none.qvgc', which does not lead to an "
+                   "existing file"),
+            std::string::npos)
+      << e;
+  EXPECT_TRUE(fs::is_symlink(path("dangling")));
+  EXPECT_FALSE(fs::exists(path("missing")));
+  EXPECT_NE(error_of([] { (void)save_target(""); }).find("cannot save: the path is empty"), std::string::npos);
 }
 
 }  // namespace

@@ -679,3 +679,40 @@ TEST_F(IoTest, TruncationsAndByteFlipsNeverCrash) {
       }
   }
 }
+
+namespace qvg {
+namespace {
+
+// Messages quoting a damaged header escaped nothing: raw control bytes and
+// invalid UTF-8 reached the terminal (issue 41). printable escapes them.
+TEST(Printable, EscapesWhatATerminalActsOn) {
+  EXPECT_EQ(printable("plain text 0-9 {'descr': '<f4'}"), "plain text 0-9 {'descr': '<f4'}");
+  EXPECT_EQ(printable(std::string("a\x1b[31mb\x00\n\t\x7f", 11)), "a\\x1b[31mb\\x00\\x0a\\x09\\x7f");
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");  // UTF-8 stays
+  EXPECT_EQ(printable("\xc2\x9b"), "\\xc2\\x9b");          // C1 control U+009B (CSI)
+  EXPECT_EQ(printable("\xff\xfe\xc3"), "\\xff\\xfe\\xc3");  // invalid and cut-off UTF-8
+  EXPECT_EQ(printable("\xc0\xaf\xed\xa0\x80"), "\\xc0\\xaf\\xed\\xa0\\x80");  // overlong, surrogate
+}
+
+TEST_F(IoTest, MalformedHeadersAreQuotedEscaped) {
+  const std::string bad_descr = "{'descr': '\x1b]0;pwned\x07\xff', 'fortran_order': False, 'shape': (2,), }";
+  const std::string bad_key = "{'descr': '<f4', '\x1b[2J': False, 'shape': (2,), }";
+  // (JSON escapes become raw bytes once parsed: a name and a dtype holding ESC.)
+  const std::string st = R"({"t\u001b[2J": {"dtype": "F\u001b32", "shape": [1], "data_offsets": [0, 4]}})";
+  for (const std::string& p : {write("d.npy", npy_file(1, bad_descr, std::string(8, '\0'))),
+                               write("k.npy", npy_file(1, bad_key, std::string(8, '\0'))),
+                               write("s.safetensors", st_file(st, std::string(4, '\0')))}) {
+    std::string e;
+    try {
+      (void)(p.ends_with(".npy") ? read_npy(p) : read_safetensors(p).at(0).second);
+    } catch (const Error& err) {
+      e = err.what();
+    }
+    ASSERT_FALSE(e.empty()) << p;
+    EXPECT_EQ(e, printable(e)) << p;  // nothing left to escape
+    EXPECT_NE(e.find("\\x1b"), std::string::npos) << e;
+  }
+}
+
+}  // namespace
+}  // namespace qvg

@@ -23,6 +23,7 @@
 
 #include "budget_plan.h"
 #include "commands.h"
+#include "data_options.h"
 #include "compare_report.h"
 #include "model_run.h"
 #include "plot.h"
@@ -340,7 +341,7 @@ void add_compare_command(CLI::App& app) {
   add_window_options(s, *a, "0", "0 = all");
   s->add_flag("--post-rope", a->run.post_rope, "cache keys after RoPE (default: before RoPE)");
   s->add_option("--steps", a->run.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
-  s->add_option("--seed", a->run.seed, "noise seed, default 2026");
+  s->add_option("--seed", a->run.seed, "noise seed, default 2026")->check(kSeedRange);
   s->add_option("--side-by-side", a->side_by_side,
                 "write an MP4 of labelled panels: the real frames, BF16 and each method at the first budget, and "
                 "their amplified differences from BF16");

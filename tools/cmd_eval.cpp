@@ -115,6 +115,9 @@ void run_eval(const EvalArgs& a) {
   QVG_CHECK(!budgets.empty() || (a.rd_csv.empty() && a.rd_plot.empty()), "--rd-csv and --rd-plot need --bits");
   QVG_CHECK(budgets.empty() || a.write_rec.empty(), "--write-rec and --bits cannot be combined");
   if (!a.rd_plot.empty()) require_gnuplot("--rd-plot");
+  if (const double kv = builtin_kv_bytes(a.data); kv > 0)
+    check_memory(2 * kv, "the K and V as float32 (" + std::to_string(static_cast<int64_t>(kv / 1e6)) +
+                             " MB) and a reconstruction of them as large");
   KvData data = load_data(a.data, a.threads, [&](const std::string& s) { progress(a.quiet, s); });
   const qvg::KvFileInfo info = data.info;
   const std::string ext = data.ext;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "data_options.h"
 #include "model_run.h"
 #include "qvg/cache.h"
 #include "qvg/io.h"
@@ -238,7 +239,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   s->add_flag("--post-rope", a->run.post_rope, "cache keys after RoPE (default: before RoPE, RoPE on read)");
   s->add_option("--steps", a->run.steps, "Euler steps per chunk, default 4")->check(CLI::Range(1, 1000));
-  s->add_option("--seed", a->run.seed, "noise seed, default 2026 (same noise for every cache)");
+  s->add_option("--seed", a->run.seed, "noise seed, default 2026 (same noise for every cache)")->check(kSeedRange);
   s->add_option("--threads", a->run.threads, "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it")->check(CLI::Range(0, 1 << 16));
   add_device_options(s, a->run);
   s->add_option("--fps", a->fps, "output frame rate (default: the clip's)");

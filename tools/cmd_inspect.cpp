@@ -143,7 +143,7 @@ void inspect_cache(const InspectArgs& args) {
                        "`qvg stream --save` and K/V files named *.npy or *.safetensors");
   }
   if (!args.quiet)
-    std::fprintf(stderr, "inspect: loading %s (checks every checksum and decodes every span)\n", args.path.c_str());
+    std::fprintf(stderr, "inspect: loading %s (checks every checksum and stored value, and decodes every span)\n", args.path.c_str());
   const qvg::StreamingKVCache cache = qvg::StreamingKVCache::load(args.path);
   const qvg::CacheConfig& c = cache.config();
   const qvg::MemoryStats mem = cache.memory();
@@ -180,7 +180,7 @@ void inspect_cache(const InspectArgs& args) {
                             .c_str());
     return;
   }
-  std::printf("%s: qvg streaming cache (valid: checksums, sizes, config, every span decoded)\n\n", args.path.c_str());
+  std::printf("%s: qvg streaming cache (valid: checksums, sizes, config, stored values, every span decoded)\n\n", args.path.c_str());
   std::printf("  layers %d, heads %d, dim %d, chunk tokens %" PRId64 "%s\n", c.layers, c.heads, c.dim, c.chunk_tokens,
               c.chunk_tokens == 0 ? " (any)" : "");
   std::printf("  keys    %s (%s)\n", qvg::codec_spec(c.key).c_str(), qvg::describe(c.key).c_str());

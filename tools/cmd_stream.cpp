@@ -57,8 +57,18 @@ void progress(const StreamArgs& args, const std::string& s) {
 }
 
 KvData load_stream_data(const StreamArgs& args) {
+  if (const double kv = builtin_kv_bytes(args.data); kv > 0)
+    check_memory(2 * kv + args.layers * kv / 16,
+                 "the K and V as float32 (" + std::to_string(static_cast<int64_t>(kv / 1e6)) +
+                     " MB), the reference they are compared with, and " + std::to_string(args.layers) +
+                     " layer(s) of cache at 2 bits a value or more");
   KvData d = load_data(args.data, args.threads, [&](const std::string& s) { progress(args, s); });
   if (d.from_files && !d.k.same_shape(d.v)) throw qvg::Error("--k and --v have different shapes");
+  // A frame larger than the data made one partial chunk whatever --grid said.
+  if (d.from_files && d.tokens_per_frame() > d.k.tokens)
+    throw qvg::Error("--grid " + std::to_string(d.grid_h) + "x" + std::to_string(d.grid_w) + " makes frames of " +
+                     std::to_string(d.tokens_per_frame()) + " tokens, more than the " + std::to_string(d.k.tokens) +
+                     " tokens of the K/V files: give the latent frame grid of the data (H x W tokens a frame)");
   return d;
 }
 
@@ -468,16 +478,23 @@ void run_stream(const StreamArgs& args) {
 }
 
 /// --save: checked when parsed, so a path that cannot be written fails before the run
-/// (it was reported only after the whole run; '' saved nothing and exited 0). The save
-/// writes a temporary file in the target's directory, so that directory must exist
-/// and be writable.
+/// (it was reported only after the whole run; '' saved nothing and exited 0). What the
+/// save replaces (qvg::save_target: a regular file, through links) is checked, and it
+/// writes a temporary file in that file's directory, so the directory must exist and
+/// be writable.
 const CLI::Validator kWritableSavePath(
     [](std::string& path) -> std::string {
       if (path.empty()) return "empty path (give the file to save the cache to)";
       namespace fs = std::filesystem;
       std::error_code ec;
       if (fs::is_directory(path, ec)) return "'" + path + "' is a directory";
-      std::string dir = fs::path(path).parent_path().string();
+      std::string target;
+      try {
+        target = qvg::save_target(path);
+      } catch (const qvg::Error& e) {
+        return e.what();
+      }
+      std::string dir = fs::path(target).parent_path().string();
       if (dir.empty()) dir = ".";
       if (!fs::is_directory(dir, ec))
         return "cannot save to '" + path + "': " + (fs::exists(dir, ec) ? "'" + dir + "' is not a directory"
@@ -511,7 +528,12 @@ void add_stream_command(CLI::App& app) {
   s->add_flag("--compare-warm", args.compare_warm, "also run with warm start flipped and compare k-means work and error");
   s->add_flag("--compare-rope", args.compare_rope, "also cache keys after RoPE and compare key error (needs --rope 1d|3d)");
   s->add_option("--save", args.save, "save the cache to this file at the end (see --stop-after)")->check(kWritableSavePath);
-  s->add_option("--load", args.load, "resume from a cache saved by --save (same data and cache options)");
+  s->add_option("--load", args.load, "resume from a cache saved by --save (same data and cache options)")
+      ->check(CLI::Validator(
+          [](std::string& path) -> std::string {
+            return path.empty() ? "empty path (give a cache saved by --save, or leave --load out)" : "";
+          },
+          "FILE", "non-empty load path"));
   s->add_option("--stop-after", args.stop_after, "stop after this many chunks (0 = all)")->check(CLI::NonNegativeNumber);
   s->add_option("--every", args.every, "print memory every n chunks (and at every span)")->check(CLI::Range(1, 1000000));
   s->add_option("--threads", args.threads, "worker threads (0 = all cores); results do not depend on it")->check(CLI::Range(0, 1 << 16));

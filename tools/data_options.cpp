@@ -1,7 +1,10 @@
 // The shared data options and their loader (tools/data_options.h).
 #include "data_options.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "qvg/data.h"
 #include "qvg/metrics.h"
@@ -35,6 +38,15 @@ void parse_grid(const std::string& grid, int64_t* h, int64_t* w) {
   *w = side(grid.substr(x + 1));
 }
 
+/// Throws for the first of `names` given on the command line, saying why it does nothing.
+void refuse_given(const CLI::App* app, std::initializer_list<const char*> names, const std::string& why) {
+  if (!app) return;
+  for (const char* n : names) {
+    const CLI::Option* o = app->get_option_no_throw(n);  // (not every command has every option)
+    if (o && o->count() > 0) throw qvg::Error(std::string(n) + " does nothing here: " + why);
+  }
+}
+
 void say(const Progress& progress, const std::string& s) {
   if (progress) progress(s);
 }
@@ -58,7 +70,19 @@ KvData load_files(const DataOptions& d, const Progress& progress) {
 
 }  // namespace
 
+const CLI::Validator kSeedRange(
+    [](std::string& s) -> std::string {
+      const std::string max = "18446744073709551615";  // 2^64 - 1
+      const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+      const std::string t = digits ? s.substr(std::min(s.find_first_not_of('0'), s.size() - 1)) : s;
+      if (!digits || t.size() > max.size() || (t.size() == max.size() && t > max))
+        return "seed '" + s + "' is not an integer in 0.." + max;
+      return "";
+    },
+    "0..2^64-1", "seed range");
+
 void add_data_options(CLI::App* app, DataOptions& d, DataOptionSet set) {
+  d.app = app;
   if (set.files) {
     app->add_option("--k", d.k, "keys file (.npy or .safetensors)");
     app->add_option("--v", d.v, "values file (.npy or .safetensors)");
@@ -85,7 +109,46 @@ void add_data_options(CLI::App* app, DataOptions& d, DataOptionSet set) {
   if (set.queries)
     app->add_option("--queries", d.queries, "built-in data: queries for the attention error (0 = none)")
         ->check(CLI::Range(0, 100000));
-  app->add_option("--seed", d.seed, "built-in data: seed");
+  app->add_option("--seed", d.seed, "built-in data: seed")->check(kSeedRange);
+}
+
+double builtin_kv_bytes(const DataOptions& d) {
+  if (!d.k.empty() || !d.v.empty()) return 0;
+  double tokens = 0, dim = 0;
+  if (d.data == "clip") {
+    qvg::ClipKVParams p;
+    p.heads = d.heads;
+    p.frames = d.frames;
+    tokens = static_cast<double>(p.tokens());
+    dim = p.dim;
+  } else {
+    qvg::VideoLikeParams p;
+    p.heads = d.heads;
+    p.frames = d.frames;
+    tokens = static_cast<double>(p.tokens());
+    dim = p.dim;
+  }
+  return 2.0 * d.heads * tokens * dim * 4.0;
+}
+
+void check_memory(double need, const std::string& what) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = -1;
+  while (meminfo >> key) {
+    if (key == "MemAvailable:") {
+      meminfo >> kib;
+      break;
+    }
+    meminfo.ignore(256, '\n');
+  }
+  if (kib < 0) return;
+  const double available = kib * 1024.0;
+  if (need <= available) return;
+  char text[160];
+  std::snprintf(text, sizeof text, "this run needs at least %.1f GB of memory, %.1f GB are available: ", need / 1e9,
+                available / 1e9);
+  throw qvg::Error(text + what + " (use fewer frames, heads or layers)");
 }
 
 KvData make_builtin_data(const std::string& kind, const DataOptions& d, int threads, const Progress& progress) {
@@ -126,8 +189,14 @@ KvData make_builtin_data(const std::string& kind, const DataOptions& d, int thre
 }
 
 KvData load_data(const DataOptions& d, int threads, const Progress& progress) {
-  if (!d.k.empty() || !d.v.empty()) return load_files(d, progress);
+  if (!d.k.empty() || !d.v.empty()) {
+    refuse_given(d.app, {"--heads", "--frames", "--frame-step", "--queries", "--seed", "--data", "--clip"},
+                 "it sizes or picks the built-in data, and the K/V files (--k, --v) are read instead");
+    return load_files(d, progress);
+  }
   if (!d.q.empty()) throw qvg::Error("--q needs --k and --v");
+  refuse_given(d.app, {"--layout", "--raw16", "--grid", "--k-name", "--v-name", "--q-name"},
+               "it describes K/V files, and none is given (--k, --v); the built-in data need none of it");
   return make_builtin_data(d.data, d, threads, progress);
 }
 

@@ -31,7 +31,14 @@ struct DataOptions {
   int frame_step = 4;               ///< --data clip: every n-th video frame, 1..100
   int queries = 256;                ///< queries for the attention error, 0..100000 (0 = none)
   uint64_t seed = 1234;
+  /// The command the options were added to (add_data_options): load_data refuses
+  /// options given that the chosen data ignore.
+  const CLI::App* app = nullptr;
 };
+
+/// --seed: decimal digits only, 0 .. 2^64 - 1 ("-1" wrapped to 2^64 - 1 and larger
+/// numbers saturated to it, so different seeds gave the same data).
+extern const CLI::Validator kSeedRange;
 
 /// Which data options a command offers.
 struct DataOptionSet {
@@ -69,8 +76,22 @@ using Progress = std::function<void(const std::string&)>;
 
 /// The data `d` chooses: the files when --k / --v are given (both, else
 /// qvg::Error; --q only with them), else the built-in set d.data. threads:
-/// of the generators (0 = all cores; the data do not depend on it).
+/// of the generators (0 = all cores; the data do not depend on it). Options
+/// that the chosen data ignore are refused, saying why: --heads, --frames,
+/// --frame-step, --queries, --seed, --data, --clip beside files; --layout,
+/// --raw16, --grid, --k-name, --v-name, --q-name without them.
 KvData load_data(const DataOptions& d, int threads, const Progress& progress);
+
+/// Bytes of the built-in K and V (float32, together) that d asks for; 0 when
+/// K/V files are given (their size is known once they are read).
+double builtin_kv_bytes(const DataOptions& d);
+
+/// Refuses a run before it allocates: throws qvg::Error naming `need` bytes (and
+/// `what` they hold) when they exceed the memory available now (MemAvailable of
+/// /proc/meminfo); nothing where that cannot be read. `need` is a lower bound,
+/// so a run that fits is never refused (it was std::bad_alloc, or the OOM killer,
+/// after minutes).
+void check_memory(double need, const std::string& what);
 
 /// The built-in data set `kind` ("video-like" or "clip") with d's sizes and
 /// seed; with d.queries > 0, that many of the keys' tokens, spread over the

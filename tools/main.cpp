@@ -5,9 +5,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include "commands.h"
 #include "model_run.h"
+#include "qvg/common.h"
 #include "qvg/data.h"
 #include "qvg/version.h"
 
@@ -34,8 +36,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);  // runs the chosen subcommand's callback once its options have passed
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "qvg: error: out of memory (std::bad_alloc): the inputs or the run are too large for this "
+                         "machine's memory\n");
+    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "qvg: error: %s\n", e.what());
+    std::fprintf(stderr, "qvg: error: %s\n", qvg::printable(e.what()).c_str());  // (may quote a file's bytes)
     return 1;
   }
   return 0;

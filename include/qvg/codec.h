@@ -121,6 +121,22 @@ MagnitudeRange encodable_magnitudes(const CodecConfig& config);
 /// inside it; `where` prefixes the message.
 void check_magnitude(const CodecConfig& config, double max_abs, const std::string& where = "");
 
+/// Checks an encoded tensor that comes from outside the library (a cache file,
+/// a pickled state) before it is trusted, beyond what a decoder needs to stay in
+/// bounds: its shape, config, role and part sizes as a decoder checks them, then
+/// the values stored: no non-finite BF16 value (centroids, full_precision), no
+/// NaN FP8 code (block scales, centroids: E4M3 0x7F / 0xFF), no non-finite FP16
+/// scale or zero point and no negative FP16 scale (kivi, quarot), span scales
+/// and FP8 centroid scales finite and positive, centroid ids below C, and no
+/// value that decodes beyond the float range (finite parts whose product
+/// overflows: a head whose parts allow magnitudes above FLT_MAX / 2 is decoded
+/// and looked at). Throws qvg::Error naming the part and the position (head,
+/// token, channel, stage, block or group). `decoded`: e's CPU decode when the
+/// caller has one (else this decodes, only for such heads). A tensor that an
+/// encoder made from a finite input passes. Cost: one pass over the scales,
+/// centroids and BF16 parts; none over the codes.
+void check_encoded_tensor(const EncodedTensor& e, const HeadTensor* decoded = nullptr);
+
 /// Convenience: make_codec(parse_codec_spec(spec)).
 std::unique_ptr<Codec> make_codec(const std::string& spec);
 

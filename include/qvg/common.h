@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #if defined(__CUDACC__)
 #define QVG_HD __host__ __device__ __forceinline__
@@ -32,6 +33,12 @@ class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
+
+/// s with every byte that a terminal could act on escaped as \xNN: control
+/// characters (below 0x20, 0x7F), bytes of invalid UTF-8 and C1 controls. Text
+/// and valid UTF-8 (U+00A0 and above) stay. Errors that quote bytes of a file
+/// (malformed headers, tags, names) pass them through it.
+std::string printable(std::string_view s);
 
 namespace detail {
 template <typename... Args>

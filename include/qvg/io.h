@@ -79,6 +79,19 @@ using NamedTensors = std::vector<std::pair<std::string, RawTensor>>;
 /// a writer appears, a device has no size, and a directory has no bytes.
 void check_regular_file(const std::string& path);
 
+/// The file a save to `path` replaces (StreamingKVCache::save, write_npy,
+/// write_safetensors, save_kv), checked before anything is written: `path` when
+/// nothing exists there yet (its directory is checked when the file is created)
+/// or when it is a regular file; for a symbolic link, the file the link leads to
+/// (every link followed: the save writes through it, the link stays, and the
+/// temporary file goes in that file's directory). Throws qvg::Error, starting
+/// with the path, for an empty path, a link that leads to no existing file, and
+/// an existing target that is not a regular file, naming what it is ("a
+/// directory", "a FIFO (named pipe)", "a socket", "a character device", "a block
+/// device"): a save replaces regular files only (run as root, replacing
+/// /dev/null with a file broke the system). A replaced file keeps its mode.
+std::string save_target(const std::string& path);
+
 /// Largest header (npy dict or safetensors JSON) a reader accepts: 100 MiB. Larger
 /// length fields are treated as corruption rather than allocated.
 inline constexpr uint64_t kMaxTensorHeaderBytes = 100ull << 20;

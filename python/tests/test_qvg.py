@@ -90,25 +90,67 @@ class Pickling(unittest.TestCase):
                 np.testing.assert_array_equal(bits(qvg.Codec(e.spec).decode(back)), bits(codec.decode(e)))
 
     def test_damaged_states_are_refused(self):
+        # Refused when loaded (__setstate__ checks sizes and stored values: issue 41).
         e = qvg.Codec("qvg").encode(random_kv())
         spec, role, shape, parts = e.__getstate__()
         short = dict(parts, codes=parts["codes"][:-1])
-        rebuilt = qvg.EncodedTensor.__new__(qvg.EncodedTensor)
-        rebuilt.__setstate__((spec, role, shape, short))
-        self.assertIn("part 'codes' has", self.decode_error(rebuilt))
+        self.assertIn("part 'codes' has", self.state_error((spec, role, shape, short)))
         few = qvg.Codec("qvg:centroids=8").encode(random_kv())
         s2, r2, sh2, p2 = few.__getstate__()
-        damaged = qvg.EncodedTensor.__new__(qvg.EncodedTensor)
-        damaged.__setstate__((s2, r2, sh2, dict(p2, ids=bytes([200]) * len(p2["ids"]))))
-        self.assertIn("centroid id 200 out of range", self.decode_error(damaged))
+        self.assertIn("part 'ids' holds 200 at stage 0, head 0, token 0 (C = 8 centroids)",
+                      self.state_error((s2, r2, sh2, dict(p2, ids=bytes([200]) * len(p2["ids"])))))
         for state in ((spec, role), ("nope", role, shape, parts), (spec, "query", shape, parts),
                       (spec, role, (2, 0, 64), parts), (spec, role, shape, {"codes": b""})):
             with self.assertRaises(ValueError):
-                qvg.EncodedTensor.__new__(qvg.EncodedTensor).__setstate__(state)
+                self.load_state(state)
 
-    def decode_error(self, e):
+    def test_states_with_values_no_encoder_writes_are_refused(self):
+        # Right sizes, wrong values: NaN / inf stored, or finite values whose
+        # decode overflows float. Each is refused when loaded, naming part and place.
+        x = random_kv()
+        spec, role, shape, parts = qvg.Codec("qvg").encode(x).__getstate__()
+        c = bytearray(parts["centroids"])
+        c[0:2] = b"\xff\xff"
+        self.assertIn("part 'centroids' holds a non-finite value (BF16 0xffff) at stage 0, head 0, centroid 0, "
+                      "channel 0", self.state_error((spec, role, shape, dict(parts, centroids=bytes(c)))))
+        sc = bytearray(parts["scales"])
+        sc[3] = 0x7F
+        self.assertIn("part 'scales' holds NaN (FP8 0x7f) at head 0, token 3, block 0",
+                      self.state_error((spec, role, shape, dict(parts, scales=bytes(sc)))))
+        big = np.array([7.7e37, 7.7e37], dtype="<f4").tobytes()
+        self.assertIn("decode beyond the float range at head 0",
+                      self.state_error((spec, role, shape, dict(parts, span_scales=big))))
+        s3, r3, sh3, p3 = qvg.Codec("bf16").encode(x).__getstate__()
+        fp = bytearray(p3["full_precision"])
+        fp[-2:] = b"\x80\x7f"  # +inf, the last value
+        self.assertIn("part 'full_precision' holds a non-finite value (BF16 0x7f80) at head %d, token %d, channel %d"
+                      % (sh3[0] - 1, sh3[1] - 1, sh3[2] - 1),
+                      self.state_error((s3, r3, sh3, dict(p3, full_precision=bytes(fp)))))
+
+    def test_state_fields_of_the_wrong_type_or_range(self):
+        # TypeError for a field of the wrong type, ValueError for a bad value, with the library's words.
+        spec, role, shape, parts = qvg.Codec("rtn").encode(random_kv()).__getstate__()
+        for bad_role in (None, 3, b"key"):
+            with self.assertRaisesRegex(TypeError, "the role is a .*, not the str"):
+                self.load_state((spec, bad_role, shape, parts))
+        with self.assertRaisesRegex(TypeError, "sizes are ints"):
+            self.load_state((spec, role, (2, "64", 64), parts))
+        with self.assertRaisesRegex(ValueError, r"shape \(2, 18446744073709551616, 64\) holds a size outside the int64 range"):
+            self.load_state((spec, role, (2, 2**64, 64), parts))
+        with self.assertRaisesRegex(ValueError, r"shape \(2, -5, 64\) holds a negative size"):
+            self.load_state((spec, role, (2, -5, 64), parts))
+        with self.assertRaisesRegex(ValueError, "has 2 sizes, not 3"):
+            self.load_state((spec, role, (2, 64), parts))
+        with self.assertRaisesRegex(TypeError, "part 'codes' is a str, not bytes"):
+            self.load_state((spec, role, shape, dict(parts, codes="abc")))
+
+    @staticmethod
+    def load_state(state):
+        qvg.EncodedTensor.__new__(qvg.EncodedTensor).__setstate__(state)
+
+    def state_error(self, state):
         with self.assertRaises(ValueError) as cm:
-            qvg.Codec("qvg").decode(e)
+            self.load_state(state)
         return str(cm.exception)
 
     def test_mutated_states_decode_or_raise_value_error(self):
@@ -146,6 +188,7 @@ class Pickling(unittest.TestCase):
                     e.__setstate__((spec_s, role, sh, p))
                     out = qvg.Codec(spec_s).decode(e)
                     self.assertEqual(out.shape, sh, spec)
+                    self.assertTrue(np.isfinite(out).all(), spec)  # a loaded state decodes finite (issue 41)
                     outcomes["decoded"] += 1
                 except ValueError:
                     outcomes["refused"] += 1
@@ -345,6 +388,37 @@ class Cache(unittest.TestCase):
                 with self.assertRaises(ValueError, msg=f"damage {i}"):
                     qvg.StreamingKVCache.load(path)
 
+    def test_save_replaces_regular_files_only(self):
+        # save replaced FIFOs, devices and links with a regular file (issue 41):
+        # other kinds are refused and left as they are; a link is written through.
+        import stat
+        cache = qvg.StreamingKVCache(1, 2, 64, quant_factor=2)
+        for k, v in self.chunks(3):
+            cache.append(0, k, v)
+        with tempfile.TemporaryDirectory() as tmp:
+            fifo = os.path.join(tmp, "fifo")
+            os.mkfifo(fifo)
+            self.assert_raises_with("fifo: cannot save: is a FIFO (named pipe)", cache.save, fifo)
+            self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+            self.assert_raises_with("cannot save: is a directory", cache.save, tmp)
+            null_link = os.path.join(tmp, "null_link")
+            os.symlink("/dev/null", null_link)
+            self.assert_raises_with("it leads to '/dev/null', which is a character device", cache.save, null_link)
+            real, link = os.path.join(tmp, "real.qvgc"), os.path.join(tmp, "link.qvgc")
+            cache.save(real)
+            os.chmod(real, 0o600)
+            with open(real, "rb") as fh:
+                want = fh.read()
+            with open(real, "wb") as fh:
+                fh.write(b"old")
+            os.symlink("real.qvgc", link)
+            cache.save(link)
+            self.assertTrue(os.path.islink(link))
+            with open(real, "rb") as fh:
+                self.assertEqual(fh.read(), want)
+            self.assertEqual(stat.S_IMODE(os.stat(real).st_mode), 0o600)
+            self.assertEqual(sorted(os.listdir(tmp)), ["fifo", "link.qvgc", "null_link", "real.qvgc"])
+
     def test_threads_appending_to_two_layers(self):
         # The cache releases the GIL while it works and holds its own lock:
         # two threads appending to layers 0 and 1 at once leave what one
@@ -414,6 +488,17 @@ class BadInput(unittest.TestCase):
             self.assert_error("finite", codec.encode, np.full((1, 300, 64), 1e39))  # inf once float32
         self.assert_error("multiple", codec.encode, random_kv(dim=48))  # not a multiple of the block
         self.assert_error("tokens", codec.encode, np.zeros((2, 0, 64), np.float32))
+        # A complex array was cast with its imaginary part dropped (issue 41).
+        for dtype in (np.complex64, np.complex128):
+            z = random_kv().astype(dtype) + 1j
+            with self.assertRaisesRegex(TypeError, r"x is a complex array \(dtype complex\d+\); qvg encodes real "
+                                                   r"tensors: pass its .real or .imag part"):
+                codec.encode(z)
+        cache = qvg.StreamingKVCache(1, 2, 64)
+        with self.assertRaisesRegex(TypeError, "k is a complex array"):
+            cache.append(0, random_kv(tokens=64).astype(np.complex64), random_kv(tokens=64))
+        self.assertEqual(cache.chunks_appended(0), 0)
+        self.assert_error("does nothing for method bf16", qvg.Codec, "bf16:bits=2")
         with self.assertRaises(TypeError):
             codec.encode("not an array")
 

@@ -256,7 +256,16 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
               positions.size());
   // The span codecs' magnitude policy, per chunk (a span's largest magnitude
   // is its chunks'): refused here, not when a later append encodes the span.
-  const float k_max = check_finite(k, "key chunk"), v_max = check_finite(v, "value chunk");
+  // Messages name the chunk (the layer's next index) as well as the place in it.
+  const int64_t next = I.layers[static_cast<size_t>(layer)].next_chunk;
+  const std::string chunk_name = "append (layer " + std::to_string(layer) + ", chunk " + std::to_string(next) + "): ";
+  float k_max = 0, v_max = 0;
+  try {
+    k_max = check_finite(k, "the key chunk");
+    v_max = check_finite(v, "the value chunk");
+  } catch (const Error& e) {
+    QVG_CHECK(false, chunk_name, e.what());
+  }
   const std::string where = "append (layer " + std::to_string(layer) + "): the ";
   check_magnitude(c.key, k_max, where + "key chunk: ");
   check_magnitude(c.value, v_max, where + "value chunk: ");

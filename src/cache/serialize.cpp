@@ -389,7 +389,7 @@ std::vector<uint8_t> read_section(std::ifstream& f, const std::string& path, uin
   f.read(reinterpret_cast<char*>(head), sizeof head);
   QVG_CHECK(f.good(), where, ": read error");
   QVG_CHECK(std::memcmp(head, tag, 4) == 0, where, ": expected section tag '", std::string(tag, 4), "' at byte ",
-            pos, ", found '", std::string(reinterpret_cast<char*>(head), 4), "' (corrupt file)");
+            pos, ", found '", printable(std::string(reinterpret_cast<char*>(head), 4)), "' (corrupt file)");
   QVG_CHECK(get_le32(head + 4) == 0, where, ": unknown section flags");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(head[8 + i]) << (8 * i);
@@ -466,7 +466,7 @@ StreamingKVCache StreamingKVCache::load_file(const std::string& path, const Cach
   try {
     j = json::parse(conf.begin(), conf.end());
   } catch (const std::exception& e) {
-    QVG_CHECK(false, path, ": config section is not valid JSON (", e.what(), ")");
+    QVG_CHECK(false, path, ": config section is not valid JSON (", printable(e.what()), ")");
   }
   CacheConfig config = config_from_json(j, path);
   // Compare the config before reading the (large) layer sections.
@@ -481,12 +481,20 @@ StreamingKVCache StreamingKVCache::load_file(const std::string& path, const Cach
     impl->layers[static_cast<size_t>(l)] = read_layer(r, *impl, l);
     try {
       check_layer_state(*impl, l);
-      // Every span must decode (part sizes, centroid ids, span scales).
+      // Every span must decode (part sizes, centroid ids, span scales), and hold
+      // values an encoder can have written (check_encoded_tensor: finite, and a
+      // decode inside the float range).
       HeadTensor tmp;
-      for (const CacheSpan& sp : impl->layers[static_cast<size_t>(l)].spans) {
-        impl->key_codec->decode(sp.k, tmp, options.threads);
-        impl->value_codec->decode(sp.v, tmp, options.threads);
-      }
+      for (const CacheSpan& sp : impl->layers[static_cast<size_t>(l)].spans)
+        for (const bool key : {true, false}) {
+          const EncodedTensor& t = key ? sp.k : sp.v;
+          try {
+            (key ? impl->key_codec : impl->value_codec)->decode(t, tmp, options.threads);
+            check_encoded_tensor(t, &tmp);
+          } catch (const Error& e) {
+            QVG_CHECK(false, "layer ", l, ", span ", sp.id, key ? ", keys: " : ", values: ", e.what());
+          }
+        }
     } catch (const Error& e) {
       QVG_CHECK(false, path, ": ", e.what());
     }

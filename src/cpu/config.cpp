@@ -74,7 +74,16 @@ CodecConfig parse_codec_spec(const std::string& spec) {
       QVG_CHECK(std::find(seen.begin(), seen.end(), key) == seen.end(), "codec option '", key, "' is given twice in '",
                 spec, "'");
       seen.push_back(key);
-      field_named(key).set(c, item.substr(eq + 1));
+      const CodecField& f = field_named(key);
+      // A key the method does not read would be accepted and do nothing (issue 41).
+      const std::vector<std::string>& reads = method_traits(c.method).fields;
+      if (std::find(reads.begin(), reads.end(), key) == reads.end()) {
+        std::string list;
+        for (const std::string& k : reads) list += (list.empty() ? "" : ", ") + k;
+        QVG_CHECK(false, "codec option '", key, "' in '", spec, "' does nothing for method ", method_name(c.method),
+                  list.empty() ? " (it has no options)" : " (it reads " + list + ")");
+      }
+      f.set(c, item.substr(eq + 1));
     }
   }
   return c;

@@ -18,11 +18,22 @@ namespace {
 
 // ---- field parsing helpers -------------------------------------------------------
 
+/// The values a field takes, as codec_fields lists them ("0..10000", "2|4").
+std::string field_values(const char* key) {
+  for (const CodecField& f : codec_fields())
+    if (std::string(f.key) == key) return f.values;
+  return "?";
+}
+
 int parse_int(const char* key, const std::string& v) {
   int out = 0;
   const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  QVG_CHECK(ec == std::errc() && p == v.data() + v.size(), "codec option '", key, "' needs an integer, got '", v,
-            "'");
+  // (An integer beyond int's range, e.g. iters=99999999999, said only "needs an integer".)
+  if (ec != std::errc() || p != v.data() + v.size()) {
+    const std::string values = field_values(key);
+    QVG_CHECK(false, "codec option '", key, "' needs an integer ", values.find('|') != std::string::npos ? "of " : "in ",
+              values, ", got '", v, "'");
+  }
   return out;
 }
 
@@ -121,7 +132,7 @@ const std::vector<CodecField>& codec_fields() {
          c.kmeans.centroids = c.auto_centroids ? 256 : parse_int("centroids", v);  // auto: at most 256
        },
        check_centroids},
-      {"iters", "N", true, [](const CodecConfig& c) { return int_text(c.kmeans.max_iter); },
+      {"iters", "0..10000", true, [](const CodecConfig& c) { return int_text(c.kmeans.max_iter); },
        [](CodecConfig& c, const std::string& v) { c.kmeans.max_iter = parse_int("iters", v); }, check_iters},
       {"tol", "X", true,
        [](const CodecConfig& c) {
@@ -159,9 +170,9 @@ const std::vector<CodecField>& codec_fields() {
        },
        [](CodecConfig& c, const std::string& v) { c.centroid_bits = parse_double("centroid_bits", v); },
        check_centroid_bits},
-      {"group", "G", true, [](const CodecConfig& c) { return int_text(c.group); },
+      {"group", "1..4096", true, [](const CodecConfig& c) { return int_text(c.group); },
        [](CodecConfig& c, const std::string& v) { c.group = parse_int("group", v); }, check_group},
-      {"residual", "R", true, [](const CodecConfig& c) { return int_text(c.residual); },
+      {"residual", "0..2147483647", true, [](const CodecConfig& c) { return int_text(c.residual); },
        [](CodecConfig& c, const std::string& v) { c.residual = parse_int("residual", v); }, check_residual},
   };
   return table;

@@ -16,13 +16,14 @@ namespace qvg::io_detail {
 static_assert(std::endian::native == std::endian::little,
               "tensor files are little-endian; a big-endian host needs byte swaps here");
 
-/// Throws qvg::Error("<path>: <parts...>").
+/// Throws qvg::Error("<path>: <parts...>"), escaped by printable (the parts may
+/// quote bytes of a damaged header).
 template <typename... Args>
 [[noreturn]] void file_fail(const std::string& path, Args&&... args) {
   std::ostringstream os;
   os << path << ": ";
   (os << ... << args);
-  throw Error(os.str());
+  throw Error(printable(os.str()));
 }
 
 /// Product of dims with overflow checks; 0 if any dim is 0. Throws (naming `what`) on a
@@ -56,7 +57,9 @@ class InFile {
 /// renames it over `path` and fsyncs the directory. Until close() returns, `path` keeps
 /// its old contents; a failure, or destruction without close(), removes the temporary
 /// file. The constructor also removes the temporary files of `path` that no living
-/// writer holds (remove_stale_temp_files). Errors name `path`.
+/// writer holds (remove_stale_temp_files). What it replaces is save_target(path)
+/// (qvg/io.h: a regular file, through symbolic links; anything else is refused
+/// before a byte is written). Errors name `path`.
 class OutFile {
  public:
   explicit OutFile(const std::string& path);
@@ -70,7 +73,7 @@ class OutFile {
  private:
   [[noreturn]] void fail(const std::string& what, int err);  ///< removes the temporary file, throws
 
-  std::string path_, tmp_;
+  std::string path_, target_, tmp_;  // target_: save_target(path_)
   int fd_ = -1;
   bool done_ = false;
 };

@@ -1,5 +1,6 @@
 // io_detail::OutFile: a file replaced crash-safely (unique temporary file in the
-// same directory, fsync, rename over the target, fsync the directory), and the
+// same directory, fsync, rename over the target, fsync the directory), what it
+// may replace (save_target: regular files, through symbolic links), and the
 // removal of temporary files that killed savers left behind.
 //
 // Every temporary file is flock()ed by its writer from creation until it has been
@@ -74,7 +75,7 @@ int remove_stale_temp_files(const std::string& path, const std::string& keep) {
   return removed;
 }
 
-OutFile::OutFile(const std::string& path) : path_(path) {
+OutFile::OutFile(const std::string& path) : path_(path), target_(save_target(path)) {
   // mkstemp-style, but created with mode 0666 & ~umask (as a plain open would) rather
   // than mkstemp's 0600.
   static std::atomic<uint64_t> counter{0};
@@ -89,7 +90,7 @@ OutFile::OutFile(const std::string& path) : path_(path) {
       c = kChars[r % (sizeof kChars - 1)];
       r /= sizeof kChars - 1;
     }
-    tmp_ = path + ".tmp." + suffix;
+    tmp_ = target_ + ".tmp." + suffix;
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0) {
       err = errno;
@@ -113,8 +114,8 @@ OutFile::OutFile(const std::string& path) : path_(path) {
   }
   // Replacing a file keeps its permissions.
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) (void)::fchmod(fd_, st.st_mode & 07777);
-  remove_stale_temp_files(path, tmp_);
+  if (::stat(target_.c_str(), &st) == 0 && S_ISREG(st.st_mode)) (void)::fchmod(fd_, st.st_mode & 07777);
+  remove_stale_temp_files(target_, tmp_);
 }
 
 OutFile::~OutFile() {
@@ -146,7 +147,8 @@ void OutFile::close() {
   QVG_CHECK(fd_ >= 0, path_, ": closed twice");
   if (::fsync(fd_) != 0) fail("write error on fsync", errno);
   // Renamed while still open (and locked), so no cleanup can take it first.
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename '" + tmp_ + "' over it", errno);
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0)
+    fail("cannot rename '" + tmp_ + "' over " + (target_ == path_ ? std::string("it") : "'" + target_ + "'"), errno);
   done_ = true;
   const int fd = fd_;
   fd_ = -1;
@@ -154,7 +156,7 @@ void OutFile::close() {
     file_fail(path_, "written, but closing it failed (", std::strerror(errno), ")");
   // The rename is durable once the directory is synced. A directory that cannot be
   // opened (no read permission) or synced (EINVAL: not supported) is left as it is.
-  const std::string dir = parent_dir(path_);
+  const std::string dir = parent_dir(target_);
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return;
   const int rc = ::fsync(dfd);
@@ -165,3 +167,41 @@ void OutFile::close() {
 }
 
 }  // namespace qvg::io_detail
+
+namespace qvg {
+
+std::string save_target(const std::string& path) {
+  if (path.empty()) throw Error("cannot save: the path is empty");
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return path;  // a new file (a missing directory fails at creation)
+    io_detail::file_fail(path, "cannot save: ", std::strerror(errno));
+  }
+  std::string target = path;
+  if (S_ISLNK(st.st_mode)) {
+    // Written through: the file the link leads to is replaced, the link stays.
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(path, ec);
+    if (ec || ::stat(real.c_str(), &st) != 0) {
+      std::error_code ec2;
+      const std::string to = std::filesystem::read_symlink(path, ec2).string();
+      io_detail::file_fail(path, "cannot save: is a symbolic link to '", to, "', which does not lead to an existing file (",
+                ec ? ec.message() : std::strerror(errno),
+                "); a save writes through a link only to a file that exists");
+    }
+    target = real.string();
+  }
+  const char* kind = S_ISREG(st.st_mode)    ? nullptr
+                     : S_ISDIR(st.st_mode)  ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                                            : "not a regular file";
+  if (kind)
+    io_detail::file_fail(path, "cannot save: ", target == path ? "" : "it leads to '" + target + "', which ", "is ", kind,
+              "; a save replaces regular files only (give the path of a file to create or replace)");
+  return target;
+}
+
+}  // namespace qvg
