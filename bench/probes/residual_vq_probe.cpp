@@ -8,8 +8,10 @@
 //            nearest of K codewords of one codebook per head (trained by the
 //            reference's k-means on a sample of the head's normalized
 //            sub-vectors; BF16 codewords stored).
+//   cq G.K   the same with one codebook per group of G channels and head
+//            (Coupled Quantization's layout; D / G codebooks stored).
 // Bits a value: ids (8 / D) + centroids (16 C D / N D) + the residual code:
-// vq: log2(K) / G + 8 / D (token scale) + 16 K G / (N D) (codebook).
+// vq: log2(K) / G + 8 / D (token scale) + 16 K G / (N D) a codebook.
 // Prints per tensor: bits and the MSE of the reconstruction relative to
 // the input's mean square (the error every table reports).
 //
@@ -42,7 +44,7 @@ struct Result {
 
 /// Residual VQ of one head's residual r (n x d): returns the squared error
 /// summed and the bits a value.
-Result vq_head(const std::vector<float>& r, int64_t n, int64_t d, int g, int k, uint64_t seed) {
+Result vq_head(const std::vector<float>& r, int64_t n, int64_t d, int g, int k, uint64_t seed, bool per_group) {
   Result res;
   const int64_t subs = d / g;
   // Token scales: RMS of each token's residual, stored as FP8 E4M3 (power-of-two head scale ignored:
@@ -61,36 +63,44 @@ Result vq_head(const std::vector<float>& r, int64_t n, int64_t d, int g, int k, 
   std::vector<float> u(static_cast<size_t>(n * d));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t c = 0; c < d; ++c) u[i * d + c] = scale[i] > 0 ? r[i * d + c] / scale[i] : 0.0f;
-  const int64_t points = n * subs;
-  // Codebook from a sample of at most 64 K sub-vectors (every stride-th).
-  const int64_t want = std::min<int64_t>(points, int64_t{64} * k);
-  const int64_t stride = std::max<int64_t>(1, points / want);
-  std::vector<float> sample;
-  for (int64_t p = 0; p < points && static_cast<int64_t>(sample.size()) < want * g; p += stride)
-    sample.insert(sample.end(), u.begin() + p * g, u.begin() + (p + 1) * g);
-  KMeansParams kp;
-  kp.centroids = std::min<int64_t>(k, static_cast<int64_t>(sample.size()) / g) > 256 ? 256 : k;
-  kp.max_iter = 10;
-  kp.seed = seed;
-  std::vector<float> book;
-  if (k <= 256) {
-    kp.centroids = k;
-    book = kmeans_ref(sample.data(), static_cast<int64_t>(sample.size()) / g, g, kp).centroids;
-  } else {
+  if (k > 256) {
     std::fprintf(stderr, "vq: K <= 256 (uint8 ids of the reference's k-means)\n");
     std::exit(2);
   }
-  std::vector<uint8_t> ids(static_cast<size_t>(points));
-  kmeans_assign_ref(u.data(), points, g, book.data(), k, ids.data());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t s = 0; s < subs; ++s) {
-      const float* cw = book.data() + ids[i * subs + s] * g;
-      for (int64_t c = 0; c < g; ++c) {
-        const double e = r[i * d + s * g + c] - static_cast<double>(cw[c]) * scale[i];
-        res.err += e * e;
+  // One codebook for every group of G channels (vq), or one per group (cq,
+  // Coupled Quantization's layout), each from at most 64 K sub-vectors.
+  const int64_t books = per_group ? subs : 1;
+  for (int64_t bk = 0; bk < books; ++bk) {
+    const int64_t first = per_group ? bk : 0, count = per_group ? 1 : subs;  // sub-spaces of this book
+    std::vector<float> pts;  // the book's sub-vectors, token-major
+    pts.reserve(static_cast<size_t>(n * count * g));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t s = first; s < first + count; ++s)
+        pts.insert(pts.end(), u.begin() + i * d + s * g, u.begin() + i * d + (s + 1) * g);
+    const int64_t points = n * count;
+    const int64_t want = std::min<int64_t>(points, int64_t{64} * k);
+    const int64_t stride = std::max<int64_t>(1, points / want);
+    std::vector<float> sample;
+    for (int64_t p = 0; p < points && static_cast<int64_t>(sample.size()) < want * g; p += stride)
+      sample.insert(sample.end(), pts.begin() + p * g, pts.begin() + (p + 1) * g);
+    KMeansParams kp;
+    kp.centroids = k;
+    kp.max_iter = 10;
+    kp.seed = seed + static_cast<uint64_t>(bk);
+    const std::vector<float> book = kmeans_ref(sample.data(), static_cast<int64_t>(sample.size()) / g, g, kp).centroids;
+    std::vector<uint8_t> ids(static_cast<size_t>(points));
+    kmeans_assign_ref(pts.data(), points, g, book.data(), k, ids.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t s = first; s < first + count; ++s) {
+        const float* cw = book.data() + ids[i * count + (s - first)] * g;
+        for (int64_t c = 0; c < g; ++c) {
+          const double e = r[i * d + s * g + c] - static_cast<double>(cw[c]) * scale[i];
+          res.err += e * e;
+        }
       }
-    }
-  res.bits = std::log2(static_cast<double>(k)) / g + 8.0 / d + 16.0 * k * g / static_cast<double>(n * d);
+  }
+  res.bits = std::log2(static_cast<double>(k)) / g + 8.0 / d +
+             16.0 * k * g * static_cast<double>(books) / static_cast<double>(n * d);
   return res;
 }
 
@@ -160,9 +170,9 @@ int main(int argc, char** argv) {
         codec->decode(e, y);
         bits = e.bits_per_value();
         err = compare(x, y).mse * static_cast<double>(x.data.size());
-      } else if (std::sscanf(nm.c_str(), "vq%d.%d", &g, &k) == 2) {
+      } else if (std::sscanf(nm.c_str(), "vq%d.%d", &g, &k) == 2 || std::sscanf(nm.c_str(), "cq%d.%d", &g, &k) == 2) {
         for (int h = 0; h < H; ++h) {
-          const Result r = vq_head(resid[h], n, d, g, k, 77 + static_cast<uint64_t>(h));
+          const Result r = vq_head(resid[h], n, d, g, k, 77 + static_cast<uint64_t>(h), nm[0] == 'c');
           err += r.err;
           bits = r.bits + stage_bits;
         }
