@@ -88,7 +88,7 @@ class FrameKVCache:
         if kb != self.batch:
             raise ValueError(f"k has batch {kb}, the cache holds {self.batch} samples")
         f = check_chunk_tokens(kt, self.frame_tokens)
-        b.pending.append((k.to(torch.bfloat16).contiguous(), v.to(torch.bfloat16).contiguous()))
+        b.pending.append((k.to(torch.bfloat16, copy=True).contiguous(), v.to(torch.bfloat16, copy=True).contiguous()))
         b.pending_frames += f
         b.frames += f
         if b.pending_frames >= self.frames_per_span:
