@@ -166,6 +166,34 @@ void bind_device(py::module_& m) {
           "Decode on `stream`. out: a contiguous CUDA tensor of the encoded shape (float32, bfloat16 or float16), "
           "written in place with no allocation or synchronization, and returned. Without out: a new "
           "qvg.DeviceArray of dtype, returned once the decode is done.")
+      .def(
+          "decode_rows",
+          [](const DeviceCodec& c, const DeviceEncodedTensor& e, const py::object& out, int64_t out_offset,
+             int64_t begin, int64_t count, const py::object& stream) -> py::object {
+            void* s = stream_of(stream);
+            const auto t = import_dlpack(out, "out", dlpack_stream(s));
+            if (!t->on_cuda()) throw qvg::Error("out: DeviceCodec.decode_rows writes into a CUDA tensor");
+            const DeviceInput o = device_input(*t, "out");
+            if (o.heads != e.heads() || o.dim != e.dim())
+              throw qvg::Error("out: shape [" + std::to_string(o.heads) + ", " + std::to_string(o.tokens) + ", " +
+                               std::to_string(o.dim) + "] does not fit the encoded tensor's [" +
+                               std::to_string(e.heads()) + ", rows, " + std::to_string(e.dim()) + "]");
+            const int64_t n = count < 0 ? e.tokens() - begin : count;
+            if (out_offset < 0 || out_offset + n > o.tokens)
+              throw qvg::Error("out: rows [" + std::to_string(out_offset) + ", " + std::to_string(out_offset + n) +
+                               ") do not fit its " + std::to_string(o.tokens) + " rows");
+            {
+              py::gil_scoped_release unlocked;
+              c.decode_rows(e, const_cast<void*>(o.data), o.type, o.tokens, out_offset, s, begin, count);
+            }
+            return out;
+          },
+          py::arg("encoded"), py::arg("out"), py::kw_only(), py::arg("out_offset") = 0, py::arg("begin") = 0,
+          py::arg("count") = -1, py::arg("stream") = py::none(),
+          "qvg and rtn: decode tokens [begin, begin + count) of `encoded` (count < 0: to the end) into token rows "
+          "[out_offset, out_offset + count) of out, a contiguous CUDA tensor [heads, rows, dim] or [1, heads, rows, "
+          "dim] (float32, bfloat16 or float16), on `stream`; returns out. Other methods decode whole tensors only "
+          "(qvg.Error).")
       .def("__repr__", [](const DeviceCodec& c) { return "<qvg.DeviceCodec " + codec_spec(c.config()) + ">"; });
 }
 

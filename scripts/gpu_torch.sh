@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for the PyTorch path (issue 24): build DeviceKVCache's tests and
 # the Python package, run them (test_device_cache also under compute-sanitizer
-# memcheck), the Python tests (qvg.torch included), then
+# memcheck), the Python tests (qvg.torch and the pipeline adapters included), then
 # python/bench/bench_wan.py. Logs and JSON under $OUT.
 # Environment: QVG_WAN_ARGS (bench_wan.py's arguments; default a 21-frame run
 # with spans of 2 chunks), QVG_SKIP_WAN.
@@ -27,6 +27,10 @@ grep -E "PASSED|FAILED|ERROR SUMMARY" "$OUT/sanitizer.log"
 step "python"
 PYTHONPATH=build-gpu/python python3 -m unittest discover -s python/tests -v >"$OUT/python.log" 2>&1 || rc=1
 grep -E "^(Ran|OK|FAILED)|Error|FAIL:|skipped" "$OUT/python.log" | head -30
+# The pipeline adapters (qvg.longcat, qvg.hyworldplay, qvg.lingbot; issue 40), on their own for a short log.
+(cd python/tests && PYTHONPATH=../../build-gpu/python python3 -m unittest test_integrations -v) \
+  >"$OUT/integrations.log" 2>&1 || rc=1
+grep -E "^(Ran|OK|FAILED)|Error|FAIL:|skipped|\.\.\. " "$OUT/integrations.log" | head -30
 if [ -z "${QVG_SKIP_WAN:-}" ]; then
   step "bench_wan ${QVG_WAN_ARGS:-}"
   # shellcheck disable=SC2086

@@ -245,7 +245,11 @@ class SelfForcingBlockCache:
                              "be written again")
         self._pending = (roped_key, v, current_start)
         self._moved = False
-        return self._parent.cache.kv(self._layer, extra=(roped_key, v))
+        k_all, v_all = self._parent.cache.kv(self._layer, extra=(roped_key, v))
+        m = self._parent.max_attention_size
+        if m is not None and k_all.shape[1] > m:  # the attention reads the buffer's last m rows
+            k_all, v_all = k_all[:, -m:], v_all[:, -m:]
+        return k_all, v_all
 
     def reset(self):
         self._pending = None
@@ -260,14 +264,15 @@ class SelfForcingKVCache:
     frame_seqlen: tokens per latent frame (Wan-1.3B at 480p: 1560); frames_per_chunk: latent frames
     per generated chunk (3). local_attn_size: frames attended, sink included, as Self-Forcing counts
     them (-1: everything); sink_size: frames at the start never evicted (a multiple of
-    frames_per_chunk). key / value / quant_factor / overlap_encode / first_head: as KVCache (Self-Forcing's
-    span: 8 chunks). batch_encodes: at the first update() of a chunk, every block's finished chunk goes into
+    frames_per_chunk). key / value / quant_factor / keep_recent / overlap_encode / first_head: as KVCache
+    (Self-Forcing's span: 8 chunks). max_attention_size: update() returns only the last max_attention_size
+    rows of the sink, history and chunk, as the block's attention slices its buffer (None: all of them). batch_encodes: at the first update() of a chunk, every block's finished chunk goes into
     the cache at once and the spans they complete are encoded together (KVCache's batch_encodes).
     """
 
     def __init__(self, num_blocks=30, heads=12, dim=128, *, frame_seqlen=1560, frames_per_chunk=3,
                  local_attn_size=-1, sink_size=0, key="qvg", value="qvg", quant_factor=8, device=None,
-                 overlap_encode=False, first_head=0, batch_encodes=False):
+                 overlap_encode=False, first_head=0, batch_encodes=False, keep_recent=0, max_attention_size=None):
         chunk = frame_seqlen * frames_per_chunk
         if sink_size % frames_per_chunk:
             raise ValueError(f"sink_size ({sink_size} frames) must be a multiple of frames_per_chunk "
@@ -279,8 +284,13 @@ class SelfForcingKVCache:
             if window < chunk:
                 raise ValueError(f"local_attn_size {local_attn_size} leaves no room for history beside a sink of "
                                  f"{sink_size} frames and a chunk of {frames_per_chunk}")
+        if max_attention_size is not None and (not isinstance(max_attention_size, int)
+                                               or isinstance(max_attention_size, bool) or max_attention_size < 1):
+            raise ValueError(f"max_attention_size must be a positive int or None, got {max_attention_size!r}")
+        self.max_attention_size = max_attention_size
         self.cache = KVCache(num_blocks, heads, dim, key=key, value=value, chunk_tokens=chunk,
-                             quant_factor=quant_factor, sink=sink_size // frames_per_chunk, window_tokens=window,
+                             quant_factor=quant_factor, keep_recent=keep_recent, sink=sink_size // frames_per_chunk,
+                             window_tokens=window,
                              layout="bthd", device=device, overlap_encode=overlap_encode, first_head=first_head,
                              batch_encodes=batch_encodes)
         self.batch_encodes = batch_encodes

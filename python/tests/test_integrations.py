@@ -1,0 +1,385 @@
+"""Tests of the pipeline adapters: qvg.longcat, qvg.hyworldplay, qvg.lingbot (docs/INTEGRATIONS.md).
+
+Each pipeline's attention-with-cache logic is re-implemented here, small, from docs/INTEGRATIONS.md
+(LongCat-Video: pre-RoPE condition K/V repeated to the batch, concatenated before the chunk's, its 3-D
+RoPE over the whole grid; HY-WorldPlay: post-RoPE frames read by an arbitrary frame selection;
+LingBot-World: Self-Forcing's rolling dict read through max_attention_size). With the adapters' "bf16"
+codec the attention outputs must equal the reference's bit for bit; with qvg they must differ by no
+more than the codec's error. The GPU tests skip where PyTorch or a CUDA device is missing; the index
+arithmetic (qvg._plan) is tested everywhere.
+"""
+import unittest
+
+import qvg
+from qvg import _plan
+
+CUDA_OK, CUDA_WHY = qvg.cuda_available()
+try:
+    import torch
+    import torch.nn.functional as F
+    TORCH_CUDA = CUDA_OK and torch.cuda.is_available()
+    TORCH_WHY = "" if TORCH_CUDA else (CUDA_WHY or "torch.cuda.is_available() is False")
+except ImportError:
+    torch, TORCH_CUDA, TORCH_WHY = None, False, "PyTorch is not installed"
+
+
+class Plans(unittest.TestCase):
+    """qvg._plan: which rows a read takes from where (no torch needed)."""
+
+    def test_cache_batch_mode(self):
+        self.assertEqual(_plan.cache_batch_mode(1, 2), "shared")  # LongCat CFG: one cache, two halves
+        self.assertEqual(_plan.cache_batch_mode(1, 1), "shared")
+        self.assertEqual(_plan.cache_batch_mode(3, 3), "per_sample")
+        for bad in ((2, 3), (2, 1), (0, 1), (1, 0), (1.0, 2), (True, 2)):
+            with self.assertRaises(ValueError):
+                _plan.cache_batch_mode(*bad)
+        with self.assertRaisesRegex(ValueError, "holds 2 samples and the query batch has 3"):
+            _plan.cache_batch_mode(2, 3)
+
+    def test_check_frames(self):
+        self.assertEqual(_plan.check_frames([5, 0, 3], 6), [5, 0, 3])
+        self.assertEqual(_plan.check_frames(range(3), 3), [0, 1, 2])
+        self.assertEqual(_plan.check_frames([], 0), [])
+        with self.assertRaisesRegex(ValueError, "frame 6 is not in the cache"):
+            _plan.check_frames([0, 6], 6)
+        with self.assertRaisesRegex(ValueError, "frame -1"):
+            _plan.check_frames([-1], 6)
+        with self.assertRaisesRegex(ValueError, "selected twice"):
+            _plan.check_frames([1, 2, 1], 6)
+        with self.assertRaisesRegex(ValueError, "must be ints"):
+            _plan.check_frames([1.5], 6)
+        with self.assertRaisesRegex(ValueError, "holds no frames"):
+            _plan.check_frames([0], 0)
+
+    def test_frame_runs_cover_the_selection_in_order(self):
+        spans = [(0, 3), (3, 3), (6, 2)]  # frames 0-2, 3-5, 6-7
+        runs = _plan.frame_runs([0, 1, 2, 3, 4, 7], spans)
+        self.assertEqual(runs, [(0, 0, 3, 0), (1, 0, 2, 3), (2, 1, 1, 5)])
+        runs = _plan.frame_runs([5, 4, 6, 7, 0], spans)  # out of order: no merge of 5 and 4
+        self.assertEqual(runs, [(1, 2, 1, 0), (1, 1, 1, 1), (2, 0, 2, 2), (0, 0, 1, 4)])
+        # property: expanding the runs gives back the selection, for every subset of 8 frames
+        for mask in range(1 << 8):
+            sel = [f for f in range(8) if mask >> f & 1]
+            got = [None] * len(sel)
+            for si, b, c, o in _plan.frame_runs(sel, spans):
+                for j in range(c):
+                    got[o + j] = spans[si][0] + b + j
+            self.assertEqual(got, sel)
+        with self.assertRaises(ValueError):
+            _plan.frame_runs([8], spans)
+
+    def test_attention_window(self):
+        self.assertEqual(_plan.attention_window(100, None), (0, 100))
+        self.assertEqual(_plan.attention_window(100, 30), (70, 100))
+        self.assertEqual(_plan.attention_window(20, 30), (0, 20))
+        for bad in (0, -1, 2.0, True):
+            with self.assertRaises(ValueError):
+                _plan.attention_window(10, bad)
+
+    def test_check_chunk_tokens(self):
+        self.assertEqual(_plan.check_chunk_tokens(45, 15), 3)
+        for bad in (0, 44, -15):
+            with self.assertRaisesRegex(ValueError, "whole number of frames"):
+                _plan.check_chunk_tokens(bad, 15)
+
+
+# ---- LongCat-Video --------------------------------------------------------------------------------
+
+def longcat_rope(q, k, grid):
+    """LongCat-Video's 3-D RoPE (docs/INTEGRATIONS.md): head_dim split into time D - 4(D//6), height and
+    width 2(D//6) each; per part angles p * 10000^(-2j/n) in float32, each repeated for the two
+    channels of an interleaved pair; x * cos + rotate_half(x) * sin in float32, cast back."""
+    t, h, w = grid
+    d = q.shape[-1]
+    parts = [d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)]
+    axes = [torch.arange(n, dtype=torch.float32) for n in (t, h, w)]
+    freqs = []
+    for axis, n in zip(axes, parts):
+        f = 1.0 / (10000 ** (torch.arange(0, n, 2)[: n // 2].float() / n))
+        freqs.append(torch.repeat_interleave(axis[:, None] * f[None], 2, dim=1))
+    ft = freqs[0][:, None, None].expand(t, h, w, -1)
+    fh = freqs[1][None, :, None].expand(t, h, w, -1)
+    fw = freqs[2][None, None, :].expand(t, h, w, -1)
+    ang = torch.cat([ft, fh, fw], dim=-1).reshape(t * h * w, d).to(q.device)
+    cos, sin = ang.cos()[None, None], ang.sin()[None, None]
+
+    def rot(x):
+        x = x.float()
+        pairs = x.unflatten(-1, (-1, 2))
+        half = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+        return x * cos + half * sin
+
+    return rot(q).type_as(q), rot(k).type_as(k)
+
+
+def longcat_reference(q, k, v, k_cache, v_cache, grid, cond_frames):
+    """Attention.forward_with_kv_cache with a BF16 (k, v) entry, as docs/INTEGRATIONS.md states it."""
+    b, _, n, _ = q.shape
+    if k_cache.shape[0] == 1:
+        k_cache, v_cache = k_cache.repeat(b, 1, 1, 1), v_cache.repeat(b, 1, 1, 1)
+    k_full = torch.cat([k_cache, k], dim=2)
+    v_full = torch.cat([v_cache, v], dim=2)
+    q_pad = torch.cat([torch.zeros_like(k_cache), q], dim=2)
+    q_pad, k_full = longcat_rope(q_pad, k_full, (grid[0] + cond_frames, grid[1], grid[2]))
+    return F.scaled_dot_product_attention(q_pad[:, :, -n:], k_full, v_full)
+
+
+def longcat_adapter(q, k, v, layer, grid, cond_frames):
+    """The same attention with the lines docs/INTEGRATIONS.md changes: K/V from the qvg layer cache."""
+    n = q.shape[2]
+    k_full, v_full = layer.kv(extra=(k, v))
+    q_pad = torch.cat([q.new_zeros(q.shape[0], q.shape[1], layer.tokens, q.shape[3]), q], dim=2)
+    q_pad, k_full = longcat_rope(q_pad, k_full, (grid[0] + cond_frames, grid[1], grid[2]))
+    # v_full is a view of the cache's buffer; contiguous, as LongCat's attention backends make it, so that
+    # SDPA picks the reference's kernel
+    return F.scaled_dot_product_attention(q_pad[:, :, -n:], k_full, v_full.contiguous())
+
+
+@unittest.skipUnless(TORCH_CUDA, TORCH_WHY)
+class LongCat(unittest.TestCase):
+    BLOCKS, H, D = 2, 2, 64
+    GRID, COND = (2, 3, 5), 3  # 2 noisy frames of 3 x 5 = 15 tokens (odd), 3 condition frames: 45 tokens
+
+    def cond_dict(self, batch, seed):
+        g = torch.Generator().manual_seed(seed)
+        nc = self.COND * self.GRID[1] * self.GRID[2]
+        return {i: (torch.randn(batch, self.H, nc, self.D, generator=g).to("cuda", torch.bfloat16),
+                    torch.randn(batch, self.H, nc, self.D, generator=g).to("cuda", torch.bfloat16))
+                for i in range(self.BLOCKS)}
+
+    def run_steps(self, spec, cache_batch, query_batch, steps=3, seed=0, cache=None):
+        import qvg.longcat
+        cond = self.cond_dict(cache_batch, seed)
+        cache = cache or qvg.longcat.LongCatKVCache(self.BLOCKS, self.H, self.D, key=spec, value=spec)
+        kv_cache_dict = cache.load(cond)
+        n = self.GRID[0] * self.GRID[1] * self.GRID[2]
+        ref, ours = [], []
+        g = torch.Generator().manual_seed(seed + 100)
+        for _ in range(steps):
+            for i in range(self.BLOCKS):
+                q, k, v = (torch.randn(query_batch, self.H, n, self.D, generator=g).to("cuda", torch.bfloat16)
+                           for _ in range(3))
+                ref.append(longcat_reference(q, k, v, *cond[i], self.GRID, self.COND))
+                ours.append(longcat_adapter(q, k, v, kv_cache_dict.get(i), self.GRID, self.COND))
+        return ref, ours, cache
+
+    def test_bf16_codec_gives_the_dict_caches_outputs(self):
+        for cache_batch, query_batch in ((1, 1), (1, 2), (2, 2)):
+            ref, ours, _ = self.run_steps("bf16", cache_batch, query_batch)
+            for j, (a, b) in enumerate(zip(ref, ours)):
+                self.assertTrue(torch.equal(a, b), f"cache batch {cache_batch}, query batch {query_batch}, read {j}")
+
+    def test_qvg_error_is_that_of_the_codec(self):
+        ref, ours, cache = self.run_steps("qvg:centroids=16", 1, 2)
+        err = max(((a.float() - b.float()).norm() / a.float().norm()).item() for a, b in zip(ref, ours))
+        self.assertGreater(err, 0.0)
+        self.assertLess(err, 0.2)  # random K/V at ~2.3 bits: attention outputs within 20 % (rel. L2)
+        self.assertGreater(cache.memory()["ratio"], 2.0)
+
+    def test_a_cfg_batch_reads_one_encoded_copy(self):
+        import qvg.longcat
+        shared = qvg.longcat.LongCatKVCache(self.BLOCKS, self.H, self.D, key="rtn", value="rtn")
+        per = qvg.longcat.LongCatKVCache(self.BLOCKS, self.H, self.D, key="rtn", value="rtn")
+        shared.load(self.cond_dict(1, 0))
+        per.load(self.cond_dict(2, 0))
+        ms, mp = shared.memory(), per.memory()
+        self.assertEqual(2 * ms["k"], mp["k"])  # batch 1 held once, whatever the query batch
+        self.assertEqual(2 * ms["v"], mp["v"])
+        x = torch.randn(2, self.H, 7, self.D, device="cuda", dtype=torch.bfloat16)
+        k, v = shared.get(0).kv(extra=(x, x))
+        nc = shared.get(0).tokens
+        self.assertTrue(torch.equal(k[0, :, :nc], k[1, :, :nc]) and torch.equal(v[0, :, :nc], v[1, :, :nc]))
+        hk, hv = (t.clone() for t in shared.get(0).history())
+        self.assertEqual(hk.shape, (1, self.H, nc, self.D))
+        self.assertTrue(torch.equal(hk.expand(2, -1, -1, -1), k[:, :, :nc]))
+        self.assertTrue(torch.equal(x, k[:, :, nc:]))
+
+    def test_a_new_segment_after_reset(self):
+        import qvg.longcat
+        cache = qvg.longcat.LongCatKVCache(self.BLOCKS, self.H, self.D, key="bf16", value="bf16")
+        self.run_steps("bf16", 1, 2, seed=0, cache=cache)
+        cache.reset()
+        self.assertEqual(len(cache), 0)
+        self.assertIsNone(cache.get(0))
+        ref, ours, _ = self.run_steps("bf16", 2, 2, seed=7, cache=cache)  # the next segment, another batch
+        for a, b in zip(ref, ours):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_bad_input(self):
+        import qvg.longcat
+        cache = qvg.longcat.LongCatKVCache(self.BLOCKS, self.H, self.D, key="bf16", value="bf16")
+        k = torch.zeros(1, self.H, 10, self.D, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "heads=2"):
+            cache.load({0: (k.transpose(1, 2), k.transpose(1, 2))})  # [B, N, H, D]: the wrong layout
+        with self.assertRaisesRegex(ValueError, "one shape"):
+            cache.load({0: (k, k[:, :, :9])})
+        with self.assertRaisesRegex(ValueError, "block index"):
+            cache.load({self.BLOCKS: (k, k)})
+        with self.assertRaises(TypeError):
+            cache.load([(k, k)])
+        self.assertEqual(len(cache), 0)  # nothing loaded by a refused call
+        cache.load({0: (k.repeat(2, 1, 1, 1), k.repeat(2, 1, 1, 1))})
+        x = torch.zeros(3, self.H, 5, self.D, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "holds 2 samples and the query batch has 3"):
+            cache.get(0).kv(extra=(x, x))
+        with self.assertRaisesRegex(ValueError, "dtype"):
+            cache.get(0).kv(dtype=torch.float16)
+        with self.assertRaises(ValueError):
+            qvg.longcat.LongCatKVCache(0, self.H, self.D)
+
+
+# ---- HY-WorldPlay ---------------------------------------------------------------------------------
+
+@unittest.skipUnless(TORCH_CUDA, TORCH_WHY)
+class HYWorldPlay(unittest.TestCase):
+    BLOCKS, H, D, FT, BATCH = 2, 2, 64, 15, 2  # 15 tokens a frame; batch 2 (RoPE and ProPE keys stacked)
+
+    def run_chunks(self, spec, chunks=5, frames_per_chunk=2, frames_per_span=3, select=None):
+        """Appends chunks of frames to a FrameKVCache and to a BF16 list of frames (the reference), and
+        attends a new chunk to the frames `select(chunk index, frames held)` chooses, after each append."""
+        import qvg.hyworldplay
+        cache = qvg.hyworldplay.FrameKVCache(self.BLOCKS, self.H, self.D, frame_tokens=self.FT, batch=self.BATCH,
+                                             key=spec, value=spec, frames_per_span=frames_per_span)
+        frames = [[] for _ in range(self.BLOCKS)]  # reference: per block, a list of (k, v) frames
+        g = torch.Generator().manual_seed(1)
+        t = frames_per_chunk * self.FT
+        ref, ours = [], []
+        for c in range(chunks):
+            for blk in range(self.BLOCKS):
+                q, k, v = (torch.randn(self.BATCH, self.H, t, self.D, generator=g).to("cuda", torch.bfloat16)
+                           for _ in range(3))
+                held = len(frames[blk])
+                sel = select(c, held) if select else list(range(held))
+                rk = torch.cat([frames[blk][f][0] for f in sel] + [k], dim=2)
+                rv = torch.cat([frames[blk][f][1] for f in sel] + [v], dim=2)
+                ref.append(F.scaled_dot_product_attention(q, rk, rv))
+                ok, ov = cache.kv(blk, frames=sel, extra=(k, v))  # views of a buffer: contiguous, as the reference
+                ours.append(F.scaled_dot_product_attention(q, ok.contiguous(), ov.contiguous()))
+                cache.append(blk, k, v)  # the chunk's clean K/V join the history
+                for f in range(frames_per_chunk):
+                    frames[blk].append((k[:, :, f * self.FT:(f + 1) * self.FT], v[:, :, f * self.FT:(f + 1) * self.FT]))
+        return ref, ours, cache
+
+    @staticmethod
+    def memory_selection(c, held):
+        """Like select_aligned_memory_frames: the first 2 frames, an older clip, the recent frames."""
+        if held <= 4:
+            return list(range(held))
+        return sorted(set([0, 1] + [held // 2] + list(range(held - 3, held))))
+
+    def test_bf16_codec_gives_the_reference_outputs(self):
+        for select in (None, self.memory_selection, lambda c, held: list(range(held))[::-1]):
+            ref, ours, _ = self.run_chunks("bf16", select=select)
+            for j, (a, b) in enumerate(zip(ref, ours)):
+                self.assertTrue(torch.equal(a, b), f"read {j}")
+
+    def test_qvg_error_is_that_of_the_codec(self):
+        ref, ours, cache = self.run_chunks("qvg:centroids=16", select=self.memory_selection)
+        errs = [((a.float() - b.float()).norm() / a.float().norm()).item() for a, b in zip(ref, ours)]
+        self.assertEqual(max(errs[:2 * self.BLOCKS]), 0.0)  # chunks 0 and 1 read no encoded span yet
+        self.assertGreater(max(errs), 0.0)
+        self.assertLess(max(errs), 0.2)
+        m = cache.memory()
+        self.assertEqual(m["frames"], self.BLOCKS * 10)
+        self.assertEqual(m["spans"], self.BLOCKS * 3)  # 10 frames: 3 spans of 3, 1 frame in BF16
+        self.assertGreater(m["ratio"], 2.0)
+
+    def test_a_selection_reads_the_frames_of_a_full_read(self):
+        ref, ours, cache = self.run_chunks("rtn", chunks=4)
+        k_all, v_all = (t.clone() for t in cache.kv(0))
+        sel = [6, 2, 3, 7, 0]
+        k, v = cache.kv(0, frames=sel)
+        want = torch.cat([k_all[:, :, f * self.FT:(f + 1) * self.FT] for f in sel], dim=2)
+        self.assertTrue(torch.equal(k, want))
+
+    def test_reset_starts_a_new_video(self):
+        _, _, cache = self.run_chunks("bf16", chunks=2)
+        cache.reset()
+        self.assertEqual(cache.frames(0), 0)
+        self.assertEqual(cache.memory()["frames"], 0)
+        with self.assertRaisesRegex(ValueError, "nothing to read"):
+            cache.kv(0)
+
+    def test_bad_input(self):
+        import qvg.hyworldplay
+        cache = qvg.hyworldplay.FrameKVCache(1, self.H, self.D, frame_tokens=self.FT, batch=self.BATCH, key="bf16",
+                                             value="bf16")
+        x = torch.zeros(self.BATCH, self.H, 2 * self.FT, self.D, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "whole number of frames"):
+            cache.append(0, x[:, :, :-1], x[:, :, :-1])
+        with self.assertRaisesRegex(ValueError, "batch 1"):
+            cache.append(0, x[:1], x[:1])
+        with self.assertRaisesRegex(ValueError, r"heads=2"):
+            cache.append(0, x.transpose(1, 2), x.transpose(1, 2))
+        with self.assertRaisesRegex(ValueError, "block"):
+            cache.append(1, x, x)
+        with self.assertRaises(TypeError):
+            cache.append(0, x.cpu().numpy(), x)
+        self.assertEqual(cache.frames(0), 0)
+        cache.append(0, x, x)
+        with self.assertRaisesRegex(ValueError, "frame 2 is not in the cache"):
+            cache.kv(0, frames=[0, 2])
+        with self.assertRaisesRegex(ValueError, "twice"):
+            cache.kv(0, frames=[1, 1])
+
+
+# ---- LingBot-World --------------------------------------------------------------------------------
+
+@unittest.skipUnless(TORCH_CUDA, TORCH_WHY)
+class LingBotWorld(unittest.TestCase):
+    BLOCKS, H, D, FS, FPC = 2, 2, 64, 15, 3  # frames of 15 tokens, chunks of 3 frames (LingBot-World's)
+
+    def generate(self, spec, chunks, local_attn_size, sink_size, max_attention_size, keep_recent=0, steps=2):
+        import qvg.lingbot
+        from test_torch import TinyCausalStack, dict_update
+        torch.manual_seed(0)
+        stack = TinyCausalStack(self.BLOCKS, self.H, self.D)
+        t = self.FS * self.FPC
+        size = (local_attn_size if local_attn_size != -1 else chunks * self.FPC) * self.FS
+        dicts = [{"k": torch.zeros(1, size, self.H, self.D, device="cuda", dtype=torch.bfloat16),
+                  "v": torch.zeros(1, size, self.H, self.D, device="cuda", dtype=torch.bfloat16),
+                  "global_end_index": 0, "local_end_index": 0} for _ in range(self.BLOCKS)]
+
+        def ref_update(d, k, v, st):  # CausalWanSelfAttention: write / roll, then read the last rows
+            ka, va = dict_update(d, k, v, st, sink_size * self.FS, size)
+            lo, hi = _plan.attention_window(ka.shape[1], max_attention_size)
+            return ka[:, lo:hi], va[:, lo:hi]
+
+        ours = qvg.lingbot.LingBotWorldKVCache(self.BLOCKS, self.H, self.D, frame_seqlen=self.FS,
+                                               frames_per_chunk=self.FPC, local_attn_size=local_attn_size,
+                                               sink_size=sink_size, max_attention_size=max_attention_size,
+                                               key=spec, value=spec, quant_factor=1, keep_recent=keep_recent)
+        ref_out, our_out = [], []
+        for c in range(chunks):
+            for _ in range(steps + 1):
+                x = torch.randn(1, t, self.H * self.D, device="cuda", dtype=torch.bfloat16)
+                ref_out.append(stack(x, dicts, c * t, ref_update))
+                our_out.append(stack(x, ours, c * t, lambda b, k, v, st: b.update(k, v, st)))
+        return ref_out, our_out, ours
+
+    def test_bf16_codec_gives_the_dict_caches_outputs(self):
+        # a sink of one chunk, a window of 4 chunks; max_attention_size below the buffer drops the sink
+        for local_attn_size, sink_size, m in ((-1, 0, None), (12, 3, None), (12, 3, 8 * self.FS), (12, 3, 100)):
+            ref, ours, _ = self.generate("bf16", 7, local_attn_size, sink_size, m)
+            for i, (a, b) in enumerate(zip(ref, ours)):
+                self.assertTrue(torch.equal(a, b), f"pass {i}, local_attn_size {local_attn_size}, sink {sink_size}, "
+                                                   f"max_attention_size {m}")
+
+    def test_qvg_error_is_that_of_the_codec(self):
+        ref, ours, cache = self.generate("qvg:centroids=16", 6, 12, 3, None, keep_recent=1)
+        err = max(((a.float() - b.float()).norm() / a.float().norm()).item() for a, b in zip(ref, ours))
+        self.assertGreater(err, 0.0)
+        self.assertLess(err, 0.2)
+        self.assertGreater(cache.memory()["spans"], 0)
+
+    def test_bad_input(self):
+        import qvg.lingbot
+        for bad in (0, -5, 2.5):
+            with self.assertRaisesRegex(ValueError, "max_attention_size"):
+                qvg.lingbot.LingBotWorldKVCache(1, self.H, self.D, frame_seqlen=self.FS, max_attention_size=bad)
+        with self.assertRaisesRegex(ValueError, "sink_size"):
+            qvg.lingbot.LingBotWorldKVCache(1, self.H, self.D, frame_seqlen=self.FS, sink_size=4)
+
+
+if __name__ == "__main__":
+    unittest.main()
