@@ -260,52 +260,34 @@ TEST(KMeans, RandomRowsAreThePartialFisherYatesShuffle) {
     }
 }
 
-// The k-means++ start (shared by the CPU reference and the GPU k-means++):
-// all rows when n <= 64 C, else the random start's rows for 64 C (the same
-// shuffle) in ascending order; the first centre is the next draw.
-TEST(KMeans, PlusPlusStartIsTheSortedShuffleAndTheNextDraw) {
-  for (const auto& [n, c] : std::vector<std::pair<int64_t, int>>{{1, 1}, {64, 1}, {65, 1}, {300, 4}, {29640, 256}})
-    for (uint64_t seed : {3ull, 0x9E3779B97F4A7C15ull}) {
-      const KMeansPPStart s = kmeanspp_start(n, c, seed);
-      const int64_t m = std::min<int64_t>(n, 64 * c);
-      std::vector<int64_t> want(static_cast<size_t>(m));
-      std::iota(want.begin(), want.end(), 0);
-      uint64_t draws = 0;
-      if (m < n) {
-        want = kmeans_random_rows(n, static_cast<int>(m), seed);
-        std::sort(want.begin(), want.end());
-        draws = static_cast<uint64_t>(m);
+// The sampled starts (shared by the CPU reference and the GPU starts):
+// k-means++ on 64 C rows, d2_rounds on 16 C; all rows when n is at most
+// that, else the random start's rows for that many (the same shuffle) in
+// ascending order; the first centre is the next draw.
+TEST(KMeans, SampledStartsAreTheSortedShuffleAndTheNextDraw) {
+  using Start = KMeansPPStart (*)(int64_t, int, uint64_t);
+  for (const auto& [start, per] : std::vector<std::pair<Start, int64_t>>{{kmeanspp_start, 64},
+                                                                         {kmeans_d2_start, kD2PointsPerCentroid}})
+    for (const auto& [n, c] :
+         std::vector<std::pair<int64_t, int>>{{1, 1}, {16, 1}, {17, 1}, {64, 1}, {65, 1}, {300, 4}, {29640, 256}})
+      for (uint64_t seed : {3ull, 0x9E3779B97F4A7C15ull}) {
+        const KMeansPPStart s = start(n, c, seed);
+        const int64_t m = std::min<int64_t>(n, per * c);
+        std::vector<int64_t> want(static_cast<size_t>(m));
+        std::iota(want.begin(), want.end(), 0);
+        uint64_t draws = 0;
+        if (m < n) {
+          want = kmeans_random_rows(n, static_cast<int>(m), seed);
+          std::sort(want.begin(), want.end());
+          draws = static_cast<uint64_t>(m);
+        }
+        const std::string what = "per=" + std::to_string(per) + " n=" + std::to_string(n) + " c=" + std::to_string(c);
+        EXPECT_EQ(s.rows, want) << what;
+        SplitMix64 rng(seed);
+        rng.discard(draws);
+        EXPECT_EQ(s.first, static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)))) << what;
+        EXPECT_EQ(s.draws, draws + 1) << what;
       }
-      const std::string what = "n=" + std::to_string(n) + " c=" + std::to_string(c);
-      EXPECT_EQ(s.rows, want) << what;
-      SplitMix64 rng(seed);
-      rng.discard(draws);
-      EXPECT_EQ(s.first, static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)))) << what;
-      EXPECT_EQ(s.draws, draws + 1) << what;
-    }
-}
-
-// The d2_rounds start's subsample: kmeanspp_start's rule on 16 C rows.
-TEST(KMeans, D2StartIsThePlusPlusRuleOnSixteenRowsACentroid) {
-  for (const auto& [n, c] : std::vector<std::pair<int64_t, int>>{{1, 1}, {16, 1}, {17, 1}, {300, 4}, {37440, 256}})
-    for (uint64_t seed : {3ull, 0x9E3779B97F4A7C15ull}) {
-      const KMeansPPStart s = kmeans_d2_start(n, c, seed);
-      const int64_t m = std::min<int64_t>(n, int64_t{kD2PointsPerCentroid} * c);
-      std::vector<int64_t> want(static_cast<size_t>(m));
-      std::iota(want.begin(), want.end(), 0);
-      uint64_t draws = 0;
-      if (m < n) {
-        want = kmeans_random_rows(n, static_cast<int>(m), seed);
-        std::sort(want.begin(), want.end());
-        draws = static_cast<uint64_t>(m);
-      }
-      const std::string what = "n=" + std::to_string(n) + " c=" + std::to_string(c);
-      EXPECT_EQ(s.rows, want) << what;
-      SplitMix64 rng(seed);
-      rng.discard(draws);
-      EXPECT_EQ(s.first, static_cast<int64_t>(rng.below(static_cast<uint64_t>(m)))) << what;
-      EXPECT_EQ(s.draws, draws + 1) << what;
-    }
 }
 
 /// The d2_rounds rule of kmeans.h written out with plain loops and exact
