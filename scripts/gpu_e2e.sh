@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One call on the GPU machine for the end-to-end work (issue 38): build, the
+# tests of the d2-rounds start, batched encodes and the batched cache (memcheck
+# too), the Python drop-ins, then the figures: bench_cuda --starts --batch
+# --warm and bench_wan's Wan-shaped loop with and without batched encodes.
+# Logs under $OUT. Needs the carried .deps (scripts/gpu_build.sh).
+# Environment: QVG_E2E_REPS (bench_cuda repetitions, default 5), QVG_WAN_ARGS
+# (bench_wan.py's arguments), QVG_SKIP_WAN, QVG_SKIP_WARM.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/qvg-gpu-out}
+mkdir -p "$OUT"
+step() { echo "== $(date +%T) $*"; }
+step "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.log"
+step "build"
+scripts/gpu_build.sh "$OUT/build.log" test_cuda test_kmeans test_device_codec test_device_cache bench_cuda qvg_python ||
+  exit 1
+rc=0
+step "tests"
+for t in test_kmeans test_device_codec test_device_cache test_cuda; do
+  build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
+done
+grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests.log" | head -40
+step "memcheck"
+compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
+  --gtest_filter='Cuda.SampledStarts*' >"$OUT/sanitizer.log" 2>&1 || rc=1
+compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device_codec --gtest_brief=1 \
+  --gtest_filter='*Batch*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
+compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device_cache --gtest_brief=1 \
+  --gtest_filter='*Batched*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
+grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
+step "python drop-ins"
+for p in test_integrations.py test_torch.py; do
+  PYTHONPATH=build-gpu/python python3 -m unittest discover -s python/tests -p "$p" -v >>"$OUT/python.log" 2>&1 ||
+    { rc=1; echo "python $p FAILED"; }
+done
+grep -E "^(Ran|OK|FAILED)|Error|FAIL:" "$OUT/python.log" | head -20
+step "bench_cuda"
+warm=(--warm)
+[ -n "${QVG_SKIP_WARM:-}" ] && warm=()
+build-gpu/bench/bench_cuda --starts --batch "${warm[@]}" --reps "${QVG_E2E_REPS:-5}" 2>&1 | tee "$OUT/bench.log"
+if [ -z "${QVG_SKIP_WAN:-}" ]; then
+  step "bench_wan ${QVG_WAN_ARGS:-}"
+  # shellcheck disable=SC2086
+  PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py ${QVG_WAN_ARGS:---frames 48 --quant-factor 8 --repeats 3 \
+    --modes bf16 qvg:iters=3,centroid_format=fp8 qvg:iters=3,centroid_format=fp8+batch qvg qvg+batch} \
+    --json "$OUT/wan.json" 2>&1 | tail -30 | tee "$OUT/wan.log"
+fi
+exit $rc
