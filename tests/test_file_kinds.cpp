@@ -175,7 +175,8 @@ TEST_F(FileKinds, SaveRefusesTargetsThatAreNotRegularFiles) {
       {path("null_link"), "null_link: cannot save: it leads to '/dev/null', which is a character device"},
       {path("dir_link"), "dir_link: cannot save: it leads to '" + path("dir") + "', which is a directory"},
   };
-  for (const auto& [target, message] : cases) {
+  for (const auto& [target_name, message] : cases) {
+    const std::string target = target_name;  // lambdas below capture it (clang: not a structured binding)
     SCOPED_TRACE(target);
     const fs::file_status before = fs::symlink_status(target);
     for (const std::string& e : {error_of([&] { cache.save(target); }), error_of([&] { write_npy(target, t); }),
