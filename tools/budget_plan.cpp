@@ -59,8 +59,10 @@ std::string short_spec(const std::string& label, const qvg::CodecConfig& config)
   return s;
 }
 
-std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods, const std::vector<double>& budgets,
-                                        int64_t span_tokens, int64_t dim) {
+namespace {
+
+/// The methods' configs (bf16 left out), each parsed and checked for dim.
+std::vector<qvg::CodecConfig> method_configs(const std::vector<std::string>& methods, int64_t dim) {
   std::vector<qvg::CodecConfig> configs;
   for (const std::string& m : methods) {
     if (m == "bf16") continue;
@@ -71,6 +73,26 @@ std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods,
       QVG_CHECK(false, "method '", m, "': ", e.what());
     }
   }
+  return configs;
+}
+
+PlannedMethod planned(const qvg::CodecConfig& c, double budget, const qvg::BudgetChoice& choice) {
+  PlannedMethod p;
+  p.label = c.name;
+  p.budget = budget;
+  p.reachable = choice.reachable;
+  p.config = choice.config;
+  p.spec = short_spec(c.name, choice.config);
+  p.canonical = qvg::codec_spec(choice.config);
+  p.span_bits = choice.bits;
+  return p;
+}
+
+}  // namespace
+
+std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods, const std::vector<double>& budgets,
+                                        int64_t span_tokens, int64_t dim) {
+  const std::vector<qvg::CodecConfig> configs = method_configs(methods, dim);
   std::vector<PlannedMethod> out;
   if (budgets.empty()) {
     for (const qvg::CodecConfig& c : configs) {
@@ -85,18 +107,20 @@ std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods,
     return out;
   }
   for (double b : budgets)
-    for (const qvg::CodecConfig& c : configs) {
-      const qvg::BudgetChoice choice = qvg::choose_for_budget_any_format(c, b, span_tokens, dim);
-      PlannedMethod p;
-      p.label = c.name;
-      p.budget = b;
-      p.reachable = choice.reachable;
-      p.config = choice.config;
-      p.spec = short_spec(c.name, choice.config);
-      p.canonical = qvg::codec_spec(choice.config);
-      p.span_bits = choice.bits;
-      out.push_back(p);
-    }
+    for (const qvg::CodecConfig& c : configs)
+      out.push_back(planned(c, b, qvg::choose_for_budget_any_format(c, b, span_tokens, dim)));
+  return out;
+}
+
+std::vector<PlannedMethod> plan_budgets_on_data(const std::vector<std::string>& methods,
+                                                const std::vector<double>& budgets, const qvg::HeadTensor& k,
+                                                const qvg::HeadTensor& v, const qvg::BudgetTrialOptions& trial) {
+  if (budgets.empty()) return plan_budgets(methods, budgets, k.tokens, k.dim);
+  const std::vector<qvg::CodecConfig> configs = method_configs(methods, k.dim);
+  std::vector<PlannedMethod> out;
+  for (double b : budgets)
+    for (const qvg::CodecConfig& c : configs)
+      out.push_back(planned(c, b, qvg::choose_for_budget_on_data(c, b, k, v, trial).choice));
   return out;
 }
 

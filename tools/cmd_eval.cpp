@@ -36,6 +36,9 @@ struct EvalArgs {
   std::vector<std::string> methods = kDefaultMethods;
   std::vector<std::string> bits;  ///< budgets of bits per value (empty: the methods as given)
   std::string rd_csv, rd_plot;    ///< with --bits: rate-distortion CSV / PNG ("" = none)
+  std::string budget_rule = "data";  ///< with --bits: data (trial encodes) or model (shapes alone)
+  double trial_seconds = 120;        ///< with --bits and data: time bound of each method's trial encodes
+  int trial_heads = 2;               ///< with --bits and data: heads of K and V trial-encoded
   bool as_json = false, quiet = false;
 };
 
@@ -140,7 +143,13 @@ void run_eval(const EvalArgs& a) {
     };
   }
   if (!budgets.empty()) {
-    run_eval_sweep(in, a.methods, opt, {budgets, a.rd_csv, a.rd_plot, a.as_json, row_json});
+    EvalSweepOptions sweep{budgets, a.rd_csv, a.rd_plot, a.as_json, row_json};
+    sweep.on_data = a.budget_rule == "data";
+    sweep.trial.sample_heads = a.trial_heads;
+    sweep.trial.max_seconds = a.trial_seconds;
+    sweep.trial.threads = a.threads;
+    sweep.trial.progress = opt.progress;
+    run_eval_sweep(in, a.methods, opt, sweep);
     return;
   }
   const auto rows = qvg::evaluate(in, a.methods, opt);
@@ -231,7 +240,19 @@ void add_eval_command(CLI::App& app) {
   s->add_option("--methods", a->methods, "methods/presets with optional overrides (see `qvg methods`)");
   s->add_option("--bits", a->bits,
                 "budgets of bits per value (e.g. 2 2.5 3 4): every method runs the configuration of its own family "
-                "closest to each, at most 3 % above it (K and V together; the tensor is one span)");
+                "with the lowest error within each, at most 3 % above it (K and V together; the tensor is one span)");
+  s->add_option("--budget-rule", a->budget_rule,
+                "with --bits: how the error is judged: data (trial encodes of --trial-heads heads of the K/V, "
+                "each method's within --trial-seconds) or model (the quality model of the span's shape)")
+      ->check(CLI::IsMember({"data", "model"}))
+      ->capture_default_str();
+  s->add_option("--trial-heads", a->trial_heads, "with --bits and --budget-rule data: heads sampled")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  s->add_option("--trial-seconds", a->trial_seconds,
+                "with --bits and --budget-rule data: no new trial encode of a method starts after this long")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   s->add_option("--rd-csv", a->rd_csv, "with --bits: write the rate-distortion rows (budget, method, tensor, bits, MSE)");
   s->add_option("--rd-plot", a->rd_plot, "with --bits: write a PNG of key and value MSE against bits (gnuplot)");
   s->add_flag("--json", a->as_json, "print one JSON row per method and tensor");
