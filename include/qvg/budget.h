@@ -103,6 +103,17 @@ BudgetChoice choose_for_budget(const CodecConfig& c, double budget, int64_t toke
 BudgetChoice choose_for_budget_any_format(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
                                           double tolerance = 0.03);
 
+/// The stored bits per value above which an encoding of c is flagged
+/// (bits_warning): 4 for 2-bit codes (the presets `qvg` and `qvg-pro` stay
+/// below it on spans of 256 tokens or more), 6 for 4-bit codes (their
+/// metadata above 2 bits a value); infinity for bf16.
+double bits_warning_limit(const CodecConfig& c);
+
+/// "" when bits_per_value <= bits_warning_limit(c); else one line naming
+/// c, the bits and the limit, and what keeps an encoding smaller (fewer
+/// centroids, centroids=auto, a budget). tokens: the span's.
+std::string bits_warning(const CodecConfig& c, double bits_per_value, int64_t tokens);
+
 /// A chosen fixed-C config in the kind of `spec`: for a centroids=auto spec
 /// with stages, auto with the centroid_bits that gives chosen's C on spans
 /// of `tokens` tokens (see choose_for_budget); else chosen as it is. The

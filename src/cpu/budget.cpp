@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "qvg/codec.h"
@@ -244,6 +246,24 @@ CodecConfig budget_config_as_spec(const CodecConfig& spec, const CodecConfig& ch
   out.auto_centroids = true;
   out.kmeans.centroids = spec.kmeans.centroids;  // auto's cap
   return out;
+}
+
+double bits_warning_limit(const CodecConfig& c) {
+  if (c.method == Method::bf16) return std::numeric_limits<double>::infinity();
+  return c.bits <= 2 ? 4.0 : 6.0;
+}
+
+std::string bits_warning(const CodecConfig& c, double bits_per_value, int64_t tokens) {
+  const double limit = bits_warning_limit(c);
+  if (!(bits_per_value > limit)) return "";
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "%s stores %.2f bits per value on spans of %lld tokens, more than %g: its metadata (%s) outweighs "
+                "its %d-bit codes; fewer centroids (centroids=auto), larger blocks or a budget of bits (bits=) keep "
+                "it smaller",
+                c.name.c_str(), bits_per_value, static_cast<long long>(tokens), limit,
+                describe(span_config(c, std::max<int64_t>(tokens, 1))).c_str(), c.bits);
+  return b;
 }
 
 std::vector<BudgetCandidate> budget_candidates(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
