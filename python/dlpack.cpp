@@ -245,10 +245,16 @@ HeadTensor host_input(const py::handle& x, KvLayout layout, const char* what, co
       fail(std::string(what) + " is a CUDA tensor, and " + where + " takes host tensors (NumPy arrays, CPU tensors)");
     return host_tensor(*t, layout, what);
   }
+  if (!py::isinstance<py::array>(x))
+    throw py::type_error(std::string(what) + " must be a NumPy array or a tensor with __dlpack__ (PyTorch, CuPy, " +
+                         "JAX), got " + std::string(py::str(py::type::of(x).attr("__name__"))));
+  const py::dtype dt = py::reinterpret_borrow<py::array>(x).dtype();
+  const char kind = dt.kind();
+  if (kind != 'f' && kind != 'i' && kind != 'u')
+    throw py::type_error(std::string(what) + " must have a real number dtype (float or integer), got " +
+                         std::string(py::str(static_cast<const py::handle&>(dt))) + " (complex, bool, string and object arrays are refused)");
   const FloatArray a = FloatArray::ensure(x);
-  if (!a)
-    throw py::type_error(std::string(what) + " must be an array (NumPy, or any object with __dlpack__), got " +
-                         std::string(py::str(py::type::of(x).attr("__name__"))));
+  if (!a) throw py::type_error(std::string(what) + ": NumPy cannot convert it to float32");
   return to_tensor(a, layout, what);
 }
 

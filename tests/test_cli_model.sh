@@ -116,8 +116,9 @@ for m in ("rtn", "quarot", "qvg", "qvg-pro"):
     assert r["bits"] <= 2.5 * 1.03 and abs(r["bits"] - r["span_bits"]) < 1e-9, (m, r["bits"], r["span_bits"])
 # The model's pick on 768-token spans (D = 128): B32 with the most FP8 centroids within 2.575 bits,
 # 2 + 8/32 + 8/128 + 8 * 25 / 768 + 64 / (768 * 128) = 2.5747; QVG-Pro's family has it too (one stage).
-assert rows["qvg"]["config"] == "INT2 B32 fp8 S1 C25 fp8c", rows["qvg"]["config"]
-assert rows["qvg-pro"]["config"] == "INT2 B32 fp8 S1 C25 fp8c", rows["qvg-pro"]["config"]
+# (" auto": the presets' centroids=auto, C = 25 on these spans)
+assert rows["qvg"]["config"] == "INT2 B32 fp8 S1 C25 fp8c auto", rows["qvg"]["config"]
+assert rows["qvg-pro"]["config"] == "INT2 B32 fp8 S1 C25 fp8c auto", rows["qvg-pro"]["config"]
 PY
 else
   bad "compare --bits 2.5 failed: $(cat "$tmp/err")"

@@ -8,6 +8,7 @@
 
 #include "qvg/budget.h"
 #include "qvg/common.h"
+#include "qvg/methods.h"
 
 namespace qvg_cli {
 
@@ -119,9 +120,21 @@ std::vector<PlannedMethod> plan_budgets_on_data(const std::vector<std::string>& 
   const std::vector<qvg::CodecConfig> configs = method_configs(methods, k.dim);
   std::vector<PlannedMethod> out;
   for (double b : budgets)
-    for (const qvg::CodecConfig& c : configs)
-      out.push_back(planned(c, b, qvg::choose_for_budget_on_data(c, b, k, v, trial).choice));
+    for (const qvg::CodecConfig& c : configs) {
+      qvg::BudgetChoice choice = qvg::choose_for_budget_on_data(c, b, k, v, trial).choice;
+      choice.config = qvg::span_config(choice.config, k.tokens);  // one span: C written out (the same encode as auto)
+      choice.config.name = c.name;
+      choice.config.centroid_bits = c.centroid_bits;  // read only with centroids=auto: the label's
+      out.push_back(planned(c, b, choice));
+    }
   return out;
+}
+
+void note_if_over_limit(const qvg::CodecConfig& c, double bits, int64_t tokens) {
+  const std::string w = qvg::bits_warning(c, bits, tokens);
+  if (w.empty()) return;
+  std::fprintf(stderr, "qvg: note: %s\n", w.c_str());
+  std::fflush(stderr);
 }
 
 std::string budget_gap(double bits, double budget) {

@@ -39,7 +39,8 @@ std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods,
 
 /// plan_budgets with the K/V at hand (one span each, [heads, tokens, dim]):
 /// each method's configuration chosen by trial encodes of a sample of them
-/// (qvg::choose_for_budget_on_data with `trial`).
+/// (qvg::choose_for_budget_on_data with `trial`), its centroid count written
+/// out (centroids=auto resolved for the span: the same encode).
 std::vector<PlannedMethod> plan_budgets_on_data(const std::vector<std::string>& methods,
                                                 const std::vector<double>& budgets, const qvg::HeadTensor& k,
                                                 const qvg::HeadTensor& v, const qvg::BudgetTrialOptions& trial);
@@ -48,6 +49,11 @@ std::vector<PlannedMethod> plan_budgets_on_data(const std::vector<std::string>& 
 /// set to config's values (replacing the label's own, added otherwise): a
 /// spec that parses to config. Compares the fields config's method reads.
 std::string short_spec(const std::string& label, const qvg::CodecConfig& config);
+
+/// Prints "qvg: note: " and qvg::bits_warning's line on stderr when an
+/// encoding of c storing `bits` bits per value on spans of `tokens` tokens
+/// is above qvg::bits_warning_limit(c); nothing otherwise.
+void note_if_over_limit(const qvg::CodecConfig& c, double bits, int64_t tokens);
 
 /// "3.00 % above" / "10.00 % below" / "at": how far bits are from budget.
 std::string budget_gap(double bits, double budget);

@@ -60,6 +60,18 @@ void progress(bool quiet, const std::string& s) {
   std::fflush(stderr);
 }
 
+/// Every method parses as a codec spec (a name or an option is wrong: an
+/// error naming it, before seconds of data generation); dims are checked later.
+void check_method_names(const std::vector<std::string>& methods) {
+  for (const std::string& m : methods) {
+    try {
+      qvg::parse_codec_spec(m);
+    } catch (const qvg::Error& e) {
+      QVG_CHECK(false, "method '", m, "': ", e.what());
+    }
+  }
+}
+
 qvg::EvalInput eval_input(KvData&& d) {
   qvg::EvalInput in;
   in.name = std::move(d.name);
@@ -118,6 +130,7 @@ void run_eval(const EvalArgs& a) {
   QVG_CHECK(!budgets.empty() || (a.rd_csv.empty() && a.rd_plot.empty()), "--rd-csv and --rd-plot need --bits");
   QVG_CHECK(budgets.empty() || a.write_rec.empty(), "--write-rec and --bits cannot be combined");
   if (!a.rd_plot.empty()) require_gnuplot("--rd-plot");
+  check_method_names(a.methods);  // before the data are made or read
   KvData data = load_data(a.data, a.threads, [&](const std::string& s) { progress(a.quiet, s); });
   const qvg::KvFileInfo info = data.info;
   const std::string ext = data.ext;
@@ -143,7 +156,7 @@ void run_eval(const EvalArgs& a) {
     };
   }
   if (!budgets.empty()) {
-    EvalSweepOptions sweep{budgets, a.rd_csv, a.rd_plot, a.as_json, row_json};
+    EvalSweepOptions sweep{budgets, a.rd_csv, a.rd_plot, a.as_json, row_json, true, {}};
     sweep.on_data = a.budget_rule == "data";
     sweep.trial.sample_heads = a.trial_heads;
     sweep.trial.max_seconds = a.trial_seconds;
@@ -153,6 +166,8 @@ void run_eval(const EvalArgs& a) {
     return;
   }
   const auto rows = qvg::evaluate(in, a.methods, opt);
+  for (const auto& r : rows)
+    if (r.tensor == "k") note_if_over_limit(r.config, r.bits_per_value, in.k.tokens);
   if (a.as_json) {
     json out = json::array();
     for (const auto& r : rows) out.push_back(row_json(r));
@@ -184,6 +199,7 @@ void print_summary(const std::vector<qvg::EvalRow>& rows) {
 }
 
 void run_codec_demo(const CodecDemoArgs& args) {
+  check_method_names(args.methods);
   const DataOptions& a = args.data;
   const bool quiet = args.quiet;
   if (!args.as_json) {
@@ -263,7 +279,7 @@ void add_eval_command(CLI::App& app) {
 void add_codec_demo_command(CLI::App& app) {
   auto a = std::make_shared<CodecDemoArgs>();
   auto* s = app.add_subcommand("codec-demo",
-                               "the codecs side by side on both built-in K/V data sets (no model; was `qvg demo`)");
+                               "the codecs side by side on both built-in K/V data sets (no model)");
   add_data_options(s, a->data, {.files = false, .queries = true});
   s->add_option("--threads", a->threads, "worker threads (0 = all cores); results do not depend on it")->check(CLI::Range(0, 1 << 16));
   s->add_option("--methods", a->methods, "methods/presets (see `qvg methods`)");

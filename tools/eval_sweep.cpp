@@ -63,7 +63,10 @@ void run_eval_sweep(const qvg::EvalInput& in, const std::vector<std::string>& me
           unreachable += line;
           continue;
         }
-        for (int t = 0; t < 2; ++t) at.push_back(row(p, t));
+        for (int t = 0; t < 2; ++t) {
+          at.push_back(row(p, t));
+          at.back().method = p.spec;  // the method's own label (two methods may choose one configuration)
+        }
       }
       std::printf("\nbudget %.3g bits per value (K and V together, at most 3 %% above): each method's configuration "
                   "of its own family with the lowest %s error\n", b,

@@ -21,10 +21,10 @@ struct EvalSweepOptions {
   std::string csv;              ///< rate-distortion rows ("" = none)
   std::string plot;             ///< PNG of MSE against bits, keys and values, one line each per method ("" = none)
   bool as_json = false;         ///< print JSON rows (row_json's, with budget, label and reachable) instead of tables
-  bool on_data = true;          ///< choose by trial encodes of the data (else by the quality model)
-  qvg::BudgetTrialOptions trial;  ///< the trial encodes' sample, time bound and progress
   /// One evaluation row as JSON (`qvg eval --json`'s).
   std::function<nlohmann::json(const qvg::EvalRow&)> row_json;
+  bool on_data = true;            ///< choose by trial encodes of the data (else by the quality model)
+  qvg::BudgetTrialOptions trial;  ///< the trial encodes' sample, time bound and progress
 };
 
 /// Evaluates every distinct configuration the budgets choose once, then

@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <string>
 
 #include "commands.h"
 #include "model_run.h"
@@ -13,10 +15,13 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"qvg: 2-4 bit KV-cache compression for autoregressive video diffusion (Quant VideoGen)"};
-#if defined(QVG_PYTHON_MODULE)
-  const char* python = "built";
+  // The module lives in the build tree (cmake --install does not install it; pip install . does).
+#if defined(QVG_PYTHON_MODULE_DIR)
+  const std::string python = std::filesystem::exists(QVG_PYTHON_MODULE_DIR "/qvg")
+                                  ? "in " QVG_PYTHON_MODULE_DIR " (PYTHONPATH; pip install . installs it)"
+                                  : "not at " QVG_PYTHON_MODULE_DIR " (pip install . installs it)";
 #else
-  const char* python = "not built";
+  const std::string python = "not built with this CLI (pip install . installs it)";
 #endif
   app.set_version_flag("--version", qvg::build_info() + ", Python module: " + python + "\nclips: " +
                                         qvg::data_dir() + "/clips\nmodel: " + qvg::resource_path(qvg_cli::kModelFile));

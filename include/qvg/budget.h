@@ -45,8 +45,10 @@ std::vector<int> budget_field_values(const CodecConfig& c, const std::string& ke
 ///      r2(C) = 0.88 + 0.12 / C for each later one (C = 1 subtracts only the
 ///      mean); 1 without stages. r1 and r2 are fitted to QVG's error
 ///      relative to RTN's on the built-in video-like and clip K/V (head 0,
-///      37,440 tokens, C = 1..256, S = 1, 2, 4: within 15 % of the measured
-///      ratio for C >= 2; docs/BENCHMARKS.md, "The budget rule").
+///      37,440 tokens, C = 1..256, S = 1, 2, 4, INT2: within 16 % of the
+///      measured ratio for C >= 2; with INT4 codes the measured ratio is
+///      about half the model's for C >= 16: the model undervalues INT4 with
+///      centroids; docs/BENCHMARKS.md, "The budget rule").
 /// FP8 centroids count as BF16 ones (their rounding is quantized away with
 /// the residual). A model, not a measurement: it ranks a family's members
 /// (more centroids, smaller blocks, more code bits: less error) and is what

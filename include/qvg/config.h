@@ -114,7 +114,9 @@ Method method_from_name(const std::string& name);
 int smoothing_stages(const CodecConfig& c);
 
 /// Parse "preset[:key=value,...]". Presets: bf16, rtn, rtn-int4, kivi,
-/// kivi-int4, quarot, quarot-int4, qvg, qvg-int4, qvg-pro, qvg-pro-int4.
+/// kivi-int4, quarot, quarot-int4, qvg, qvg-int4, qvg-pro, qvg-pro-int4;
+/// the qvg ones with centroids=auto at centroid_bits = 0.25 (C = 256 on
+/// spans of 16,384 tokens or more; `centroids=256` fixes it).
 /// Keys: codec_fields(). Throws qvg::Error naming the unknown preset/key or
 /// the bad value.
 CodecConfig parse_codec_spec(const std::string& spec);
