@@ -374,7 +374,7 @@ void add_demo_command(CLI::App& app) {
   auto* s = app.add_subcommand(
       "demo", "the main job: the reference video model continues a clip for 96 frames with its KV cache in BF16 and "
               "in each method at equal memory; table, rate-distortion sweep, drift and rate-distortion plots and a "
-              "labelled video (about 5 minutes on 2 cores; --quick: under a minute)");
+              "labelled video (4 to 6 minutes on 2 cores; --quick: 6 s)");
   s->add_option("--context", a->run.context, "clip (default data/clips/vtest.mp4; its frames 192..239 were held out from training)");
   s->add_option("--start", a->run.start, "first context frame, default 138 (the real frames then last to the generated 96th)")
       ->check(CLI::Range(0, 1000000));
@@ -391,8 +391,7 @@ void add_demo_command(CLI::App& app) {
                 "folder of the demo's files (rate-distortion and PSNR-per-frame CSV + PNG, the labelled video), "
                 "default qvg-demo; none: no files");
   s->add_flag("--quick", *quick,
-              "a short run (3 context frames, 3 generated, spans of 1 chunk, no window, no sweep): under a minute on "
-              "2 cores");
+              "a short run (3 context frames, 3 generated, spans of 1 chunk, no window, no sweep): 6 s on 2 cores");
   s->callback([a, out, quick] {
     CompareArgs d = *a;
     if (*quick) {
