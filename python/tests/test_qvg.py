@@ -417,6 +417,18 @@ class BadInput(unittest.TestCase):
         self.assert_error("tokens", codec.encode, np.zeros((2, 0, 64), np.float32))
         with self.assertRaises(TypeError):
             codec.encode("not an array")
+        # Issue 39: no silent casts of what is not a real number, no lists.
+        x = random_kv(heads=1, tokens=64)
+        for bad in (x.astype(np.complex64), x > 0, x.astype(object), x.astype(str)):
+            with self.assertRaises(TypeError) as cm:
+                codec.encode(bad)
+            self.assertIn(f"got {bad.dtype}", str(cm.exception))
+        with self.assertRaises(TypeError) as cm:
+            codec.encode(x.tolist())
+        self.assertIn("got list", str(cm.exception))
+        # Integers are real numbers: converted, as docs/PYTHON.md says.
+        self.assertEqual(codec.encode((x * 40).astype(np.int32)).parts,
+                         codec.encode((x * 40).astype(np.int32).astype(np.float32)).parts)
 
     def test_decode_with_another_method(self):
         e = qvg.Codec("rtn").encode(random_kv())
