@@ -41,5 +41,7 @@ if(QVG_WITH_FFMPEG)
   string(APPEND QVG_PC_CFLAGS " -DQVG_WITH_FFMPEG=1")
   set(QVG_PC_REQUIRES_PRIVATE "libavformat libavcodec libswscale libavutil")
 endif()
+# The prefix relative to the .pc file (pkg-config's ${pcfiledir}): a moved prefix keeps working.
+file(RELATIVE_PATH QVG_PC_PREFIX_FROM_PCFILEDIR "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(cmake/qvg.pc.in ${CMAKE_CURRENT_BINARY_DIR}/qvg.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/qvg.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

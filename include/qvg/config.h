@@ -72,7 +72,9 @@ struct CodecConfig {
   /// not counted). span_config resolves it; an encoding holds the resolved C
   /// (a saved cache's warm-start state too: config_with_centroids).
   bool auto_centroids = false;
-  double centroid_bits = 0.125;  ///< with auto_centroids: bits per value per stage, > 0
+  /// With auto_centroids: bits per value per stage, > 0. 0.25, the qvg
+  /// presets' (C = 256 from 16,384 tokens; floor(N / 64) below).
+  double centroid_bits = 0.25;
   int group = 32;                         ///< G: KIVI group size (tokens for keys, channels for values)
   int residual = 32;                      ///< R: KIVI newest tokens kept in bf16
 };
