@@ -16,8 +16,8 @@ cmake --build "$tmp/consumer" >/dev/null
 "$tmp/consumer/qvg_consumer"
 pc_dir=$(dirname "$(find "$tmp/moved" -name qvg.pc | head -1)")
 pkg=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --modversion qvg)
-# The same consumer built with pkg-config alone (static library: --static for its dependencies).
-flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs --static qvg)
+# The same consumer built with pkg-config alone.
+flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs qvg)
 c++ -O1 tests/consumer/main.cpp -o "$tmp/pc_consumer" $flags -pthread
 "$tmp/pc_consumer"
 echo "pkg-config: qvg $pkg, a consumer built and run against the moved prefix"
