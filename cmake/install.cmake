@@ -29,7 +29,9 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/qvgConfig.cmake ${CMAKE_CURRENT_BINARY
         DESTINATION ${QVG_CONFIG_DIR})
 
 # pkg-config: the compile definitions the public headers depend on, and what
-# a static libqvg needs at link time.
+# a static libqvg needs at link time (in Requires and Libs, not their .private
+# forms: libqvg is only built static, so every consumer links them, and
+# `pkg-config --static` would ask for static FFmpeg dependencies as well).
 set(QVG_PC_CFLAGS "")
 set(QVG_PC_LIBS_PRIVATE "-lpthread")
 set(QVG_PC_REQUIRES_PRIVATE "")
@@ -41,5 +43,8 @@ if(QVG_WITH_FFMPEG)
   string(APPEND QVG_PC_CFLAGS " -DQVG_WITH_FFMPEG=1")
   set(QVG_PC_REQUIRES_PRIVATE "libavformat libavcodec libswscale libavutil")
 endif()
+# The prefix relative to the .pc file (pkg-config's ${pcfiledir}): a moved prefix keeps working.
+file(RELATIVE_PATH QVG_PC_PREFIX_FROM_PCFILEDIR "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" QVG_PC_PREFIX_FROM_PCFILEDIR "${QVG_PC_PREFIX_FROM_PCFILEDIR}")
 configure_file(cmake/qvg.pc.in ${CMAKE_CURRENT_BINARY_DIR}/qvg.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/qvg.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -89,6 +89,15 @@ py::dict memory_dict(const qvg::LayerMemory& m, const qvg::CacheConfig& c);
 /// The streaming cache's bindings (cache_bindings.cpp).
 void bind_cache(py::module_& m);
 
+/// The configuration of spec's family chosen for a budget of `bits` bits per
+/// value on spans of tokens x dim (qvg::choose_for_budget_any_format);
+/// throws qvg::Error naming the family's cheapest when it cannot reach it
+/// (budget_bindings.cpp).
+qvg::CodecConfig budget_config(const std::string& spec, double bits, int64_t tokens, int64_t dim);
+
+/// qvg.choose (budget_bindings.cpp).
+void bind_budget(py::module_& m);
+
 /// qvg.DeviceKVCache (device_cache_bindings.cpp).
 void bind_device_cache(py::module_& m);
 

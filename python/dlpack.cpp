@@ -245,14 +245,20 @@ HeadTensor host_input(const py::handle& x, KvLayout layout, const char* what, co
       fail(std::string(what) + " is a CUDA tensor, and " + where + " takes host tensors (NumPy arrays, CPU tensors)");
     return host_tensor(*t, layout, what);
   }
+  if (!py::isinstance<py::array>(x))
+    throw py::type_error(std::string(what) + " must be a NumPy array or a tensor with __dlpack__ (PyTorch, CuPy, " +
+                         "JAX), got " + std::string(py::str(py::type::of(x).attr("__name__"))));
+  const py::dtype dt = py::reinterpret_borrow<py::array>(x).dtype();
+  const char kind = dt.kind();
   // A complex array would be cast to float32 with its imaginary part dropped.
-  if (const py::array raw = py::array::ensure(x); raw && raw.dtype().kind() == 'c')
-    throw py::type_error(std::string(what) + " is a complex array (dtype " + std::string(py::str(raw.dtype())) +
+  if (kind == 'c')
+    throw py::type_error(std::string(what) + " is a complex array (dtype " + std::string(py::str(static_cast<const py::handle&>(dt))) +
                          "); qvg encodes real tensors: pass its .real or .imag part");
+  if (kind != 'f' && kind != 'i' && kind != 'u')
+    throw py::type_error(std::string(what) + " must have a real number dtype (float or integer), got " +
+                         std::string(py::str(static_cast<const py::handle&>(dt))) + " (complex, bool, string and object arrays are refused)");
   const FloatArray a = FloatArray::ensure(x);
-  if (!a)
-    throw py::type_error(std::string(what) + " must be an array (NumPy, or any object with __dlpack__), got " +
-                         std::string(py::str(py::type::of(x).attr("__name__"))));
+  if (!a) throw py::type_error(std::string(what) + ": NumPy cannot convert it to float32");
   return to_tensor(a, layout, what);
 }
 

@@ -19,6 +19,7 @@
 
 #include "convert.h"
 #include "dlpack.h"
+#include "qvg/budget.h"
 #include "qvg/codec.h"
 #include "qvg/config.h"
 #include "qvg/cuda.h"
@@ -105,6 +106,13 @@ qvg::EncodedTensor encoded_from_state(const py::tuple& t) {
   return e;
 }
 
+/// warnings.warn (UserWarning) when an encoding stores more bits per value
+/// than qvg::bits_warning_limit allows its config. Needs the GIL.
+void warn_bits(const qvg::CodecConfig& c, double bits_per_value, int64_t tokens) {
+  const std::string w = qvg::bits_warning(c, bits_per_value, tokens);
+  if (!w.empty() && PyErr_WarnEx(PyExc_UserWarning, w.c_str(), 1) != 0) throw py::error_already_set();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_qvg, m) {
@@ -169,17 +177,32 @@ PYBIND11_MODULE(_qvg, m) {
   bind_dlpack(m);
   bind_device(m);
   bind_device_cache(m);
+  bind_budget(m);
 
   py::class_<PyCodec>(m, "Codec", "A compression method, made from a spec such as \"qvg\" or \"qvg-pro:iters=5\".")
-      .def(py::init([](const std::string& spec, const std::string& device) {
+      .def(py::init([](const std::string& spec, const std::string& device, py::object bits, py::object tokens,
+                       py::object dim) {
              auto c = std::make_unique<PyCodec>();
              c->spec = spec;
              c->config = qvg::parse_codec_spec(spec);
+             if (!bits.is_none()) {
+               if (tokens.is_none() || dim.is_none())
+                 throw qvg::Error("qvg.Codec: bits= needs the span's shape: tokens= and dim=");
+               c->config = budget_config(spec, bits.cast<double>(), tokens.cast<int64_t>(), dim.cast<int64_t>());
+               c->spec = qvg::codec_spec(c->config);
+             } else if (!tokens.is_none() || !dim.is_none()) {
+               throw qvg::Error("qvg.Codec: tokens= and dim= go with bits= (a budget of bits per value)");
+             }
              c->backend = parse_device(device);
              c->codec = qvg::make_codec(c->config, c->backend);
              return c;
            }),
-           py::arg("spec"), py::arg("device") = "cpu")
+           py::arg("spec"), py::arg("device") = "cpu", py::kw_only(), py::arg("bits") = py::none(),
+           py::arg("tokens") = py::none(), py::arg("dim") = py::none(),
+           "A codec for spec (\"qvg\", \"qvg-pro:iters=5\", ...). With bits=, tokens= and dim=: the "
+           "configuration of spec's family with the lowest expected error within that many bits per value on "
+           "spans of that shape (qvg.choose); .spec is then the chosen configuration's canonical spec. "
+           "ValueError when the family cannot reach the budget.")
       .def_readonly("spec", &PyCodec::spec)
       .def_property_readonly(
           "device", [](const PyCodec& c) { return std::string(c.backend == qvg::Backend::cpu ? "cpu" : "cuda"); })
@@ -203,12 +226,22 @@ PYBIND11_MODULE(_qvg, m) {
                     "layout=\"thd\" with a CUDA tensor: pass it as [heads, tokens, dim] "
                     "(x.transpose(0, 1).contiguous())");
               const DeviceInput d = device_input(*t, "x");
-              py::gil_scoped_release unlocked;
-              return qvg::cuda_encode_device(c.config, d.data, d.type, d.heads, d.tokens, d.dim, opt);
+              qvg::EncodedTensor enc;
+              {
+                py::gil_scoped_release unlocked;
+                enc = qvg::cuda_encode_device(c.config, d.data, d.type, d.heads, d.tokens, d.dim, opt);
+              }
+              warn_bits(c.config, enc.bits_per_value(), d.tokens);
+              return enc;
             }
             const qvg::HeadTensor h = t ? host_tensor(*t, l, "x") : host_input(x, l, "x", "encode");
-            py::gil_scoped_release unlocked;
-            return c.codec->encode(h, opt);
+            qvg::EncodedTensor enc;
+            {
+              py::gil_scoped_release unlocked;
+              enc = c.codec->encode(h, opt);
+            }
+            warn_bits(c.config, enc.bits_per_value(), h.tokens);
+            return enc;
           },
           py::arg("x"), py::arg("role") = "key", py::arg("layout") = "htd", py::arg("threads") = 0,
           py::arg("warm_start") = nullptr,

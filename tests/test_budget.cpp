@@ -1,6 +1,7 @@
 // The budget rule (qvg/budget.h) against a brute-force enumeration with the
-// formulas of DESIGN.md / docs/FORMAT.md written out here, and centroids=auto
-// (CodecConfig::auto_centroids): its C per span, its bytes, its spec.
+// formulas of DESIGN.md / docs/FORMAT.md written out here, its quality model,
+// and centroids=auto (CodecConfig::auto_centroids): its C per span, its
+// bytes, its spec. The rule on data: test_budget_trial.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,14 +99,17 @@ std::vector<Member> brute_family(const CodecConfig& c, int stages, int64_t n, in
 /// The centroid count a (possibly auto) config has on spans of n tokens.
 int centroids_on(const CodecConfig& c, int64_t n) { return span_config(c, n).kmeans.centroids; }
 
+/// A config as it encodes spans of n tokens (auto resolved), in short.
+std::string on_span(const CodecConfig& c, int64_t n) { return describe(span_config(c, n)); }
+
 // ---- the budget rule against the brute force -------------------------------------------
 
 // For every spec, span shape and budget: the choice is within budget * 1.03;
-// no member of the brute-force family (at the chosen stage count) is closer
-// to the budget; the stage count is the spec's unless the spec's cannot
-// reach; unreachable exactly when no member of any allowed stage count is
-// within the limit; the library's bits are the reference formula's.
-TEST(Budget, ClosestOfItsFamilyWithinThreePercentAgainstBruteForce) {
+// no member of the brute-force family (any stage count, any C) within the
+// limit has a lower expected distortion; unreachable exactly when no member
+// is within the limit, and then the choice is the family's cheapest; the
+// library's bits are the reference formula's.
+TEST(Budget, LowestExpectedDistortionOfItsFamilyAgainstBruteForce) {
   const std::vector<std::string> specs = {"rtn", "rtn:scale=fp16", "kivi", "kivi:residual=0", "kivi-int4",
                                           "quarot", "qvg", "qvg-pro", "qvg:centroid_format=fp8",
                                           "qvg:centroids=auto", "qvg-pro:centroid_format=fp8,centroids=auto",
@@ -115,24 +119,20 @@ TEST(Budget, ClosestOfItsFamilyWithinThreePercentAgainstBruteForce) {
   int reachable = 0, unreachable = 0;
   for (const auto& spec : specs)
     for (const auto& [n, d] : shapes)
-      for (double budget = 1.75; budget <= 17.0; budget += 0.25) {
+      for (double budget = 1.75; budget <= 17.0; budget += 0.5) {
         SCOPED_TRACE(spec + " N=" + std::to_string(n) + " D=" + std::to_string(d) + " budget " +
                      std::to_string(budget));
         const CodecConfig c = parse_codec_spec(spec);
         const BudgetChoice got = choose_for_budget(c, budget, n, d);
         const double limit = budget * 1.03;
-        // The stage counts allowed, the spec's first.
         const int s0 = c.method == Method::qvg ? c.stages : 0;
-        int s_ok = -1;
         std::vector<Member> fam;
         for (int s = s0; s >= std::min(s0, 1); --s) {
-          fam = brute_family(c, s, n, d);
-          if (std::any_of(fam.begin(), fam.end(), [&](const Member& m) { return m.bits <= limit; })) {
-            s_ok = s;
-            break;
-          }
+          const std::vector<Member> f = brute_family(c, s, n, d);
+          fam.insert(fam.end(), f.begin(), f.end());
         }
-        ASSERT_EQ(got.reachable, s_ok >= 0);
+        const bool any = std::any_of(fam.begin(), fam.end(), [&](const Member& m) { return m.bits <= limit; });
+        ASSERT_EQ(got.reachable, any);
         const CodecConfig fixed = span_config(got.config, n);  // auto resolved
         // The library's bits are the formula's for the chosen config.
         const double want_bits =
@@ -153,26 +153,74 @@ TEST(Budget, ClosestOfItsFamilyWithinThreePercentAgainstBruteForce) {
         EXPECT_EQ(got.config.auto_centroids, c.auto_centroids && smoothing_stages(got.config) > 0);
         if (!got.reachable) {
           ++unreachable;
-          // The family's cheapest, at the fewest stages tried.
           double cheapest = 1e9;
-          for (int s = s0; s >= std::min(s0, 1); --s)
-            for (const Member& m : brute_family(c, s, n, d)) cheapest = std::min(cheapest, m.bits);
+          for (const Member& m : fam) cheapest = std::min(cheapest, m.bits);
           EXPECT_NEAR(got.bits, cheapest, 1e-9);
           EXPECT_GT(got.bits, limit);
           continue;
         }
         ++reachable;
         EXPECT_LE(got.bits, limit);
-        if (c.method == Method::qvg) EXPECT_EQ(got.config.stages, s_ok);
+        const double mine = expected_distortion(fixed, n, d);
         for (const Member& m : fam)
           if (m.bits <= limit)
-            EXPECT_GE(std::fabs(m.bits - budget), std::fabs(got.bits - budget) - 1e-9)
-                << describe(m.c) << " (" << m.bits << " bits) is closer than " << describe(fixed) << " ("
-                << got.bits << ")";
+            EXPECT_GE(expected_distortion(m.c, n, d), mine * (1 - 1e-12))
+                << describe(m.c) << " (" << m.bits << " bits) is expected to be better than " << describe(fixed)
+                << " (" << got.bits << ")";
       }
   // The grid exercises both outcomes.
-  EXPECT_GT(reachable, 1000);
-  EXPECT_GT(unreachable, 50);
+  EXPECT_GT(reachable, 500);
+  EXPECT_GT(unreachable, 25);
+}
+
+// The quality model's orderings (STYLE.md's quality-ordering properties) and
+// its quantizer factor: the relative error of RTN on normal data, which for
+// INT2 symmetric absmax over blocks of 64 is about 0.52 (3 levels at +-
+// absmax, E[absmax of 64 normals] ~ 2.4) and for INT4 about 0.012.
+TEST(Budget, QualityModelOrdersTheFamily) {
+  const int64_t n = 37440, d = 128;
+  auto e = [&](const std::string& spec) { return expected_distortion(parse_codec_spec(spec), n, d); };
+  EXPECT_NEAR(e("rtn"), 0.52, 0.02);
+  EXPECT_NEAR(e("rtn-int4"), 0.012, 0.002);
+  EXPECT_LT(e("rtn:block=16"), e("rtn:block=32"));
+  EXPECT_LT(e("rtn:block=32"), e("rtn"));
+  EXPECT_LT(e("qvg-int4"), e("qvg"));
+  EXPECT_LT(e("qvg"), e("rtn"));
+  for (int cn : {1, 2, 4, 16, 64, 255})
+    EXPECT_LT(e("qvg:centroids=" + std::to_string(cn + 1)), e("qvg:centroids=" + std::to_string(cn))) << cn;
+  EXPECT_LT(e("qvg:stages=2"), e("qvg"));
+  EXPECT_EQ(e("qvg:centroid_format=fp8"), e("qvg"));
+  // KIVI's BF16 window has no error: with every token in it, none.
+  EXPECT_EQ(expected_distortion(parse_codec_spec("kivi:residual=64"), 64, d), 0.0);
+  EXPECT_LT(expected_distortion(parse_codec_spec("kivi"), 256, d), expected_distortion(parse_codec_spec("kivi:residual=0"), 256, d));
+  EXPECT_EQ(e("bf16"), 0.0);
+  // C = N: every token its own centroid.
+  EXPECT_EQ(expected_distortion(parse_codec_spec("qvg:centroids=100"), 100, d), 0.0);
+  EXPECT_NE(error_of([] { expected_distortion(parse_codec_spec("qvg"), 0, 128); }).find("token"), std::string::npos);
+}
+
+// budget_candidates: within the limit, ranked by the model, one per
+// combination of the other fields (the most centroids), the first is
+// choose_for_budget's.
+TEST(Budget, CandidatesAreRankedAndFirstIsTheChoice) {
+  for (const char* spec : {"qvg", "qvg-pro", "rtn", "kivi"})
+    for (double budget : {2.25, 2.5, 3.0, 4.0}) {
+      SCOPED_TRACE(std::string(spec) + " at " + std::to_string(budget));
+      const CodecConfig c = parse_codec_spec(spec);
+      const auto cands = budget_candidates(c, budget, 6240, 128, 0.03, true);
+      const BudgetChoice pick = choose_for_budget_any_format(c, budget, 6240, 128);
+      ASSERT_EQ(cands.empty(), !pick.reachable);
+      if (cands.empty()) continue;
+      EXPECT_EQ(on_span(pick.config, 6240), describe(cands.front().config));
+      for (size_t i = 0; i < cands.size(); ++i) {
+        EXPECT_LE(cands[i].bits, budget * 1.03);
+        if (i > 0) EXPECT_LE(cands[i - 1].distortion, cands[i].distortion);
+        for (size_t j = 0; j < i; ++j)
+          EXPECT_FALSE(cands[i].config.bits == cands[j].config.bits && cands[i].config.block == cands[j].config.block &&
+                       cands[i].config.group == cands[j].config.group && cands[i].config.stages == cands[j].config.stages)
+              << describe(cands[i].config) << " twice";
+      }
+    }
 }
 
 // Chosen bits are what an encode stores: K and V encoded on a span of the
@@ -197,51 +245,44 @@ TEST(Budget, ChosenBitsAreTheEncodedBits) {
     }
 }
 
-// Hand-checked cases of the rule and its tie-break (the demo's span: 1,536
-// tokens, D = 128).
-TEST(Budget, KnownChoicesOnTheDemoSpan) {
-  auto pick = [](const char* spec, double budget) { return choose_for_budget(parse_codec_spec(spec), budget, 1536, 128); };
-  // 2.5 = 2 + 8/64 + 8/128 + 16 * 30 / 1536 (+ the span scale): B64 C30
-  // ties B32 C18 and B128 C36 in bits; fewer changed fields wins.
-  const BudgetChoice q = pick("qvg", 2.5);
+// Hand-checked cases of the rule. The issue-39 case first: at 2.5 bits on
+// the Self-Forcing span the closest-bits rule took INT2 B16 C1 (2.563 bits,
+// key SNR 8.5 dB on the built-in data); the model takes the most centroids
+// B16 affords with FP8 centroids: 2 + 8/16 + 8/128 + 8 C / 37,440 +
+// 64 / (37,440 * 128) <= 2.575 gives C = 58.
+TEST(Budget, KnownChoices) {
+  auto pick = [](const char* spec, double budget, int64_t n = 1536) {
+    return choose_for_budget_any_format(parse_codec_spec(spec), budget, n, 128);
+  };
+  const BudgetChoice q = pick("qvg", 2.5, 37440);
   EXPECT_TRUE(q.reachable);
-  EXPECT_EQ(describe(q.config), "INT2 B64 fp8 S1 C30");
-  EXPECT_NEAR(q.bits, 2.5 + 32.0 / (1536 * 128), 1e-12);
-  // QVG-Pro keeps its four stages: INT2 B64 S4 C3 = 2 + 0.125 + 0.25 + 64 * 3 / 1536.
-  EXPECT_EQ(describe(pick("qvg-pro", 2.5).config), "INT2 B64 fp8 S4 C3");
-  // ... and drops to three where four cannot reach (2.25 * 1.03 < 2.354, the cheapest S4).
-  const BudgetChoice p3 = pick("qvg-pro", 2.25);
-  EXPECT_TRUE(p3.reachable);
-  EXPECT_EQ(p3.config.stages, 3);
+  EXPECT_EQ(on_span(q.config, 37440), "INT2 B16 fp8 S1 C58 fp8c");
+  EXPECT_NEAR(q.bits, 2.5625 + 8.0 * 58 / 37440 + 64.0 / (37440 * 128), 1e-12);
   EXPECT_EQ(describe(pick("rtn", 2.5).config), "INT2 B16 fp8");
   EXPECT_EQ(describe(pick("rtn", 4.5).config), "INT4 B16 fp8");
-  // QuaRot has 2.25 and 4.25 only: 2.25 is the closest within 2.575.
+  // QuaRot has 2.25 and 4.25 only: 2.25 is within 2.575.
   EXPECT_EQ(describe(pick("quarot", 2.5).config), "INT2 per-token");
   EXPECT_FALSE(pick("quarot", 2.0).reachable);  // 2.25 > 2.06
   EXPECT_NEAR(pick("quarot", 2.0).bits, 2.25, 1e-12);
   EXPECT_FALSE(pick("kivi", 2.0).reachable);
-  // A budget equal to a spec's own bits gives the spec itself, unless a
-  // configuration with more code bits has exactly its size: QVG's INT2 C256
-  // (4.854 bits) ties INT4 C64 (192 centroids = 2 bits a value).
-  for (const char* spec : {"rtn", "rtn-int4", "kivi", "kivi-int4", "quarot", "qvg-int4", "qvg-pro-int4", "qvg:centroids=64"}) {
+  // A budget equal to a spec's own bits: the spec is in the family, so the
+  // choice is expected to be at least as good.
+  for (const char* spec : {"rtn", "rtn-int4", "kivi", "kivi-int4", "quarot", "qvg-int4", "qvg-pro-int4",
+                           "qvg:centroids=64", "qvg", "qvg-pro"}) {
     const CodecConfig c = parse_codec_spec(spec);
     const BudgetChoice self = pick(spec, span_bits_per_value(c, 1536, 128));
-    EXPECT_TRUE(same_codec(self.config, c)) << spec << " -> " << describe(self.config);
+    EXPECT_TRUE(self.reachable) << spec;
+    EXPECT_LE(expected_distortion(self.config, 1536, 128), expected_distortion(c, 1536, 128)) << spec;
   }
-  EXPECT_EQ(describe(pick("qvg", span_bits_per_value(parse_codec_spec("qvg"), 1536, 128)).config),
-            "INT4 B64 fp8 S1 C64");
-  // 5 bits: INT4 B64 C78 and INT2 B16 C234 are both 5 + 32 / (1536 * 128); INT4 wins.
-  EXPECT_EQ(describe(pick("qvg", 5).config), "INT4 B64 fp8 S1 C78");
   // bf16 is a family of one.
   EXPECT_TRUE(pick("bf16", 16).reachable);
   EXPECT_FALSE(pick("bf16", 8).reachable);
 }
 
-// The centroid format (choose_for_budget_any_format, what the CLI runs): the
-// rule's choice for BF16 or for FP8 centroids, FP8's exactly when it has more
-// centroids; methods without centroids are untouched. On the demo's span
-// (768 tokens, D = 64) at 2.5 bits FP8 buys about twice the centroids; on a
-// long span at a budget past C = 256 it buys none and BF16 stays.
+// The centroid format: choose_for_budget_any_format is expected to be at
+// least as good as either format alone, takes FP8 only where that buys
+// more centroids for the same other fields, and leaves methods without
+// centroids as choose_for_budget does.
 TEST(Budget, CentroidFormatIsFp8WhereItBuysMoreCentroids) {
   int fp8 = 0, bf16 = 0;
   for (const char* spec : {"qvg", "qvg-pro", "qvg:centroid_format=fp8", "qvg:centroids=auto", "rtn", "kivi", "quarot"})
@@ -258,23 +299,25 @@ TEST(Budget, CentroidFormatIsFp8WhereItBuysMoreCentroids) {
           continue;
         }
         const BudgetChoice a = choose_for_budget(bf, budget, n, d), b = choose_for_budget(f8, budget, n, d);
-        const bool more = centroids_on(b.config, n) > centroids_on(a.config, n);
-        const BudgetChoice& want = a.reachable && b.reachable     ? (more ? b : a)
-                                   : a.reachable != b.reachable ? (b.reachable ? b : a)
-                                                                : (b.bits < a.bits ? b : a);  // neither: the cheaper
-        EXPECT_TRUE(same_codec(got.config, want.config)) << describe(got.config) << " vs " << describe(want.config);
-        EXPECT_EQ(got.bits, want.bits);
-        (got.config.centroid_format == CentroidFormat::fp8 ? fp8 : bf16) += 1;
+        EXPECT_EQ(got.reachable, a.reachable || b.reachable);
+        if (!got.reachable) continue;
+        const double mine = expected_distortion(got.config, n, d);
+        if (a.reachable) EXPECT_LE(mine, expected_distortion(a.config, n, d) * (1 + 1e-12));
+        if (b.reachable) EXPECT_LE(mine, expected_distortion(b.config, n, d) * (1 + 1e-12));
+        if (got.config.centroid_format == CentroidFormat::fp8) {
+          ++fp8;
+          // BF16 with the same other fields has fewer centroids within the limit.
+          CodecConfig same = span_config(got.config, n);
+          same.centroid_format = CentroidFormat::bf16;
+          same.auto_centroids = false;
+          EXPECT_GT(span_bits_per_value(same, n, d), budget * 1.03) << describe(same);
+        } else {
+          ++bf16;
+        }
       }
   EXPECT_GT(fp8, 20);
   EXPECT_GT(bf16, 5);
-  // Hand-checked: 768 x 64 at 2.5 bits: BF16 INT2 B64 C12 (2 + 0.125 + 0.125 + 16 * 12 / 768 + 32 / 49,152 =
-  // 2.5007) or FP8 C24 (8 * 24 / 768 and one more FP32 scale: 2.5013); FP8 wins with twice the centroids.
-  const BudgetChoice q = choose_for_budget_any_format(parse_codec_spec("qvg"), 2.5, 768, 64);
-  EXPECT_EQ(describe(q.config), "INT2 B64 fp8 S1 C24 fp8c");
-  EXPECT_NEAR(q.bits, 2.5 + 64.0 / (768 * 64), 1e-12);
-  EXPECT_EQ(describe(choose_for_budget(parse_codec_spec("qvg"), 2.5, 768, 64).config), "INT2 B64 fp8 S1 C12");
-  // C capped at 256 on 37,440 tokens at 5 bits: BF16.
+  // C capped at 256 on 37,440 tokens at 5 bits: FP8 buys nothing, BF16 stays.
   EXPECT_EQ(choose_for_budget_any_format(parse_codec_spec("qvg"), 5.0, 37440, 128).config.centroid_format,
             CentroidFormat::bf16);
 }
@@ -293,14 +336,14 @@ TEST(Budget, BadArgumentsAreErrors) {
 
 // C = clamp(floor(centroid_bits * N / cb), 1, min(256, N)).
 TEST(AutoCentroids, CountPerSpanLength) {
-  const CodecConfig a = parse_codec_spec("qvg:centroids=auto");
+  const CodecConfig a = parse_codec_spec("qvg:centroids=auto,centroid_bits=0.125");
   EXPECT_TRUE(a.auto_centroids);
   EXPECT_EQ(auto_centroid_count(a, 37440), 256);  // 0.125 * 37440 / 16 = 292: the paper's 256
   EXPECT_EQ(auto_centroid_count(a, 1536), 12);
   EXPECT_EQ(auto_centroid_count(a, 768), 6);
   EXPECT_EQ(auto_centroid_count(a, 100), 1);      // 0.78 -> at least one
   EXPECT_EQ(auto_centroid_count(a, 1), 1);
-  const CodecConfig f = parse_codec_spec("qvg:centroids=auto,centroid_format=fp8");
+  const CodecConfig f = parse_codec_spec("qvg:centroids=auto,centroid_bits=0.125,centroid_format=fp8");
   EXPECT_EQ(auto_centroid_count(f, 1536), 24);  // FP8 values cost half
   const CodecConfig h = parse_codec_spec("qvg-pro:centroids=auto,centroid_bits=2");
   EXPECT_EQ(auto_centroid_count(h, 1536), 192);
@@ -311,8 +354,37 @@ TEST(AutoCentroids, CountPerSpanLength) {
   const CodecConfig s = span_config(a, 1536);
   EXPECT_FALSE(s.auto_centroids);
   EXPECT_EQ(s.kmeans.centroids, 12);
-  EXPECT_EQ(span_config(parse_codec_spec("qvg"), 100).kmeans.centroids, 100);
-  EXPECT_EQ(span_config(parse_codec_spec("qvg"), 1536).kmeans.centroids, 256);
+  EXPECT_EQ(span_config(parse_codec_spec("qvg:centroids=256"), 100).kmeans.centroids, 100);
+  EXPECT_EQ(span_config(parse_codec_spec("qvg:centroids=256"), 1536).kmeans.centroids, 256);
+}
+
+// Issue 39, item 2: the presets qvg and qvg-pro (centroids=auto at 0.25 bits
+// a value a stage) store at most 4 bits per value on every span of 256
+// tokens or more (at most 2.4384 and 3.7510: 2 + 1/8 + 1/16 + 1/4 and
+// 2 + 1/2 + 1/4 + 1, plus the span scale's 32 / (N D)), and keep the paper's
+// C = 256 on its spans (Self-Forcing 37,440 tokens, LongCat 29,640); their
+// INT4 variants stay within 6. A bare `centroids=auto` takes the preset's
+// 0.25.
+TEST(AutoCentroids, PresetsStayWithinFourBitsAndKeepThePapersSpans) {
+  for (const char* spec : {"qvg", "qvg-pro", "qvg-int4", "qvg-pro-int4"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    EXPECT_TRUE(c.auto_centroids) << spec;
+    const double most = c.bits == 2 ? 4.0 : 6.0;
+    const double bound = (c.stages == 1 ? c.bits + 0.125 + 0.0625 + 0.25 : c.bits + 0.5 + 0.25 + 1.0) + 32.0 / (256 * 128);
+    EXPECT_LE(bound, most) << spec;
+    for (int64_t n = 256; n <= 200000; n += (n < 4096 ? 1 : 997)) {
+      const double b = span_bits_per_value(c, n, 128);
+      ASSERT_LE(b, bound + 1e-12) << spec << " on " << n << " tokens";
+    }
+    for (int64_t n : {37440, 29640, 16384}) EXPECT_EQ(centroids_on(c, n), 256) << spec << " on " << n;
+    EXPECT_EQ(centroids_on(c, 16383), 255) << spec;
+    EXPECT_EQ(centroids_on(c, 1536), 24) << spec;
+  }
+  EXPECT_EQ(describe(parse_codec_spec("qvg")), "INT2 B64 fp8 S1 Cauto(0.25 b)");
+  // The paper's configuration on the Self-Forcing span: 2.30 bits.
+  EXPECT_NEAR(span_bits_per_value(parse_codec_spec("qvg"), 37440, 128), 2.0 + 0.125 + 0.0625 + 16.0 * 256 / 37440 +
+              32.0 / (37440 * 128), 1e-12);
+  EXPECT_EQ(on_span(parse_codec_spec("qvg:centroids=auto"), 1536), "INT2 B64 fp8 S1 C24");
 }
 
 // An auto encoding holds the C of its span's length; its bytes are those of

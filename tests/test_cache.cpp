@@ -278,7 +278,7 @@ TEST(CacheRead, SpansEqualTheCodecOnTheSameTokensColdThenWarm) {
 
 TEST(CacheRead, CentroidsClampedToShortSpans) {
   const Stream s(4);
-  CacheConfig cfg = small_config("qvg");  // C = 256 > 3 x 48 tokens
+  CacheConfig cfg = small_config("qvg:centroids=256");  // C = 256 > 3 x 48 tokens
   StreamingKVCache cache(cfg, CacheOptions{1, true});
   std::vector<SpanReport> spans;
   for (int64_t c = 0; c < 3; ++c)

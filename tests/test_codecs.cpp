@@ -77,7 +77,7 @@ TEST(QvgCodec, BufferSizesMatchTheFormula) {
     const int s = c.method == Method::qvg ? c.stages : 0;
     EXPECT_EQ(b.codes, size_t(2 * 1000 * 128 * c.bits / 8));
     EXPECT_EQ(b.ids, size_t(s * 2 * 1000));
-    EXPECT_EQ(b.centroids, size_t(s * 2 * (s ? c.kmeans.centroids : 0) * 128 * 2));
+    EXPECT_EQ(b.centroids, size_t(s * 2 * (s ? span_config(c, x.tokens).kmeans.centroids : 0) * 128 * 2));
   }
   // The Self-Forcing span of DESIGN.md: 2.30 bits, 6.97x smaller than BF16
   // (plus 32 bits per head for the FP32 span scale: 7e-6 bits per value).
@@ -364,7 +364,7 @@ TEST(QvgCodec, InfiniteWarmOrGivenCentroidsAreErrors) {
 
 TEST(QvgCodec, RejectsBadInput) {
   const HeadTensor x = clustered(1, 50, 64, 4, 7);
-  EXPECT_THROW(run("qvg", x), Error);                 // C = 256 > N = 50
+  EXPECT_THROW(run("qvg:centroids=256", x), Error);  // C = 256 > N = 50
   EXPECT_THROW(run("qvg:centroids=300", x), Error);   // C > 256
   EXPECT_THROW(run("rtn:block=48", x), Error);        // block not allowed
   EXPECT_THROW(run("rtn:block=128", x), Error);       // D = 64 not a multiple of 128
@@ -473,7 +473,7 @@ TEST(ConfigSpec, PresetsAndOverrides) {
   EXPECT_EQ(p.levels, LevelRule::midrise);
   EXPECT_EQ(p.kmeans.init, KMeansInit::random);
   EXPECT_DOUBLE_EQ(p.kmeans.tol, 0.01);
-  EXPECT_EQ(describe(parse_codec_spec("qvg-pro")), "INT2 B16 fp8 S4 C256");
+  EXPECT_EQ(describe(parse_codec_spec("qvg-pro")), "INT2 B16 fp8 S4 Cauto(0.25 b)");  // C 256 on long spans
   for (const auto& name : codec_presets()) EXPECT_NO_THROW(parse_codec_spec(name)) << name;
 }
 

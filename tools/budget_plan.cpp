@@ -8,6 +8,7 @@
 
 #include "qvg/budget.h"
 #include "qvg/common.h"
+#include "qvg/methods.h"
 
 namespace qvg_cli {
 
@@ -59,8 +60,10 @@ std::string short_spec(const std::string& label, const qvg::CodecConfig& config)
   return s;
 }
 
-std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods, const std::vector<double>& budgets,
-                                        int64_t span_tokens, int64_t dim) {
+namespace {
+
+/// The methods' configs (bf16 left out), each parsed and checked for dim.
+std::vector<qvg::CodecConfig> method_configs(const std::vector<std::string>& methods, int64_t dim) {
   std::vector<qvg::CodecConfig> configs;
   for (const std::string& m : methods) {
     if (m == "bf16") continue;
@@ -71,6 +74,26 @@ std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods,
       QVG_CHECK(false, "method '", m, "': ", e.what());
     }
   }
+  return configs;
+}
+
+PlannedMethod planned(const qvg::CodecConfig& c, double budget, const qvg::BudgetChoice& choice) {
+  PlannedMethod p;
+  p.label = c.name;
+  p.budget = budget;
+  p.reachable = choice.reachable;
+  p.config = choice.config;
+  p.spec = short_spec(c.name, choice.config);
+  p.canonical = qvg::codec_spec(choice.config);
+  p.span_bits = choice.bits;
+  return p;
+}
+
+}  // namespace
+
+std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods, const std::vector<double>& budgets,
+                                        int64_t span_tokens, int64_t dim) {
+  const std::vector<qvg::CodecConfig> configs = method_configs(methods, dim);
   std::vector<PlannedMethod> out;
   if (budgets.empty()) {
     for (const qvg::CodecConfig& c : configs) {
@@ -85,19 +108,33 @@ std::vector<PlannedMethod> plan_budgets(const std::vector<std::string>& methods,
     return out;
   }
   for (double b : budgets)
+    for (const qvg::CodecConfig& c : configs)
+      out.push_back(planned(c, b, qvg::choose_for_budget_any_format(c, b, span_tokens, dim)));
+  return out;
+}
+
+std::vector<PlannedMethod> plan_budgets_on_data(const std::vector<std::string>& methods,
+                                                const std::vector<double>& budgets, const qvg::HeadTensor& k,
+                                                const qvg::HeadTensor& v, const qvg::BudgetTrialOptions& trial) {
+  if (budgets.empty()) return plan_budgets(methods, budgets, k.tokens, k.dim);
+  const std::vector<qvg::CodecConfig> configs = method_configs(methods, k.dim);
+  std::vector<PlannedMethod> out;
+  for (double b : budgets)
     for (const qvg::CodecConfig& c : configs) {
-      const qvg::BudgetChoice choice = qvg::choose_for_budget_any_format(c, b, span_tokens, dim);
-      PlannedMethod p;
-      p.label = c.name;
-      p.budget = b;
-      p.reachable = choice.reachable;
-      p.config = choice.config;
-      p.spec = short_spec(c.name, choice.config);
-      p.canonical = qvg::codec_spec(choice.config);
-      p.span_bits = choice.bits;
-      out.push_back(p);
+      qvg::BudgetChoice choice = qvg::choose_for_budget_on_data(c, b, k, v, trial).choice;
+      choice.config = qvg::span_config(choice.config, k.tokens);  // one span: C written out (the same encode as auto)
+      choice.config.name = c.name;
+      choice.config.centroid_bits = c.centroid_bits;  // read only with centroids=auto: the label's
+      out.push_back(planned(c, b, choice));
     }
   return out;
+}
+
+void note_if_over_limit(const qvg::CodecConfig& c, double bits, int64_t tokens) {
+  const std::string w = qvg::bits_warning(c, bits, tokens);
+  if (w.empty()) return;
+  std::fprintf(stderr, "qvg: note: %s\n", w.c_str());
+  std::fflush(stderr);
 }
 
 std::string budget_gap(double bits, double budget) {

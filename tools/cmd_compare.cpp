@@ -1,7 +1,8 @@
 // `qvg compare`: the same continuation (same context, same noise) with a BF16
 // cache and with each method's cache at equal memory: at each budget of bits
 // per value (--bits) every method gets the configuration of its own family
-// closest to it (qvg/budget.h); a table per budget of the chosen
+// with the lowest expected error within it (qvg/budget.h's quality model: the
+// K/V are not at hand before the run); a table per budget of the chosen
 // configuration, measured bits, ratio, PSNR / SSIM against the BF16 video
 // (overall and per chunk); optionally a rate-distortion sweep (--rd-bits; CSV
 // and plot), the PSNR per frame (CSV and plot) and the frames side by side.
@@ -272,8 +273,8 @@ void add_common_options(CLI::App* s, CompareArgs& a) {
   s->add_option("--methods", a.methods, "caches (codec specs), default bf16 rtn kivi quarot qvg qvg-pro");
   s->add_option("--bits", a.bits,
                 "budgets of bits per value, one table each (default 2.5; a list, e.g. 2 2.5 3, runs a sweep; none: "
-                "the specs as given): every method gets the configuration of its own family closest to the "
-                "budget, at most 3 % above it");
+                "the specs as given): every method gets the configuration of its own family with the lowest "
+                "expected error (quality model) within the budget, at most 3 % above it");
   s->add_option("--model", a.run.model, "weights (.safetensors)");
   s->add_option("--threads", a.run.threads,
                 "threads of the network passes and of cache encode/decode (0 = all cores); results do not depend on it")
@@ -310,8 +311,9 @@ void print_demo_header(const CompareArgs& a, int tokens_per_chunk) {
       "frames %d..%d of %s as context and generates %d frames, chunk by chunk (3 frames = %d tokens), with its\n"
       "KV cache held in BF16 and in each method at equal memory. K/V are encoded in spans of %s (%d\n"
       "tokens per layer and head), so the generated chunks attend to compressed K/V.%s Each method runs\n"
-      "the configuration of its own family (bits, block or group size, centroids, stages) closest to the budget\n"
-      "of bits per value, at most 3 %% above it; a method whose family cannot get there is listed as such.\n"
+      "the configuration of its own family (bits, block or group size, centroids, stages) with the lowest\n"
+      "expected error within the budget of bits per value (at most 3 %% above it; docs/BENCHMARKS.md, \"The budget\n"
+      "rule\"); a method whose family cannot get there is listed as such.\n"
       "bits: measured over the encoded spans, every byte counted; cache: the whole cache's bits; ratio: BF16\n"
       "bytes / the cache's bytes; psnr / ssim: the generated frames against the BF16-cache run (higher =\n"
       "closer; inf = identical). Progress and the time left on stderr.\n",
@@ -373,7 +375,7 @@ void add_demo_command(CLI::App& app) {
   auto* s = app.add_subcommand(
       "demo", "the main job: the reference video model continues a clip for 96 frames with its KV cache in BF16 and "
               "in each method at equal memory; table, rate-distortion sweep, drift and rate-distortion plots and a "
-              "labelled video (about 5 minutes on 2 cores; --quick: under a minute)");
+              "labelled video (4 to 6 minutes on 2 cores; --quick: 6 s)");
   s->add_option("--context", a->run.context, "clip (default data/clips/vtest.mp4; its frames 192..239 were held out from training)");
   s->add_option("--start", a->run.start, "first context frame, default 138 (the real frames then last to the generated 96th)")
       ->check(CLI::Range(0, 1000000));
@@ -390,8 +392,7 @@ void add_demo_command(CLI::App& app) {
                 "folder of the demo's files (rate-distortion and PSNR-per-frame CSV + PNG, the labelled video), "
                 "default qvg-demo; none: no files");
   s->add_flag("--quick", *quick,
-              "a short run (3 context frames, 3 generated, spans of 1 chunk, no window, no sweep): under a minute on "
-              "2 cores");
+              "a short run (3 context frames, 3 generated, spans of 1 chunk, no window, no sweep): 6 s on 2 cores");
   s->callback([a, out, quick] {
     CompareArgs d = *a;
     if (*quick) {

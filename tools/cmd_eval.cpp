@@ -36,6 +36,9 @@ struct EvalArgs {
   std::vector<std::string> methods = kDefaultMethods;
   std::vector<std::string> bits;  ///< budgets of bits per value (empty: the methods as given)
   std::string rd_csv, rd_plot;    ///< with --bits: rate-distortion CSV / PNG ("" = none)
+  std::string budget_rule = "data";  ///< with --bits: data (trial encodes) or model (shapes alone)
+  double trial_seconds = 120;        ///< with --bits and data: time bound of each method's trial encodes
+  int trial_heads = 2;               ///< with --bits and data: heads of K and V trial-encoded
   bool as_json = false, quiet = false;
 };
 
@@ -55,6 +58,18 @@ void progress(bool quiet, const std::string& s) {
   if (quiet) return;
   std::fprintf(stderr, "qvg: %s\n", s.c_str());
   std::fflush(stderr);
+}
+
+/// Every method parses as a codec spec (a name or an option is wrong: an
+/// error naming it, before seconds of data generation); dims are checked later.
+void check_method_names(const std::vector<std::string>& methods) {
+  for (const std::string& m : methods) {
+    try {
+      qvg::parse_codec_spec(m);
+    } catch (const qvg::Error& e) {
+      QVG_CHECK(false, "method '", m, "': ", e.what());
+    }
+  }
 }
 
 qvg::EvalInput eval_input(KvData&& d) {
@@ -115,6 +130,7 @@ void run_eval(const EvalArgs& a) {
   QVG_CHECK(!budgets.empty() || (a.rd_csv.empty() && a.rd_plot.empty()), "--rd-csv and --rd-plot need --bits");
   QVG_CHECK(budgets.empty() || a.write_rec.empty(), "--write-rec and --bits cannot be combined");
   if (!a.rd_plot.empty()) require_gnuplot("--rd-plot");
+  check_method_names(a.methods);  // before the data are made or read
   if (const double kv = builtin_kv_bytes(a.data); kv > 0)
     check_memory(2 * kv, "the K and V as float32 (" + std::to_string(static_cast<int64_t>(kv / 1e6)) +
                              " MB) and a reconstruction of them as large");
@@ -143,10 +159,18 @@ void run_eval(const EvalArgs& a) {
     };
   }
   if (!budgets.empty()) {
-    run_eval_sweep(in, a.methods, opt, {budgets, a.rd_csv, a.rd_plot, a.as_json, row_json});
+    EvalSweepOptions sweep{budgets, a.rd_csv, a.rd_plot, a.as_json, row_json, true, {}};
+    sweep.on_data = a.budget_rule == "data";
+    sweep.trial.sample_heads = a.trial_heads;
+    sweep.trial.max_seconds = a.trial_seconds;
+    sweep.trial.threads = a.threads;
+    sweep.trial.progress = opt.progress;
+    run_eval_sweep(in, a.methods, opt, sweep);
     return;
   }
   const auto rows = qvg::evaluate(in, a.methods, opt);
+  for (const auto& r : rows)
+    if (r.tensor == "k") note_if_over_limit(r.config, r.bits_per_value, in.k.tokens);
   if (a.as_json) {
     json out = json::array();
     for (const auto& r : rows) out.push_back(row_json(r));
@@ -178,6 +202,7 @@ void print_summary(const std::vector<qvg::EvalRow>& rows) {
 }
 
 void run_codec_demo(const CodecDemoArgs& args) {
+  check_method_names(args.methods);
   const DataOptions& a = args.data;
   const bool quiet = args.quiet;
   if (!args.as_json) {
@@ -234,7 +259,19 @@ void add_eval_command(CLI::App& app) {
   s->add_option("--methods", a->methods, "methods/presets with optional overrides (see `qvg methods`)");
   s->add_option("--bits", a->bits,
                 "budgets of bits per value (e.g. 2 2.5 3 4): every method runs the configuration of its own family "
-                "closest to each, at most 3 % above it (K and V together; the tensor is one span)");
+                "with the lowest error within each, at most 3 % above it (K and V together; the tensor is one span)");
+  s->add_option("--budget-rule", a->budget_rule,
+                "with --bits: how the error is judged: data (trial encodes of --trial-heads heads of the K/V, "
+                "each method's within --trial-seconds) or model (the quality model of the span's shape)")
+      ->check(CLI::IsMember({"data", "model"}))
+      ->capture_default_str();
+  s->add_option("--trial-heads", a->trial_heads, "with --bits and --budget-rule data: heads sampled")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  s->add_option("--trial-seconds", a->trial_seconds,
+                "with --bits and --budget-rule data: no new trial encode of a method starts after this long")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   s->add_option("--rd-csv", a->rd_csv, "with --bits: write the rate-distortion rows (budget, method, tensor, bits, MSE)");
   s->add_option("--rd-plot", a->rd_plot, "with --bits: write a PNG of key and value MSE against bits (gnuplot)");
   s->add_flag("--json", a->as_json, "print one JSON row per method and tensor");
@@ -245,7 +282,7 @@ void add_eval_command(CLI::App& app) {
 void add_codec_demo_command(CLI::App& app) {
   auto a = std::make_shared<CodecDemoArgs>();
   auto* s = app.add_subcommand("codec-demo",
-                               "the codecs side by side on both built-in K/V data sets (no model; was `qvg demo`)");
+                               "the codecs side by side on both built-in K/V data sets (no model)");
   add_data_options(s, a->data, {.files = false, .queries = true});
   s->add_option("--threads", a->threads, "worker threads (0 = all cores); results do not depend on it")->check(CLI::Range(0, 1 << 16));
   s->add_option("--methods", a->methods, "methods/presets (see `qvg methods`)");

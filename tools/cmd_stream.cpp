@@ -15,9 +15,11 @@
 
 #include <unistd.h>
 
+#include "budget_plan.h"
 #include "commands.h"
 #include "data_options.h"
 #include "device.h"
+#include "qvg/budget.h"
 #include "qvg/cache.h"
 #include "qvg/data.h"
 #include "qvg/io.h"
@@ -420,6 +422,10 @@ void run_stream(const StreamArgs& args) {
     std::printf("key codec %s (%s), value codec %s (%s)\n", cfg.key.name.c_str(), qvg::describe(cfg.key).c_str(),
                 cfg.value.name.c_str(), qvg::describe(cfg.value).c_str());
   }
+  const int64_t span_tokens = ct * cfg.policy.quant_factor;
+  note_if_over_limit(cfg.key, qvg::span_bits_per_value(cfg.key, span_tokens, d.k.dim), span_tokens);
+  if (!qvg::same_codec(cfg.key, cfg.value))
+    note_if_over_limit(cfg.value, qvg::span_bits_per_value(cfg.value, span_tokens, d.k.dim), span_tokens);
   const RunResult main = run(args, d, cfg, false, true, "stream");
   json out = {{"data", d.name},
               {"heads", d.k.heads},

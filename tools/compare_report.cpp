@@ -70,8 +70,8 @@ std::vector<const PlannedMethod*> at_budget(const Outcome& o, double budget) {
 
 void print_table(const Outcome& o, double budget) {
   if (budget > 0)
-    std::printf("\nbudget %.3g bits per value: each method's configuration of its own family closest to it, at most 3 %% "
-                "above (spans of %" PRId64 " tokens)\n",
+    std::printf("\nbudget %.3g bits per value: each method's configuration of its own family with the lowest "
+                "expected error within it, at most 3 %% above (spans of %" PRId64 " tokens)\n",
                 budget, o.span_tokens);
   else
     std::printf("\nthe configurations as given (no budget; spans of %" PRId64 " tokens)\n", o.span_tokens);
@@ -113,7 +113,7 @@ void print_table(const Outcome& o, double budget) {
     }
     std::string note;
     if (budget > 0 && p->span_bits < budget * 0.97)
-      note = "  (" + budget_gap(p->span_bits, budget) + " the budget: its family has nothing closer)";
+      note = "  (" + budget_gap(p->span_bits, budget) + " the budget)";
     row(p->label, config_text(p->config, o.span_tokens), o.runs[o.run_of.at(p->canonical)], note);
   }
   // The ranking in one line: the best PSNR and its margin over the next method.

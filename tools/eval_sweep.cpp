@@ -16,7 +16,9 @@ namespace qvg_cli {
 
 void run_eval_sweep(const qvg::EvalInput& in, const std::vector<std::string>& methods, const qvg::EvalOptions& opt,
                     const EvalSweepOptions& sweep) {
-  const std::vector<PlannedMethod> plan = plan_budgets(methods, sweep.budgets, in.k.tokens, in.k.dim);
+  const std::vector<PlannedMethod> plan = sweep.on_data
+                                              ? plan_budgets_on_data(methods, sweep.budgets, in.k, in.v, sweep.trial)
+                                              : plan_budgets(methods, sweep.budgets, in.k.tokens, in.k.dim);
   if (!sweep.plot.empty()) require_gnuplot("--rd-plot");
   std::vector<std::string> specs;  // each distinct configuration once
   std::map<std::string, size_t> index_of;  // canonical spec -> index in specs
@@ -61,10 +63,14 @@ void run_eval_sweep(const qvg::EvalInput& in, const std::vector<std::string>& me
           unreachable += line;
           continue;
         }
-        for (int t = 0; t < 2; ++t) at.push_back(row(p, t));
+        for (int t = 0; t < 2; ++t) {
+          at.push_back(row(p, t));
+          at.back().method = p.spec;  // the method's own label (two methods may choose one configuration)
+        }
       }
-      std::printf("\nbudget %.3g bits per value (K and V together): each method's configuration of its own family "
-                  "closest to it, at most 3 %% above\n", b);
+      std::printf("\nbudget %.3g bits per value (K and V together, at most 3 %% above): each method's configuration "
+                  "of its own family with the lowest %s error\n", b,
+                  sweep.on_data ? "trial-encoded" : "expected (quality model)");
       if (!at.empty()) {
         std::printf("\nkeys\n%s", qvg::format_table(at, "k").c_str());
         std::printf("\nvalues\n%s", qvg::format_table(at, "v").c_str());

@@ -1,6 +1,8 @@
 // `qvg eval --bits`: every method at budgets of bits per value on the data
 // (the whole tensor is one span), each as the configuration of its own family
-// closest to the budget (qvg/budget.h); a table per budget, and the
+// with the lowest error within the budget: measured by trial encodes of a
+// sample of the data (qvg/budget_trial.h), or the quality model's
+// (qvg/budget.h); a table per budget, and the
 // rate-distortion rows (key / value MSE against bits) as CSV and a plot.
 #pragma once
 
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "qvg/budget_trial.h"
 #include "qvg/eval.h"
 
 namespace qvg_cli {
@@ -20,6 +23,8 @@ struct EvalSweepOptions {
   bool as_json = false;         ///< print JSON rows (row_json's, with budget, label and reachable) instead of tables
   /// One evaluation row as JSON (`qvg eval --json`'s).
   std::function<nlohmann::json(const qvg::EvalRow&)> row_json;
+  bool on_data = true;            ///< choose by trial encodes of the data (else by the quality model)
+  qvg::BudgetTrialOptions trial;  ///< the trial encodes' sample, time bound and progress
 };
 
 /// Evaluates every distinct configuration the budgets choose once, then

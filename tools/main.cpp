@@ -5,7 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <new>
+#include <string>
 
 #include "commands.h"
 #include "model_run.h"
@@ -15,10 +17,13 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"qvg: 2-4 bit KV-cache compression for autoregressive video diffusion (Quant VideoGen)"};
-#if defined(QVG_PYTHON_MODULE)
-  const char* python = "built";
-#else
-  const char* python = "not built";
+  // The module is built beside the build tree's CLI; cmake --install does not install it (pip install . does).
+  std::string python = "not installed with this CLI (pip install . installs it)";
+#if defined(QVG_BUILD_DIR)
+  std::error_code ec;
+  const auto exe_dir = std::filesystem::canonical("/proc/self/exe", ec).parent_path();
+  if (!ec && exe_dir == std::filesystem::weakly_canonical(QVG_BUILD_DIR, ec) && !ec)
+    python = "built beside it in " QVG_BUILD_DIR "/python (PYTHONPATH; pip install . installs it)";
 #endif
   app.set_version_flag("--version", qvg::build_info() + ", Python module: " + python + "\nclips: " +
                                         qvg::data_dir() + "/clips\nmodel: " + qvg::resource_path(qvg_cli::kModelFile));

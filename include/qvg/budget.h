@@ -1,7 +1,10 @@
-// Equal memory: the configuration of a method's own family closest to a budget
-// of bits per value, computed from the method table's byte formulas
-// (MethodTraits::expected_bytes), not from trial encodes. `qvg demo`,
-// `qvg compare` and `qvg eval` take the budget as --bits.
+// Equal memory: the configuration of a method's own family with the lowest
+// expected distortion within a budget of bits per value. Sizes come from the
+// method table's byte formulas (MethodTraits::expected_bytes); distortion
+// from a quality model of the span's shape (expected_distortion) or, where
+// the data are at hand, from trial encodes of a sample of them
+// (qvg/budget_trial.h). `qvg demo`, `qvg compare` and `qvg eval` take the
+// budget as --bits.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,54 @@ double span_bits_per_value(const CodecConfig& c, int64_t tokens, int64_t dim);
 /// Throws qvg::Error for any other key.
 std::vector<int> budget_field_values(const CodecConfig& c, const std::string& key, int64_t tokens, int64_t dim);
 
+/// The quality model of the budget rule: the expected relative squared
+/// error sum |X - X^|^2 / sum |X|^2 of config c on spans of `tokens` tokens
+/// of head dim `dim`, keys and values averaged. A product of three factors:
+///   Q  the error of c's group quantizer without stages (RTN for qvg) on
+///      i.i.d. standard normal data: c's own codec run once on a seeded
+///      [1, max(512, 2 dim), dim] sample (for each role) and cached;
+///   F  1 - the fraction of values c stores in BF16 (KIVI's recent window;
+///      from expected_part_bytes): those have no error;
+///   R  the energy k-means smoothing leaves: R = (1 - C / N) * r1(C) *
+///      r2(C)^(S - 1), r1(C) = 0.22 + 0.78 C^-0.55 for the first stage and
+///      r2(C) = 0.88 + 0.12 / C for each later one (C = 1 subtracts only the
+///      mean); 1 without stages. r1 and r2 are fitted to QVG's error
+///      relative to RTN's on the built-in video-like and clip K/V (head 0,
+///      37,440 tokens, C = 1..256, S = 1, 2, 4, INT2: within 16 % of the
+///      measured ratio for C >= 2; with INT4 codes the measured ratio is
+///      about half the model's for C >= 16: the model undervalues INT4 with
+///      centroids; docs/BENCHMARKS.md, "The budget rule").
+/// FP8 centroids count as BF16 ones (their rounding is quantized away with
+/// the residual). A model, not a measurement: it ranks a family's members
+/// (more centroids, smaller blocks, more code bits: less error) and is what
+/// choose_for_budget uses where no data are at hand. Throws qvg::Error when
+/// c is invalid for dim or tokens < 1.
+double expected_distortion(const CodecConfig& c, int64_t tokens, int64_t dim);
+
+/// One member of a family within a budget (budget_candidates).
+struct BudgetCandidate {
+  CodecConfig config;       ///< a fixed C (auto resolved for the span)
+  double bits = 0;          ///< span_bits_per_value(config, tokens, dim)
+  double distortion = 0;    ///< expected_distortion(config, tokens, dim)
+};
+
+/// The members of c's family the budget rule chooses among, lowest
+/// expected distortion first. c's family: c with the fields its method's
+/// budget_fields names set to any of budget_field_values (other fields,
+/// e.g. scale format, levels, KIVI's residual window, stay c's). Listed:
+/// those whose span_bits_per_value is at most budget * (1 + tolerance),
+/// and of those with the same fields but C only the one with the most
+/// centroids (the model's error falls with C). With any_format, methods
+/// with stages and centroids among their budget fields also take FP8
+/// centroids where, for the same other fields, they buy more centroids than
+/// BF16 (twice the centroids for the same bytes measured +1.4 to +4.6 dB
+/// at 2.5 and 3 bits: docs/BENCHMARKS.md); else c's format is kept. Equal
+/// distortion (within 1e-12 relative): more code bits first, then fewer of
+/// c's budget fields changed, then fewer bits. Empty when nothing is within
+/// the limit. Throws as choose_for_budget does.
+std::vector<BudgetCandidate> budget_candidates(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
+                                               double tolerance = 0.03, bool any_format = false);
+
 /// What choose_for_budget found for one method.
 struct BudgetChoice {
   CodecConfig config;      ///< reachable: the chosen config; else the family's cheapest
@@ -36,39 +87,39 @@ struct BudgetChoice {
   bool reachable = false;  ///< bits <= budget * (1 + tolerance)
 };
 
-/// The budget rule for c's centroid format (choose_for_budget_any_format
-/// also picks the format). c's family: c with the fields its method's
-/// budget_fields names set to any of budget_field_values (other fields, e.g.
-/// scale format, levels, KIVI's residual window, stay c's). Among the
-/// family's configs whose span_bits_per_value is at most budget * (1 +
-/// tolerance), the one whose bits are closest to budget (above or below).
-/// Stages: c's count; fewer only when no config with c's count is within the
-/// limit, then the most stages that are. Ties (bits per value equally close
-/// within 1e-9) go to the config with more code bits (INT4 before INT2: at
-/// equal size INT4 with fewer centroids measured better than INT2 with more,
-/// docs/BENCHMARKS.md), then the one that changes fewer of c's budget fields,
-/// then the lower bits per value, then field by field (budget_fields order)
-/// to the value nearest c's on a log scale, then the larger value.
-/// centroids=auto stays auto: centroid_bits is set to (C + 1/2) * cb / tokens
-/// (cb = 16 BF16, 8 FP8) so that auto_centroid_count gives the chosen C on
-/// spans of `tokens` tokens.
-/// No config within the limit: reachable = false and config is the family's
-/// cheapest. Methods with no budget fields (bf16) form a family of one.
-/// Throws qvg::Error when budget or tolerance is not a finite number (budget
-/// > 0, tolerance >= 0), tokens < 1, or c is invalid for dim.
+/// The budget rule from shapes alone, for c's centroid format: the first of
+/// budget_candidates (the lowest expected distortion within budget * (1 +
+/// tolerance)). centroids=auto stays auto: centroid_bits is set to (C +
+/// 1/2) * cb / tokens (cb = 16 BF16, 8 FP8) so that auto_centroid_count
+/// gives the chosen C on spans of `tokens` tokens. No config within the
+/// limit: reachable = false and config is the family's cheapest (any stage
+/// count). Methods with no budget fields (bf16) form a family of one.
+/// Throws qvg::Error when budget or tolerance is not a finite number
+/// (budget > 0, tolerance >= 0), tokens < 1, or c is invalid for dim.
 BudgetChoice choose_for_budget(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
                                double tolerance = 0.03);
 
-/// The budget rule with the centroid format chosen too (what `qvg demo`,
-/// `compare` and `eval --bits` run): for methods with centroids among their
-/// budget fields and at least one stage, choose_for_budget for BF16 and for
-/// FP8 centroids, then FP8's choice when it has more centroids (C on spans of
-/// `tokens`) than BF16's (twice the centroids for the same bytes measured
-/// +1.4 to +4.6 dB at 2.5 and 3 bits: docs/BENCHMARKS.md), else BF16's (where
-/// C is capped at 256 or N, FP8 buys nothing); when only one reaches the
-/// budget, that one; when neither does, the cheaper. Other methods:
-/// choose_for_budget. Throws as it does.
+/// choose_for_budget with the centroid format chosen too (budget_candidates
+/// with any_format; what `qvg demo` and `compare` run). Unreachable: the
+/// cheaper of the two formats' cheapest. Throws as choose_for_budget does.
 BudgetChoice choose_for_budget_any_format(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
                                           double tolerance = 0.03);
+
+/// The stored bits per value above which an encoding of c is flagged
+/// (bits_warning): 4 for 2-bit codes (the presets `qvg` and `qvg-pro` stay
+/// below it on spans of 256 tokens or more), 6 for 4-bit codes (their
+/// metadata above 2 bits a value); infinity for bf16.
+double bits_warning_limit(const CodecConfig& c);
+
+/// "" when bits_per_value <= bits_warning_limit(c); else one line naming
+/// c, the bits and the limit, and what keeps an encoding smaller (fewer
+/// centroids, centroids=auto, a budget). tokens: the span's.
+std::string bits_warning(const CodecConfig& c, double bits_per_value, int64_t tokens);
+
+/// A chosen fixed-C config in the kind of `spec`: for a centroids=auto spec
+/// with stages, auto with the centroid_bits that gives chosen's C on spans
+/// of `tokens` tokens (see choose_for_budget); else chosen as it is. The
+/// name is spec's.
+CodecConfig budget_config_as_spec(const CodecConfig& spec, const CodecConfig& chosen, int64_t tokens);
 
 }  // namespace qvg

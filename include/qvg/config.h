@@ -73,7 +73,9 @@ struct CodecConfig {
   /// not counted). span_config resolves it; an encoding holds the resolved C
   /// (a saved cache's warm-start state too: config_with_centroids).
   bool auto_centroids = false;
-  double centroid_bits = 0.125;  ///< with auto_centroids: bits per value per stage, > 0
+  /// With auto_centroids: bits per value per stage, > 0. 0.25, the qvg
+  /// presets' (C = 256 from 16,384 tokens; floor(N / 64) below).
+  double centroid_bits = 0.25;
   int group = 32;                         ///< G: KIVI group size (tokens for keys, channels for values)
   int residual = 32;                      ///< R: KIVI newest tokens kept in bf16
 };
@@ -115,7 +117,9 @@ Method method_from_name(const std::string& name);
 int smoothing_stages(const CodecConfig& c);
 
 /// Parse "preset[:key=value,...]". Presets: bf16, rtn, rtn-int4, kivi,
-/// kivi-int4, quarot, quarot-int4, qvg, qvg-int4, qvg-pro, qvg-pro-int4.
+/// kivi-int4, quarot, quarot-int4, qvg, qvg-int4, qvg-pro, qvg-pro-int4;
+/// the qvg ones with centroids=auto at centroid_bits = 0.25 (C = 256 on
+/// spans of 16,384 tokens or more; `centroids=256` fixes it).
 /// Keys: codec_fields(). Throws qvg::Error naming the unknown preset/key or
 /// the bad value.
 CodecConfig parse_codec_spec(const std::string& spec);

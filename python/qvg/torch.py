@@ -20,6 +20,7 @@ Reference: docs/PYTHON.md, "PyTorch".
 import torch
 
 from ._qvg import DeviceKVCache
+from .budget import cache_specs
 
 __all__ = ["KVCache", "SelfForcingKVCache", "SelfForcingBlockCache"]
 
@@ -48,12 +49,15 @@ class KVCache:
     H200 True saved no time (the model keeps the GPU busy; docs/BENCHMARKS.md). first_head: the model's
     index of this cache's first head when it holds some of the heads (head-sharded sequence parallelism,
     Ulysses: `heads` is then the rank's count); its spans then equal, byte for byte, those heads of a cache
-    of all heads (qvg.distributed). batch_encodes: True: a span is encoded later, with the spans the other
-    layers form, in one batch (the K of every layer, then the V) by flush() or by the first append of a
-    later chunk; until then kv() reads its chunks in BF16. The spans' bytes equal those encoded at once.
+    of all heads (qvg.distributed). bits: a budget of bits per value; key and value are then each the
+    configuration of their family with the lowest expected error within it on spans of chunk_tokens *
+    quant_factor tokens (qvg.budget.cache_specs; needs chunk_tokens > 0). batch_encodes: True: a span is
+    encoded later, with the spans the other layers form, in one batch (the K of every layer, then the V)
+    by flush() or by the first append of a later chunk; until then kv() reads its chunks in BF16. The
+    spans' bytes equal those encoded at once.
     """
 
-    def __init__(self, layers, heads, dim, *, key="qvg", value="qvg", chunk_tokens=0, quant_factor=8,
+    def __init__(self, layers, heads, dim, *, key="qvg", value="qvg", bits=None, chunk_tokens=0, quant_factor=8,
                  keep_recent=0, sink=0, window_chunks=0, window_tokens=0, rope="none", rope_theta=10000.0,
                  rope_pairing="interleaved", warm_start=True, layout="bthd", device=None, overlap_encode=False,
                  first_head=0, batch_encodes=False):
@@ -67,6 +71,8 @@ class KVCache:
         if self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.layout = layout
+        key, value = cache_specs(key, value, bits, chunk_tokens=chunk_tokens, quant_factor=quant_factor, dim=dim)
+        self.key, self.value = key, value
         self._args = (layers, heads, dim)
         self._kwargs = dict(key=key, value=value, chunk_tokens=chunk_tokens, quant_factor=quant_factor,
                             keep_recent=keep_recent, sink=sink, window_chunks=window_chunks,
@@ -264,15 +270,20 @@ class SelfForcingKVCache:
     frame_seqlen: tokens per latent frame (Wan-1.3B at 480p: 1560); frames_per_chunk: latent frames
     per generated chunk (3). local_attn_size: frames attended, sink included, as Self-Forcing counts
     them (-1: everything); sink_size: frames at the start never evicted (a multiple of
-    frames_per_chunk). key / value / quant_factor / keep_recent / overlap_encode / first_head: as KVCache
-    (Self-Forcing's span: 8 chunks). max_attention_size: update() returns only the last max_attention_size
-    rows of the sink, history and chunk, as the block's attention slices its buffer (None: all of them). batch_encodes: at the first update() of a chunk, every block's finished chunk goes into
-    the cache at once and the spans they complete are encoded together (KVCache's batch_encodes).
+    frames_per_chunk). key / value / bits / quant_factor / keep_recent / overlap_encode / first_head: as
+    KVCache (Self-Forcing's span: 8 chunks; bits= chooses for spans of quant_factor x the chunk's tokens).
+    max_attention_size: update() returns only the last max_attention_size rows of the sink, history and
+    chunk, as the block's attention slices its buffer (None: all of them). batch_encodes: at the first
+    update() of a chunk, every block's finished chunk goes into the cache at once and the spans they
+    complete are encoded together (KVCache's batch_encodes).
     """
 
     def __init__(self, num_blocks=30, heads=12, dim=128, *, frame_seqlen=1560, frames_per_chunk=3,
-                 local_attn_size=-1, sink_size=0, key="qvg", value="qvg", quant_factor=8, device=None,
+                 local_attn_size=-1, sink_size=0, key="qvg", value="qvg", bits=None, quant_factor=8, device=None,
                  overlap_encode=False, first_head=0, batch_encodes=False, keep_recent=0, max_attention_size=None):
+        if not torch.cuda.is_available():
+            raise RuntimeError("qvg.torch.SelfForcingKVCache needs a CUDA device (torch.cuda.is_available() is "
+                               "False)")
         chunk = frame_seqlen * frames_per_chunk
         if sink_size % frames_per_chunk:
             raise ValueError(f"sink_size ({sink_size} frames) must be a multiple of frames_per_chunk "
@@ -288,11 +299,10 @@ class SelfForcingKVCache:
                                                or isinstance(max_attention_size, bool) or max_attention_size < 1):
             raise ValueError(f"max_attention_size must be a positive int or None, got {max_attention_size!r}")
         self.max_attention_size = max_attention_size
-        self.cache = KVCache(num_blocks, heads, dim, key=key, value=value, chunk_tokens=chunk,
+        self.cache = KVCache(num_blocks, heads, dim, key=key, value=value, bits=bits, chunk_tokens=chunk,
                              quant_factor=quant_factor, keep_recent=keep_recent, sink=sink_size // frames_per_chunk,
-                             window_tokens=window,
-                             layout="bthd", device=device, overlap_encode=overlap_encode, first_head=first_head,
-                             batch_encodes=batch_encodes)
+                             window_tokens=window, layout="bthd", device=device, overlap_encode=overlap_encode,
+                             first_head=first_head, batch_encodes=batch_encodes)
         self.batch_encodes = batch_encodes
         self.device = self.cache.device
         self._blocks = [SelfForcingBlockCache(self, i) for i in range(num_blocks)]

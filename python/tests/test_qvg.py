@@ -56,9 +56,10 @@ class Accounting(unittest.TestCase):
     def test_qvg_part_sizes_are_the_formats(self):
         # docs/FORMAT.md: INT2 codes (b/8 bytes a value), one FP8 scale per
         # block of B, one uint8 id per token and stage, S x C BF16 centroid
-        # rows and one FP32 span scale per head.
+        # rows and one FP32 span scale per head. The presets' centroids=auto:
+        # C = floor(0.25 * N / 16) = 10 on 640 tokens.
         h, n, d = 2, 640, 64
-        for spec, b, blk, s, c in (("qvg", 2, 64, 1, 256), ("qvg-pro", 2, 16, 4, 256),
+        for spec, b, blk, s, c in (("qvg", 2, 64, 1, 10), ("qvg-pro", 2, 16, 4, 10), ("qvg:centroids=256", 2, 64, 1, 256),
                                    ("qvg-int4:centroids=64", 4, 64, 1, 64)):
             with self.subTest(spec=spec):
                 e = qvg.Codec(spec).encode(random_kv(h, n, d))
@@ -501,6 +502,18 @@ class BadInput(unittest.TestCase):
         self.assert_error("does nothing for method bf16", qvg.Codec, "bf16:bits=2")
         with self.assertRaises(TypeError):
             codec.encode("not an array")
+        # Issue 39: no silent casts of what is not a real number, no lists.
+        x = random_kv(heads=1, tokens=64)
+        for bad in (x > 0, x.astype(object), x.astype(str)):  # complex: above
+            with self.assertRaises(TypeError) as cm:
+                codec.encode(bad)
+            self.assertIn(f"got {bad.dtype}", str(cm.exception))
+        with self.assertRaises(TypeError) as cm:
+            codec.encode(x.tolist())
+        self.assertIn("got list", str(cm.exception))
+        # Integers are real numbers: converted, as docs/PYTHON.md says.
+        self.assertEqual(codec.encode((x * 40).astype(np.int32)).parts,
+                         codec.encode((x * 40).astype(np.int32).astype(np.float32)).parts)
 
     def test_decode_with_another_method(self):
         e = qvg.Codec("rtn").encode(random_kv())
@@ -871,6 +884,76 @@ class TorchResident(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             dc.encode(x, role="query")
         self.assertIn("role", str(cm.exception))
+
+
+class Budgets(unittest.TestCase):
+    """qvg.choose and qvg.Codec(bits=): the budget rule of the library (qvg/budget.h)."""
+
+    def test_choose_from_the_shape(self):
+        # The Self-Forcing span at 2.5 bits: INT2 B16 with 58 FP8 centroids, 2 + 8/16 + 8/128 + 8 * 58 /
+        # 37,440 + 64 / (37,440 * 128) = 2.5749 bits (tests/test_budget.cpp checks the rule by brute force).
+        c = qvg.choose("qvg", 2.5, tokens=37440, dim=128)
+        self.assertTrue(c["reachable"])
+        self.assertEqual(c["description"], "INT2 B16 fp8 S1 C58 fp8c")
+        self.assertAlmostEqual(c["bits"], 2.5625 + 8 * 58 / 37440 + 64 / (37440 * 128), places=12)
+        self.assertEqual(qvg.describe(c["spec"]), "INT2 B16 fp8 S1 Cauto(0.0125 b) fp8c")  # the preset's auto kept
+        self.assertFalse(qvg.choose("quarot", 2.0, tokens=1536, dim=128)["reachable"])
+
+    def test_codec_with_bits_stores_within_the_budget(self):
+        x = random_kv(heads=2, tokens=768, dim=128, seed=3)
+        for spec in ("qvg", "qvg-pro", "rtn", "quarot"):
+            for budget in (2.5, 3.0):
+                codec = qvg.Codec(spec, bits=budget, tokens=768, dim=128)
+                self.assertEqual(codec.spec, qvg.choose(spec, budget, tokens=768, dim=128)["spec"])
+                for role in ("key", "value"):
+                    self.assertLessEqual(codec.encode(x, role=role).bits_per_value, budget * 1.03, (spec, budget))
+        with self.assertRaises(ValueError) as cm:
+            qvg.Codec("kivi", bits=2, tokens=768, dim=128)
+        self.assertIn("cannot reach 2 bits", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            qvg.Codec("qvg", bits=2.5)
+        self.assertIn("tokens= and dim=", str(cm.exception))
+
+    def test_choose_on_data_measures_every_candidate(self):
+        k, v = random_kv(heads=2, tokens=512, dim=64, seed=4), random_kv(heads=2, tokens=512, dim=64, seed=5)
+        c = qvg.choose("qvg", 2.5, k=k, v=v)
+        self.assertTrue(c["reachable"])
+        errors = [t["error"] for t in c["trials"]]
+        self.assertGreaterEqual(len(errors), 2)
+        self.assertTrue(all(np.isfinite(errors)), errors)
+        best = c["trials"][int(np.argmin(errors))]
+        self.assertEqual(qvg.describe(best["spec"]), c["description"])
+
+    def test_cache_specs_for_the_torch_caches(self):
+        import qvg.budget
+        self.assertEqual(qvg.budget.cache_specs("qvg", "rtn", None, chunk_tokens=0, quant_factor=8, dim=128),
+                         ("qvg", "rtn"))
+        k, v = qvg.budget.cache_specs("qvg", "qvg-pro", 2.5, chunk_tokens=1560, quant_factor=8, dim=128)
+        self.assertEqual(k, qvg.choose("qvg", 2.5, tokens=12480, dim=128)["spec"])
+        self.assertEqual(v, qvg.choose("qvg-pro", 2.5, tokens=12480, dim=128)["spec"])
+        with self.assertRaises(ValueError):
+            qvg.budget.cache_specs("qvg", "qvg", 2.5, chunk_tokens=0, quant_factor=8, dim=128)
+        with self.assertRaises(ValueError) as cm:
+            qvg.budget.cache_specs("qvg", "kivi", 2.2, chunk_tokens=96, quant_factor=8, dim=128)
+        self.assertIn("value='kivi'", str(cm.exception))
+
+
+class BitsWarning(unittest.TestCase):
+    def test_more_than_four_bits_warns(self):
+        """The presets stay at or below 4 bits on spans of 256 tokens or more (centroids=auto: 2.44 and 3.75
+        at most); a fixed C = 256 on 256 tokens stores 18.19 bits and warns."""
+        import warnings
+        x = random_kv(heads=1, tokens=256, dim=128, seed=6)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for spec in ("qvg", "qvg-pro:iters=2"):
+                self.assertLessEqual(qvg.Codec(spec).encode(x).bits_per_value, 4.0, spec)
+            self.assertEqual(len(w), 0, [str(a.message) for a in w])
+            e = qvg.Codec("qvg:centroids=256,iters=1").encode(x)
+            self.assertAlmostEqual(e.bits_per_value, 18.19, places=2)
+            self.assertEqual(len(w), 1)
+            self.assertIs(w[0].category, UserWarning)
+            self.assertIn("18.19 bits per value", str(w[0].message))
 
 
 if __name__ == "__main__":

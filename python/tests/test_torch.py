@@ -204,6 +204,23 @@ class TorchCache(unittest.TestCase):
         with self.assertRaises(ValueError):
             qvg.torch.KVCache(1, self.H, self.D, layout="tbhd")
 
+    def test_bits_choose_the_specs_per_span_shape(self):
+        """bits=: the specs qvg.budget.cache_specs chooses for spans of chunk_tokens * quant_factor tokens,
+        their encoded spans within the budget + 3 %; no chunk_tokens: refused."""
+        import qvg.budget
+        import qvg.torch
+        cache = qvg.torch.KVCache(1, self.H, self.D, key="qvg", value="qvg-pro", bits=2.5, chunk_tokens=self.T,
+                                  quant_factor=2)
+        want = qvg.budget.cache_specs("qvg", "qvg-pro", 2.5, chunk_tokens=self.T, quant_factor=2, dim=self.D)
+        self.assertEqual((cache.key, cache.value), want)
+        x = torch.randn(1, self.T, self.H, self.D, device="cuda")
+        cache.append(0, x, x)
+        cache.append(0, x, x)
+        m = cache.memory(0)
+        self.assertLessEqual(8 * m["spans"] / (2 * 2 * self.T * self.H * self.D), 2.5 * 1.03, m)
+        with self.assertRaises(ValueError):
+            qvg.torch.KVCache(1, self.H, self.D, bits=2.5)
+
 
 class TinyCausalStack(torch.nn.Module if torch else object):
     """Attention blocks that use a KV cache the way CausalWanSelfAttention does: keys after RoPE

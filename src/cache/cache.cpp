@@ -219,7 +219,7 @@ void StreamingKVCache::set_options(const CacheOptions& options) {
 
 void check_layer(const StreamingKVCache::Impl& I, int layer, const char* what) {
   QVG_CHECK(layer >= 0 && layer < I.config.layers, what, ": layer ", layer, " is out of range (the cache has ",
-            I.config.layers, " layers)");
+            I.config.layers, I.config.layers == 1 ? " layer)" : " layers)");
 }
 
 namespace {

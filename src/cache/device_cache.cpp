@@ -242,7 +242,7 @@ namespace {
 
 void check_layer_index(const CacheConfig& c, int layer, const char* what) {
   QVG_CHECK(layer >= 0 && layer < c.layers, what, ": layer ", layer, " is out of range (the cache has ", c.layers,
-            " layers)");
+            c.layers == 1 ? " layer)" : " layers)");
 }
 
 void check_view(const CacheConfig& c, int layer, const DeviceChunkView& x, const char* what) {

@@ -1,10 +1,13 @@
 // The budget rule (qvg/budget.h): enumerate a method's family over its budget
-// fields, solving for the centroid count (bits are affine in C) instead of
-// trying every C.
+// fields, solving for the most centroids within the limit (bits are affine
+// in C) instead of trying every C, and rank by the quality model
+// (budget_model.cpp).
 #include "qvg/budget.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "qvg/codec.h"
@@ -60,57 +63,54 @@ void set_field(CodecConfig& c, const std::string& key, int v) {
   else c.kmeans.centroids = v;
 }
 
-/// One candidate: a config with a fixed C (auto resolved) and its bits.
-struct Candidate {
-  CodecConfig config;
-  double bits = 0;
-};
-
-/// The search over one family: the given config (C fixed: an auto spec's C
-/// on this span), its budget fields and the limit.
+/// The family within a budget (qvg/budget.h's budget_candidates): every
+/// combination of the budget fields but centroids, and for each the most
+/// centroids within the limit (bits are affine in C: solved, not tried).
 class Search {
  public:
-  Search(const CodecConfig& base, const std::vector<std::string>& fields, double budget, double limit,
-         int64_t tokens, int64_t dim)
-      : base_(base), fields_(fields), budget_(budget), limit_(limit), tokens_(tokens), dim_(dim) {}
+  Search(const CodecConfig& base, const std::vector<std::string>& fields, double limit, int64_t tokens, int64_t dim)
+      : base_(base), fields_(fields), limit_(limit), tokens_(tokens), dim_(dim) {}
 
-  /// The best config with `stages` stages within the limit, if any; also
-  /// tracks the cheapest config seen.
-  std::optional<Candidate> best_with_stages(int stages) {
-    best_.reset();
-    CodecConfig c = base_;
-    c.stages = stages;
-    std::vector<std::string> grid;  // the fields enumerated (not stages, not centroids)
+  /// Every combination for c's centroid format (c: base with that format).
+  void run(const CodecConfig& c) {
+    std::vector<std::string> grid;  // the fields enumerated (not centroids)
     for (const auto& f : fields_)
-      if (f != "stages" && f != "centroids") grid.push_back(f);
-    const bool solve_c = has("centroids") && smoothing_stages(c) > 0;
-    enumerate(c, grid, 0, solve_c);
-    return best_;
+      if (f != "centroids") grid.push_back(f);
+    CodecConfig x = c;
+    enumerate(x, grid, 0);
   }
 
-  const std::optional<Candidate>& cheapest() const { return cheapest_; }
+  std::vector<BudgetCandidate>& found() { return found_; }
+  const std::optional<BudgetCandidate>& cheapest() const { return cheapest_; }
+
+  int changed(const CodecConfig& c) const {
+    int n = 0;
+    for (const auto& f : fields_) n += get_field(c, f) != get_field(base_, f);
+    return n;
+  }
 
  private:
   bool has(const char* key) const { return std::find(fields_.begin(), fields_.end(), key) != fields_.end(); }
 
-  void enumerate(CodecConfig& c, const std::vector<std::string>& grid, size_t i, bool solve_c) {
+  void enumerate(CodecConfig& c, const std::vector<std::string>& grid, size_t i) {
     if (i == grid.size()) {
-      if (solve_c)
-        solve_centroids(c);
+      if (has("centroids") && smoothing_stages(c) > 0)
+        most_centroids(c);
       else
         consider(c);
       return;
     }
+    const CodecConfig before = c;
     for (int v : budget_field_values(base_, grid[i], tokens_, dim_)) {
       set_field(c, grid[i], v);
-      enumerate(c, grid, i + 1, solve_c);
+      enumerate(c, grid, i + 1);
     }
-    set_field(c, grid[i], get_field(base_, grid[i]));
+    c = before;
   }
 
-  /// bits(C) = a + b * C: the C nearest the budget, and its neighbour
-  /// (the nearest may be over the limit), clamped to 1 .. min(256, N).
-  void solve_centroids(CodecConfig& c) {
+  /// bits(C) = a + b * C: the most centroids within the limit, clamped to
+  /// 1 .. min(256, N); C = 1 is still counted for the cheapest.
+  void most_centroids(CodecConfig& c) {
     const int c_max = static_cast<int>(std::min<int64_t>(256, tokens_));
     c.kmeans.centroids = 1;
     const double b1 = span_bits_per_value(c, tokens_, dim_);
@@ -119,22 +119,30 @@ class Search {
       c.kmeans.centroids = 2;
       slope = span_bits_per_value(c, tokens_, dim_) - b1;
     }
-    const double x = slope > 0 ? 1.0 + (budget_ - b1) / slope : 1.0;
-    const double lo = std::clamp(std::floor(x), 1.0, static_cast<double>(c_max));
-    const double hi = std::clamp(std::ceil(x), 1.0, static_cast<double>(c_max));
-    for (double n : {lo, hi}) {
-      c.kmeans.centroids = static_cast<int>(n);
-      consider(c);
+    double x = slope > 0 ? 1.0 + std::floor((limit_ - b1) / slope + 1e-9) : static_cast<double>(c_max);
+    int n = static_cast<int>(std::clamp(x, 1.0, static_cast<double>(c_max)));
+    c.kmeans.centroids = n;
+    while (n > 1 && span_bits_per_value(c, tokens_, dim_) > limit_) c.kmeans.centroids = --n;  // rounding
+    consider(c);
+    if (n != 1) {
+      c.kmeans.centroids = 1;
+      track_cheapest(c);
     }
     c.kmeans.centroids = get_field(base_, "centroids");
   }
 
+  void track_cheapest(const CodecConfig& c) {
+    if (!valid(c)) return;
+    const double bits = span_bits_per_value(c, tokens_, dim_);
+    if (!cheapest_ || bits < cheapest_->bits - 1e-9) cheapest_ = BudgetCandidate{c, bits, 0};
+  }
+
   void consider(const CodecConfig& c) {
     if (!valid(c)) return;
-    Candidate cand{c, span_bits_per_value(c, tokens_, dim_)};
-    if (!cheapest_ || cand.bits < cheapest_->bits - 1e-9) cheapest_ = cand;
-    if (cand.bits > limit_) return;
-    if (!best_ || better(cand, *best_)) best_ = cand;
+    track_cheapest(c);
+    const double bits = span_bits_per_value(c, tokens_, dim_);
+    if (bits > limit_) return;
+    found_.push_back({c, bits, expected_distortion(c, tokens_, dim_)});
   }
 
   bool valid(const CodecConfig& c) const {
@@ -146,100 +154,130 @@ class Search {
     }
   }
 
-  int changed(const CodecConfig& c) const {
-    int n = 0;
-    for (const auto& f : fields_) n += get_field(c, f) != get_field(base_, f);
-    return n;
-  }
-
-  /// The tie-break order of qvg/budget.h's choose_for_budget.
-  bool better(const Candidate& a, const Candidate& b) const {
-    const double da = std::fabs(a.bits - budget_), db = std::fabs(b.bits - budget_);
-    if (std::fabs(da - db) > 1e-9) return da < db;
-    if (a.config.bits != b.config.bits) return a.config.bits > b.config.bits;
-    const int ca = changed(a.config), cb = changed(b.config);
-    if (ca != cb) return ca < cb;
-    if (std::fabs(a.bits - b.bits) > 1e-9) return a.bits < b.bits;
-    for (const auto& f : fields_) {
-      const int va = get_field(a.config, f), vb = get_field(b.config, f), v0 = std::max(get_field(base_, f), 1);
-      if (va == vb) continue;
-      const double la = std::fabs(std::log2(std::max(va, 1) / static_cast<double>(v0)));
-      const double lb = std::fabs(std::log2(std::max(vb, 1) / static_cast<double>(v0)));
-      if (std::fabs(la - lb) > 1e-12) return la < lb;
-      return va > vb;
-    }
-    return false;
-  }
-
   CodecConfig base_;
   std::vector<std::string> fields_;
-  double budget_, limit_;
+  double limit_;
   int64_t tokens_, dim_;
-  std::optional<Candidate> best_, cheapest_;
+  std::vector<BudgetCandidate> found_;
+  std::optional<BudgetCandidate> cheapest_;
 };
 
-/// chosen (a fixed C) as the given spec's kind: centroids=auto specs keep
-/// auto, with the centroid_bits that gives the chosen C on spans of `tokens`.
-CodecConfig as_spec_kind(const CodecConfig& spec, CodecConfig chosen, int64_t tokens) {
-  if (!spec.auto_centroids || smoothing_stages(chosen) == 0) return chosen;
-  const double value_bits = chosen.centroid_format == CentroidFormat::fp8 ? 8.0 : 16.0;
-  chosen.centroid_bits = (chosen.kmeans.centroids + 0.5) * value_bits / static_cast<double>(tokens);
-  chosen.auto_centroids = true;
-  chosen.kmeans.centroids = spec.kmeans.centroids;  // auto's cap
-  return chosen;
-}
-
-/// C of a chosen config on spans of `tokens` tokens (auto resolved).
-int chosen_centroids(const BudgetChoice& b, int64_t tokens) { return span_config(b.config, tokens).kmeans.centroids; }
-
-}  // namespace
-
-BudgetChoice choose_for_budget(const CodecConfig& c, double budget, int64_t tokens, int64_t dim, double tolerance) {
+void check_budget_args(const CodecConfig& c, double budget, int64_t tokens, int64_t dim, double tolerance) {
   QVG_CHECK(std::isfinite(budget) && budget > 0, "budget: bits per value must be a number > 0, got ", budget);
   QVG_CHECK(std::isfinite(tolerance) && tolerance >= 0, "budget: the tolerance must be a number >= 0, got ",
             tolerance);
   QVG_CHECK(tokens >= 1, "budget: a span needs at least one token, got ", tokens);
   validate(c, dim);
+}
+
+bool same_but_centroids(const CodecConfig& a, const CodecConfig& b) {
+  return a.bits == b.bits && a.block == b.block && a.group == b.group && a.stages == b.stages;
+}
+
+/// The family within the limit, ranked, and its cheapest member.
+struct Family {
+  std::vector<BudgetCandidate> ranked;
+  std::optional<BudgetCandidate> cheapest;
+};
+
+Family search_family(const CodecConfig& c, double budget, int64_t tokens, int64_t dim, double tolerance,
+                     bool any_format) {
+  check_budget_args(c, budget, tokens, dim, tolerance);
   const CodecConfig base = span_config(c, tokens);  // an auto spec's C on this span; C clamped to N
-  const double limit = budget * (1 + tolerance);
-  Search search(base, method_traits(c.method).budget_fields, budget, limit, tokens, dim);
-  const bool staged = std::find(method_traits(c.method).budget_fields.begin(),
-                                method_traits(c.method).budget_fields.end(),
-                                "stages") != method_traits(c.method).budget_fields.end();
-  BudgetChoice out;
-  for (int s = base.stages; s >= (staged ? std::min(base.stages, 1) : base.stages); --s) {
-    if (const auto best = search.best_with_stages(s)) {
-      out.config = as_spec_kind(c, best->config, tokens);
-      out.bits = best->bits;
-      out.reachable = true;
-      out.config.name = c.name;
-      return out;
+  const auto& fields = method_traits(c.method).budget_fields;
+  Search search(base, fields, budget * (1 + tolerance), tokens, dim);
+  const bool formats = any_format && smoothing_stages(c) > 0 &&
+                       std::find(fields.begin(), fields.end(), "centroids") != fields.end();
+  Family out;
+  if (!formats) {
+    search.run(base);
+    out.ranked = std::move(search.found());
+  } else {
+    // FP8 where, for the same other fields, it buys more centroids than BF16; else BF16.
+    CodecConfig bf = base, f8 = base;
+    bf.centroid_format = CentroidFormat::bf16;
+    f8.centroid_format = CentroidFormat::fp8;
+    search.run(bf);
+    std::vector<BudgetCandidate> a = std::move(search.found());
+    search.found().clear();
+    search.run(f8);
+    const std::vector<BudgetCandidate>& b = search.found();
+    for (const BudgetCandidate& x : b) {
+      auto it = std::find_if(a.begin(), a.end(), [&](const BudgetCandidate& y) { return same_but_centroids(x.config, y.config); });
+      if (it == a.end())
+        a.push_back(x);
+      else if (x.config.kmeans.centroids > it->config.kmeans.centroids)
+        *it = x;
     }
+    out.ranked = std::move(a);
   }
-  QVG_CHECK(search.cheapest().has_value(), c.name, ": budget: the family has no valid configuration for dim ", dim);
-  out.config = as_spec_kind(c, search.cheapest()->config, tokens);
-  out.bits = search.cheapest()->bits;
-  out.config.name = c.name;
+  std::stable_sort(out.ranked.begin(), out.ranked.end(), [&](const BudgetCandidate& x, const BudgetCandidate& y) {
+    const double scale = std::max({x.distortion, y.distortion, 1e-300});
+    if (std::fabs(x.distortion - y.distortion) > 1e-12 * scale) return x.distortion < y.distortion;
+    if (x.config.bits != y.config.bits) return x.config.bits > y.config.bits;
+    const int cx = search.changed(x.config), cy = search.changed(y.config);
+    if (cx != cy) return cx < cy;
+    return x.bits < y.bits - 1e-12;
+  });
+  out.cheapest = search.cheapest();
+  QVG_CHECK(out.cheapest.has_value(), c.name, ": budget: the family has no valid configuration for dim ", dim);
   return out;
+}
+
+BudgetChoice choose(const CodecConfig& c, double budget, int64_t tokens, int64_t dim, double tolerance,
+                    bool any_format) {
+  const Family f = search_family(c, budget, tokens, dim, tolerance, any_format);
+  const BudgetCandidate& pick = f.ranked.empty() ? *f.cheapest : f.ranked.front();
+  BudgetChoice out;
+  out.config = budget_config_as_spec(c, pick.config, tokens);
+  out.bits = pick.bits;
+  out.reachable = !f.ranked.empty();
+  return out;
+}
+
+}  // namespace
+
+CodecConfig budget_config_as_spec(const CodecConfig& spec, const CodecConfig& chosen, int64_t tokens) {
+  CodecConfig out = chosen;
+  out.name = spec.name;
+  if (!spec.auto_centroids || smoothing_stages(chosen) == 0) return out;
+  const double value_bits = chosen.centroid_format == CentroidFormat::fp8 ? 8.0 : 16.0;
+  out.centroid_bits = (chosen.kmeans.centroids + 0.5) * value_bits / static_cast<double>(tokens);
+  out.auto_centroids = true;
+  out.kmeans.centroids = spec.kmeans.centroids;  // auto's cap
+  return out;
+}
+
+double bits_warning_limit(const CodecConfig& c) {
+  if (c.method == Method::bf16) return std::numeric_limits<double>::infinity();
+  return c.bits <= 2 ? 4.0 : 6.0;
+}
+
+std::string bits_warning(const CodecConfig& c, double bits_per_value, int64_t tokens) {
+  const double limit = bits_warning_limit(c);
+  if (!(bits_per_value > limit)) return "";
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "%s stores %.2f bits per value on spans of %lld tokens, more than %g: its metadata (%s) outweighs "
+                "its %d-bit codes; fewer centroids (centroids=auto), larger blocks or a budget of bits (bits=) keep "
+                "it smaller",
+                c.name.c_str(), bits_per_value, static_cast<long long>(tokens), limit,
+                describe(span_config(c, std::max<int64_t>(tokens, 1))).c_str(), c.bits);
+  return b;
+}
+
+std::vector<BudgetCandidate> budget_candidates(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
+                                               double tolerance, bool any_format) {
+  return search_family(c, budget, tokens, dim, tolerance, any_format).ranked;
+}
+
+BudgetChoice choose_for_budget(const CodecConfig& c, double budget, int64_t tokens, int64_t dim, double tolerance) {
+  return choose(c, budget, tokens, dim, tolerance, false);
 }
 
 BudgetChoice choose_for_budget_any_format(const CodecConfig& c, double budget, int64_t tokens, int64_t dim,
                                           double tolerance) {
-  validate(c, dim);
-  const auto& fields = method_traits(c.method).budget_fields;
-  if (smoothing_stages(c) == 0 || std::find(fields.begin(), fields.end(), "centroids") == fields.end())
-    return choose_for_budget(c, budget, tokens, dim, tolerance);
-  // The centroid format: FP8 where it buys more centroids within the budget
-  // (twice the centroids for the same bytes measured +1.4 to +4.6 dB at 2.5
-  // and 3 bits, docs/BENCHMARKS.md), else BF16 (exact centroids at the same C).
-  CodecConfig bf = c, f8 = c;
-  bf.centroid_format = CentroidFormat::bf16;
-  f8.centroid_format = CentroidFormat::fp8;
-  const BudgetChoice a = choose_for_budget(bf, budget, tokens, dim, tolerance);
-  const BudgetChoice b = choose_for_budget(f8, budget, tokens, dim, tolerance);
-  if (a.reachable != b.reachable) return a.reachable ? a : b;
-  if (!a.reachable) return b.bits < a.bits - 1e-9 ? b : a;  // neither: the cheaper
-  return chosen_centroids(b, tokens) > chosen_centroids(a, tokens) ? b : a;
+  return choose(c, budget, tokens, dim, tolerance, true);
 }
 
 }  // namespace qvg

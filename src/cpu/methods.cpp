@@ -224,7 +224,12 @@ PartBytes quarot_bytes(const CodecConfig& c, TensorRole, int64_t heads, int64_t 
   return quarot_expected_bytes(c, heads, tokens, dim);
 }
 
-// Named configurations (DESIGN.md): QVG = INT2 S1 B64 C256; QVG-Pro = INT2 S4 B16 C256.
+// Named configurations (DESIGN.md): QVG = INT2 S1 B64 C256; QVG-Pro = INT2 S4 B16 C256, with C
+// = centroids=auto at CodecConfig's centroid_bits (0.25 bits per value a stage): 256 on spans of
+// 16,384 tokens or more (the paper's Self-Forcing and LongCat spans, 37,440 and 29,640 tokens),
+// floor(N / 64) on shorter ones, so that on any span of 256 tokens or more `qvg` stores at most
+// 2.44 bits per value and `qvg-pro` at most 3.75 (2 + 8/16 + 4 * 8/128 + 4 * 0.25, plus the span
+// scale).
 struct Preset {
   const char* name;
   Method method;
@@ -278,6 +283,7 @@ CodecConfig preset_config(const std::string& name) {
       c.bits = p.bits;
       c.block = p.block;
       c.stages = p.stages;
+      c.auto_centroids = p.stages > 0;
       return c;
     }
   std::string list;

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 
 #include "cpu/codecs.h"
@@ -143,9 +144,14 @@ bool cuda_available(std::string* why) {
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n == 0) {
+    // Without NVIDIA's kernel driver the runtime reports "driver version is insufficient".
+    const bool no_driver = (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) &&
+                           !std::filesystem::exists("/proc/driver/nvidia/version");
     if (why)
-      *why = err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
-                                : std::string("no CUDA device found");
+      *why = no_driver            ? std::string("no NVIDIA GPU driver is loaded on this machine (no "
+                                                "/proc/driver/nvidia/version): no GPU to run on")
+             : err != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(err)
+                                  : std::string("no CUDA device found");
     cudaGetLastError();  // clear the sticky-free error state of the failed query
     return false;
   }
