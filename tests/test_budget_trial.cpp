@@ -1,5 +1,5 @@
 // The budget rule on data (qvg/budget_trial.h) on the built-in K/V
-// (video-like and the cockatoo clip; 4 heads x 4 latent frames = 6,240
+// (video-like and, with FFmpeg, the cockatoo clip; 4 heads x 4 latent frames = 6,240
 // tokens, dim 128): the pick, judged on all heads, against every candidate
 // the rule could have picked and against the preset, within the sampling
 // error of its 2-head sample.
@@ -33,7 +33,11 @@ const std::vector<Kv>& data_sets() {
     cp.frames = 4;
     std::vector<Kv> s;
     s.push_back({"video-like", make_video_like(vp, TensorRole::key), make_video_like(vp, TensorRole::value)});
+#if defined(QVG_WITH_FFMPEG) && QVG_WITH_FFMPEG  // the clip's frames are read through FFmpeg
     s.push_back({"clip", make_clip_kv(cp, TensorRole::key), make_clip_kv(cp, TensorRole::value)});
+#else
+    (void)cp;
+#endif
     return s;
   }();
   return sets;
