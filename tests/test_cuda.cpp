@@ -820,14 +820,15 @@ TEST(Cuda, KMeansMatchesCpuWithoutNearTies) {
   // Byte equality needs an assignment without near-ties at every iteration:
   // well separated blobs, one stage (the residual after it is the blobs'
   // noise, where near-ties are everywhere), and a k-means++ start, which puts
-  // one centroid in each blob (or one between merged blobs). A random start
+  // one centroid in each blob (or one between merged blobs; d2-rounds, the
+  // default, may put two into one blob). A random start
   // can put two centroids in one blob, whose points then sit between them
   // (near-ties: rounding flips ids and the runs take different paths, into
   // different local minima); the random start is covered by the error
   // comparison on video-like data below.
   for (int64_t d : {64, 128}) {
     const HeadTensor x = blobs(3, 2000, d, 24, 11);
-    for (const std::string spec : {"qvg:centroids=24", "qvg:centroids=16,iters=4"}) {
+    for (const std::string spec : {"qvg:centroids=24,init=kmeans++", "qvg:centroids=16,iters=4,init=kmeans++"}) {
       const CodecConfig c = parse_codec_spec(spec);
       EncodeReport rc, rg;
       const EncodedTensor cpu = make_codec(c)->encode(x, {}, &rc);
