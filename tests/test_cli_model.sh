@@ -99,6 +99,25 @@ else
 fi
 # Without gnuplot, --plot is refused before any run.
 QVG_GNUPLOT=/nonexistent/gnuplot expect_status1 "gnuplot-nox" compare $SHORT --methods rtn --plot "$tmp/p.png"
+# The PSNR plot's y axis fits the data: from 5 dB below the lowest finite value to 5 dB above the
+# highest, both on 5 dB steps (a gnuplot that records its script, then runs the real one).
+if command -v gnuplot >/dev/null; then
+  printf '#!/bin/sh\ntee "%s" | gnuplot "$@"\n' "$tmp/plot.gp" >"$tmp/gp.sh" && chmod +x "$tmp/gp.sh"
+  if QVG_GNUPLOT="$tmp/gp.sh" "$qvg" compare $SHORT --methods rtn --plot "$tmp/p.png" --csv "$tmp/p.csv" \
+    >/dev/null 2>"$tmp/err"; then
+    python3 - "$tmp/plot.gp" "$tmp/p.csv" <<'PY' && ok || bad "compare --plot: the y range does not fit the data: $(grep yrange "$tmp/plot.gp")"
+import csv, math, re, sys
+lo, hi = map(float, re.search(r"set yrange \[([-\d.e+]+):([-\d.e+]+)\]", open(sys.argv[1]).read()).groups())
+vals = [float(v) for row in csv.DictReader(open(sys.argv[2])) for k, v in row.items() if k not in ("frame", "clip_frame") and v not in ("", "inf")]
+vals = [v for v in vals if math.isfinite(v)]
+assert vals, "no finite PSNR"
+assert lo == max(0.0, math.floor(min(vals) / 5) * 5 - 5), (lo, min(vals))
+assert hi in (math.ceil(max(vals) / 5) * 5 + 5, math.ceil(max(vals) / 5) * 5 + 15), (hi, max(vals))
+PY
+  else
+    bad "compare --plot failed: $(cat "$tmp/err")"
+  fi
+fi
 expect_status1 "unknown method 'nosuch'" compare $SHORT --methods rtn nosuch
 # Equal memory: at budget 2.5 every method that runs stores at most 2.575 bits
 # (measured), each at its own family's configuration with the lowest expected

@@ -61,11 +61,16 @@ void require_gnuplot(const std::string& option) {
 
 void write_psnr_plot(const std::string& path, const std::vector<std::string>& methods,
                      const std::vector<std::vector<double>>& psnr, int first_frame, const std::string& title) {
-  double top = 0;
+  // The y axis fits the finite values (5 dB steps and a 5 dB margin); identical frames
+  // (infinite PSNR) are drawn 10 dB above the largest finite value (100 dB without any).
+  double top = -INFINITY, bottom = INFINITY;
   for (size_t m = 1; m < psnr.size(); ++m)
     for (double x : psnr[m])
-      if (std::isfinite(x)) top = std::max(top, x);
-  const double cap = std::max(100.0, std::ceil(top / 10.0) * 10.0 + 10.0);
+      if (std::isfinite(x)) top = std::max(top, x), bottom = std::min(bottom, x);
+  const bool any_finite = std::isfinite(top);
+  const double high = any_finite ? std::ceil(top / 5.0) * 5.0 : 90.0;
+  const double low = any_finite ? std::max(0.0, std::floor(bottom / 5.0) * 5.0 - 5.0) : 0.0;
+  const double cap = high + 10.0;
   std::string script;
   char buf[256];
   for (size_t m = 1; m < psnr.size(); ++m) {
@@ -90,7 +95,7 @@ void write_psnr_plot(const std::string& path, const std::vector<std::string>& me
     std::snprintf(buf, sizeof buf, "set key title \"identical frames\\n(inf) at %g dB\"\n", cap);
     script += buf;
   }
-  std::snprintf(buf, sizeof buf, "set yrange [0:%g]\n", cap + 5);
+  std::snprintf(buf, sizeof buf, "set yrange [%g:%g]\n", low, any_inf ? cap + 5 : high + 5);
   script += buf;
   script += "plot ";
   for (size_t m = 1; m < psnr.size(); ++m)
