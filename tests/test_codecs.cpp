@@ -475,6 +475,12 @@ TEST(ConfigSpec, PresetsAndOverrides) {
   EXPECT_DOUBLE_EQ(p.kmeans.tol, 0.01);
   EXPECT_EQ(describe(parse_codec_spec("qvg-pro")), "INT2 B16 fp8 S4 Cauto(0.25 b)");  // C 256 on long spans
   for (const auto& name : codec_presets()) EXPECT_NO_THROW(parse_codec_spec(name)) << name;
+  // The CLI's default comparison: every preset but the INT4 variants, in order.
+  std::vector<std::string> two_bit;
+  for (const auto& name : codec_presets())
+    if (parse_codec_spec(name).bits != 4) two_bit.push_back(name);
+  EXPECT_EQ(comparison_presets(), two_bit);
+  EXPECT_EQ(comparison_presets().front(), "bf16");
 }
 
 // A key given twice was taken silently (the last one won: qvg:bits=2,bits=4 was

@@ -43,7 +43,7 @@ namespace {
 /// `qvg compare`'s and `qvg demo`'s options.
 struct CompareArgs {
   ModelRunArgs run;
-  std::vector<std::string> methods = {"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"};  ///< caches (codec specs)
+  std::vector<std::string> methods = qvg::comparison_presets();  ///< caches (codec specs)
   std::vector<std::string> bits = {"2.5"};  ///< budgets of the tables; "none": the specs as given
   std::vector<std::string> rd_bits;         ///< budgets run only for the rate-distortion CSV / plot
   int rd_frames = 0;                        ///< frames of the rate-distortion measure and its runs (0 = all)
@@ -270,7 +270,9 @@ void compare(const CompareArgs& a, const std::function<void(const qvg::ModelConf
 }
 
 void add_common_options(CLI::App* s, CompareArgs& a) {
-  s->add_option("--methods", a.methods, "caches (codec specs), default bf16 rtn kivi quarot qvg qvg-pro");
+  std::string presets;
+  for (const std::string& p : qvg::comparison_presets()) presets += " " + p;
+  s->add_option("--methods", a.methods, "caches (codec specs), default" + presets);
   s->add_option("--bits", a.bits,
                 "budgets of bits per value, one table each (default 2.5; a list, e.g. 2 2.5 3, runs a sweep; none: "
                 "the specs as given): every method gets the configuration of its own family with the lowest "

@@ -25,7 +25,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kDefaultMethods = {"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"};
+const std::vector<std::string> kDefaultMethods = qvg::comparison_presets();
 
 /// `qvg eval`'s options.
 struct EvalArgs {

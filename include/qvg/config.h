@@ -127,6 +127,10 @@ CodecConfig parse_codec_spec(const std::string& spec);
 /// The preset names accepted by parse_codec_spec.
 std::vector<std::string> codec_presets();
 
+/// The presets compared by default (`qvg eval`, `compare`, `demo`): every
+/// preset except the INT4 variants, in codec_presets()' order.
+std::vector<std::string> comparison_presets();
+
 /// Throws qvg::Error when the configuration is invalid for dim (e.g. dim not
 /// a multiple of block, bits not 2/4, centroids outside 1..256).
 void validate(const CodecConfig& c, int64_t dim);

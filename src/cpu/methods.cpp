@@ -274,6 +274,13 @@ std::vector<std::string> codec_presets() {
   return v;
 }
 
+std::vector<std::string> comparison_presets() {
+  std::vector<std::string> v;
+  for (const auto& p : kPresets)
+    if (p.bits != 4) v.emplace_back(p.name);
+  return v;
+}
+
 CodecConfig preset_config(const std::string& name) {
   for (const auto& p : kPresets)
     if (name == p.name) {
