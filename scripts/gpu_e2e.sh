@@ -14,9 +14,16 @@ step() { echo "== $(date +%T) $*"; }
 step "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.log"
 step "build"
-scripts/gpu_build.sh "$OUT/build.log" test_cuda test_kmeans test_device_codec test_device_cache bench_cuda qvg_python ||
-  exit 1
+scripts/gpu_build.sh "$OUT/build.log" test_cuda test_kmeans test_device_codec test_device_cache bench_cuda || exit 1
 rc=0
+# The Python module needs pybind11 and Python.h for python3 (scripts/gpu_build.sh); an H100 machine
+# on 2026-12-07 had neither target nor module ("unknown target qvg_python"): say why and go on.
+python=1
+if ! cmake --build build-gpu -j16 --target qvg_python >>"$OUT/build.log" 2>&1; then
+  python=
+  echo "no Python module: pybind11 $(python3 -m pybind11 --cmakedir 2>&1 | tail -1);" \
+    "Python.h: $(python3 -c 'import sysconfig, os; p = sysconfig.get_paths()["include"]; print(p, os.path.exists(p + "/Python.h"))' 2>&1)"
+fi
 step "tests"
 for t in test_kmeans test_device_codec test_device_cache test_cuda; do
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
@@ -31,7 +38,7 @@ compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device
   --gtest_filter='*Batched*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
 grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 step "python drop-ins"
-for p in test_integrations.py test_torch.py; do
+[ -n "$python" ] && for p in test_integrations.py test_torch.py; do
   PYTHONPATH=build-gpu/python python3 -m unittest discover -s python/tests -p "$p" -v >>"$OUT/python.log" 2>&1 ||
     { rc=1; echo "python $p FAILED"; }
 done
@@ -40,7 +47,7 @@ step "bench_cuda"
 warm=(--warm)
 [ -n "${QVG_SKIP_WARM:-}" ] && warm=()
 build-gpu/bench/bench_cuda --starts --batch "${warm[@]}" --reps "${QVG_E2E_REPS:-5}" 2>&1 | tee "$OUT/bench.log"
-if [ -z "${QVG_SKIP_WAN:-}" ]; then
+if [ -z "${QVG_SKIP_WAN:-}" ] && [ -n "$python" ]; then
   step "bench_wan ${QVG_WAN_ARGS:-}"
   # shellcheck disable=SC2086
   PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py ${QVG_WAN_ARGS:---frames 48 --quant-factor 8 --repeats 3 \
