@@ -245,6 +245,13 @@ void check_layer_index(const CacheConfig& c, int layer, const char* what) {
             c.layers == 1 ? " layer)" : " layers)");
 }
 
+/// Whether a span encoded with cc starts from warm, the centroids kept from
+/// the layer's previous span: the cache keeps them, cc runs k-means and
+/// their C is the span's.
+bool warm_usable(const CacheConfig& c, const CodecConfig& cc, const DeviceEncodedTensor& warm) {
+  return c.warm_start && runs_kmeans(cc) && !warm.empty() && warm.config().kmeans.centroids == cc.kmeans.centroids;
+}
+
 void check_view(const CacheConfig& c, int layer, const DeviceChunkView& x, const char* what) {
   QVG_CHECK(x.data != nullptr, "append (layer ", layer, "): the ", what, " chunk is null");
   QVG_CHECK(x.heads == c.heads && x.dim == c.dim && x.tokens > 0, "append (layer ", layer, "): the ", what,
@@ -354,14 +361,14 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
     sr.first_token = sp.first_token;
     sr.tokens = sp.tokens;
     if (I.options.batch_encodes) {  // encoded by flush(); the report says what it will hold
+      // A span waiting before this one leaves its centroids for it.
+      const bool pending_before = !new_spans.empty() || std::any_of(L.spans.begin(), L.spans.end(),
+                                                                    [](const DSpan& x) { return x.pending; });
       for (const bool key : {true, false}) {
         const TensorRole role = key ? TensorRole::key : TensorRole::value;
         const CodecConfig cc = span_config(key ? c.key : c.value, sp.tokens);
-        const DeviceEncodedTensor& warm = key ? L.warm_k : L.warm_v;
-        const bool pending_before = !new_spans.empty() || std::any_of(L.spans.begin(), L.spans.end(),
-                                                                      [](const DSpan& x) { return x.pending; });
-        const bool use_warm = c.warm_start && runs_kmeans(cc) &&
-                              (pending_before || (!warm.empty() && warm.config().kmeans.centroids == cc.kmeans.centroids));
+        const bool use_warm = pending_before ? c.warm_start && runs_kmeans(cc)
+                                             : warm_usable(c, cc, key ? L.warm_k : L.warm_v);
         if (runs_kmeans(cc)) sr.centroids = cc.kmeans.centroids;
         (key ? sr.k_warm_started : sr.v_warm_started) = use_warm;
         (key ? sr.k_bytes : sr.v_bytes) = expected_part_bytes(cc, role, c.heads, sp.tokens, c.dim);
@@ -384,8 +391,7 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
       const DeviceCodec& codec = I.span_codec(role, sp.tokens);
       const CodecConfig& cc = codec.config();
       DeviceEncodedTensor& warm = key ? warm_k : warm_v;
-      const bool use_warm = c.warm_start && runs_kmeans(cc) && !warm.empty() &&
-                            warm.config().kmeans.centroids == cc.kmeans.centroids;
+      const bool use_warm = warm_usable(c, cc, warm);
       DeviceEncodedTensor enc =
           codec.encode(x, DeviceElement::bf16, c.heads, sp.tokens, c.dim, role, es, use_warm ? &warm : nullptr);
       if (c.warm_start && runs_kmeans(cc)) warm = enc.warm_state(es);
@@ -499,9 +505,7 @@ void DeviceKVCache::flush(void* stream) {
         const CodecConfig cc = codec.config();
         auto warm_of = [&](const DLayer& L) -> const DeviceEncodedTensor* {
           const DeviceEncodedTensor& w = key ? L.warm_k : L.warm_v;
-          return c.warm_start && runs_kmeans(cc) && !w.empty() && w.config().kmeans.centroids == cc.kmeans.centroids
-                     ? &w
-                     : nullptr;
+          return warm_usable(c, cc, w) ? &w : nullptr;
         };
         const bool warm = warm_of(*wave[a].layer) != nullptr;
         std::vector<size_t> members;

@@ -344,7 +344,7 @@ std::vector<DeviceEncodedTensor> DeviceCodec::encode_batch(const void* x, Device
           QVG_CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<const uint8_t*>(src) + i * bytes, bytes,
                                          cudaMemcpyDeviceToDevice, s));
       copy_stage_heads(p.ids.get(), heads, 0, b.ids.get(), sh.heads, i * heads, heads, tokens, one.stages, s);
-      if (one.stages > 0) copy_centroid_heads(const_cast<uint16_t*>(b.centroids.get()), sh, p.centroids.get(), one,
+      if (one.stages > 0) copy_centroid_heads(b.centroids.get(), sh, p.centroids.get(), one,
                                               i * heads, false, s);
       out.push_back(DeviceEncodedTensor(std::move(I)));
     }

@@ -141,6 +141,9 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
   const int64_t N = sh.tokens;
   CodecConfig seeds;
   seeds.kmeans.seed = km.params.seed;
+  // Heads of one tensor: head h draws with head h % period's seed (GpuKMeansOptions::seed_period).
+  const int period = km.seed_period > 0 ? km.seed_period : H;
+  QVG_CHECK(H % period == 0, "k-means start: ", H, " heads are not whole tensors of ", period);
   if (km.warm_bf16) {
     // The previous span's BF16 centroids of this stage, widened on the device (exact).
     const int64_t rows = static_cast<int64_t>(H) * C;
@@ -149,7 +152,6 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
   } else if (km.params.init == KMeansInit::random) {
     // kmeans_random_rows of every head, drawn on the device (seeds
     // qvg_kmeans_seed(stage, h % period) = base + h % period).
-    const int period = km.seed_period > 0 ? km.seed_period : H;
     const uint64_t seed_base = qvg_kmeans_seed(seeds, stage, 0);
     QVG_CHECK(qvg_kmeans_seed(seeds, stage, period - 1) == seed_base + static_cast<uint64_t>(period - 1),
               "k-means seeds are not consecutive across heads");
@@ -172,28 +174,26 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
     if (pp_.size() <= static_cast<size_t>(stage)) pp_.resize(static_cast<size_t>(stage) + 1);
     PPStart& pp = pp_[static_cast<size_t>(stage)];
     const uint64_t seed0 = qvg_kmeans_seed(seeds, stage, 0);
-    const int period = km.seed_period > 0 ? km.seed_period : H;
-    QVG_CHECK(H % period == 0, "k-means start: ", H, " heads are not whole tensors of ", period);
     if (pp.n != N || pp.c != C || pp.h != H || pp.seed0 != seed0 || pp.init != km.params.init || pp.period != period) {
       std::vector<uint64_t> pp_seeds(static_cast<size_t>(H));
       for (int h = 0; h < H; ++h) pp_seeds[h] = qvg_kmeans_seed(seeds, stage, h % period);
-      // The tensors' heads' starts are independent (each one O(N)) and the
-      // same for every tensor: on all cores where they add up to at least
-      // 2^18 rows, on one below. The same bytes either way.
-      std::vector<KMeansPPStart> starts(static_cast<size_t>(H));
+      // The heads' starts are independent (each one O(N)) and the same for
+      // every tensor (one per head of a tensor): on all cores where they add
+      // up to at least 2^18 rows, on one below. The same bytes either way.
+      std::vector<KMeansPPStart> starts(static_cast<size_t>(period));
       const int threads = static_cast<int64_t>(period) * N >= (int64_t{1} << 18) ? 0 : 1;
       parallel_for(period, threads, [&](int64_t h) {
         starts[static_cast<size_t>(h)] = d2 ? kmeans_d2_start(N, C, pp_seeds[h]) : kmeanspp_start(N, C, pp_seeds[h]);
       });
-      for (int h = period; h < H; ++h) starts[static_cast<size_t>(h)] = starts[static_cast<size_t>(h % period)];
       // m and the draws are the same for every head: they depend on N and C only.
       pp.m = static_cast<int>(starts[0].rows.size());
       pp.draws = starts[0].draws;
       std::vector<int> pp_rows(static_cast<size_t>(H) * pp.m);
       std::vector<int64_t> pp_first(static_cast<size_t>(H));
       for (int h = 0; h < H; ++h) {
-        std::copy(starts[h].rows.begin(), starts[h].rows.end(), pp_rows.begin() + static_cast<int64_t>(h) * pp.m);
-        pp_first[h] = starts[h].first;
+        const KMeansPPStart& st = starts[static_cast<size_t>(h % period)];
+        std::copy(st.rows.begin(), st.rows.end(), pp_rows.begin() + static_cast<int64_t>(h) * pp.m);
+        pp_first[h] = st.first;
       }
       pp.rows.upload(pp_rows.data(), pp_rows.size(), stream);
       pp.first.upload(pp_first.data(), pp_first.size(), stream);
