@@ -28,12 +28,10 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "qvg/data.h"
-#include "qvg/io.h"
+#include "probe_kv.h"
 #include "qvg/kmeans.h"
 #include "util/rng.h"
 
@@ -171,26 +169,8 @@ int main(int argc, char** argv) {
     else if (a == "--candidates") cands = next();
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
-  std::vector<std::pair<std::string, HeadTensor>> xs;
-  if (data == "clip") {
-    ClipKVParams p;
-    xs.emplace_back("clip K", make_clip_kv(p, TensorRole::key));
-    xs.emplace_back("clip V", make_clip_kv(p, TensorRole::value));
-  } else if (data == "video") {
-    VideoLikeParams p;
-    xs.emplace_back("video K", make_video_like(p, TensorRole::key));
-    xs.emplace_back("video V", make_video_like(p, TensorRole::value));
-  } else {
-    std::stringstream ss(tensor);
-    std::string name;
-    while (std::getline(ss, name, ',')) xs.emplace_back(name, load_kv(data, KvLayout::thd, name));
-  }
-  std::vector<std::string> names;
-  {
-    std::stringstream ss(cands);
-    std::string n;
-    while (std::getline(ss, n, ',')) names.push_back(n);
-  }
+  auto xs = probe::load(data, tensor);
+  const std::vector<std::string> names = probe::split(cands, ',');
   const Setting settings[] = {{"start", 0, 0}, {"it2", 2, 0}, {"it3", 3, 0}, {"it10", 10, 1e-4}};
   for (auto& [label, x] : xs) {
     const int64_t n = tokens > 0 ? std::min(tokens, x.tokens) : x.tokens, d = x.dim;

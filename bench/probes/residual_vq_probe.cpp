@@ -15,22 +15,20 @@
 // Prints per tensor: bits and the MSE of the reconstruction relative to
 // the input's mean square (the error every table reports).
 //
-//   bench_residual_vq_probe [--data clip|FILE.safetensors] [--tensor NAME,...] [--heads H] [--centroids C]
+//   bench_residual_vq_probe [--data clip|video|FILE.npy|FILE.safetensors] [--tensor NAME,...] [--heads H] [--centroids C]
 //                           [--candidates qvg:...;vq4.256;...]
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "qvg/codec.h"
-#include "qvg/data.h"
+#include "probe_kv.h"
 #include "qvg/fp8.h"
 #include "qvg/half.h"
-#include "qvg/io.h"
 #include "qvg/kmeans.h"
 #include "qvg/metrics.h"
 
@@ -119,22 +117,8 @@ int main(int argc, char** argv) {
     else if (a == "--candidates") cands = next();
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
-  std::vector<std::pair<std::string, HeadTensor>> xs;
-  if (data == "clip") {
-    ClipKVParams p;
-    xs.emplace_back("clip K", make_clip_kv(p, TensorRole::key));
-    xs.emplace_back("clip V", make_clip_kv(p, TensorRole::value));
-  } else {
-    std::stringstream ss(tensor);
-    std::string name;
-    while (std::getline(ss, name, ',')) xs.emplace_back(name, load_kv(data, KvLayout::thd, name == "-" ? "" : name));
-  }
-  std::vector<std::string> names;
-  {
-    std::stringstream ss(cands);
-    std::string n;
-    while (std::getline(ss, n, ';')) names.push_back(n);
-  }
+  auto xs = probe::load(data, tensor);
+  const std::vector<std::string> names = probe::split(cands, ';');
   for (auto& [label, full] : xs) {
     const int H = static_cast<int>(std::min<int64_t>(heads, full.heads));
     HeadTensor x(H, full.tokens, full.dim);
