@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "file_util.h"
+#include "error_util.h"
 #include "qvg/half.h"
 #include "qvg/io.h"
 
@@ -702,12 +703,8 @@ TEST_F(IoTest, MalformedHeadersAreQuotedEscaped) {
   for (const std::string& p : {write("d.npy", npy_file(1, bad_descr, std::string(8, '\0'))),
                                write("k.npy", npy_file(1, bad_key, std::string(8, '\0'))),
                                write("s.safetensors", st_file(st, std::string(4, '\0')))}) {
-    std::string e;
-    try {
-      (void)(p.ends_with(".npy") ? read_npy(p) : read_safetensors(p).at(0).second);
-    } catch (const Error& err) {
-      e = err.what();
-    }
+    const std::string e =
+        test::error_of([&] { (void)(p.ends_with(".npy") ? read_npy(p) : read_safetensors(p).at(0).second); });
     ASSERT_FALSE(e.empty()) << p;
     EXPECT_EQ(e, printable(e)) << p;  // nothing left to escape
     EXPECT_NE(e.find("\\x1b"), std::string::npos) << e;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cache/checksum.h"
+#include "error_util.h"
 #include "qvg/cache.h"
 #include "qvg/codec.h"
 #include "qvg/config.h"
@@ -37,12 +38,7 @@ HeadTensor normal(float max_abs, int64_t tokens = kTokens, uint32_t seed = 3) {
 }
 
 std::string error_of(const EncodedTensor& e) {
-  try {
-    check_encoded_tensor(e);
-  } catch (const Error& err) {
-    return err.what();
-  }
-  return "";
+  return test::error_of([&] { check_encoded_tensor(e); });
 }
 
 bool decodes_finite(const EncodedTensor& e) {
@@ -236,12 +232,7 @@ void write_file(const std::string& p, const std::vector<uint8_t>& b) {
 }
 
 std::string load_error(const std::string& path) {
-  try {
-    StreamingKVCache::load(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { StreamingKVCache::load(path); });
 }
 
 TEST(StoredValues, LoadRefusesValuesNoEncoderWrites) {
