@@ -40,6 +40,25 @@ def check_bhtd(x, name, heads, dim, device=None):
     return x.shape[0], x.shape[2]
 
 
+def check_kv(k, v, what, heads, dim, device=None):
+    """k and v: [batch, heads, tokens, dim] of one shape, named `what` + "k" / "v" in errors (what: "",
+    "extra ", ...); returns (batch, tokens)."""
+    b, t = check_bhtd(k, what + "k", heads, dim, device)
+    check_bhtd(v, what + "v", heads, dim, device)
+    if v.shape != k.shape:
+        raise ValueError(f"{what}k and v must have one shape, got {list(k.shape)} and {list(v.shape)}")
+    return b, t
+
+
+def check_extra(extra, heads, dim, device):
+    """A read's extra=(k, v): the pair, checked by check_kv; returns (k, v, batch, tokens)."""
+    if not isinstance(extra, (tuple, list)) or len(extra) != 2:
+        raise TypeError("extra must be a pair (k, v) of tensors")
+    ek, ev = extra
+    b, t = check_kv(ek, ev, "extra ", heads, dim, device)
+    return ek, ev, b, t
+
+
 class Codecs:
     """The K and V DeviceCodecs of a cache, and whether each decodes row ranges."""
 

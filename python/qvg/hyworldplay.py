@@ -26,7 +26,7 @@ the next kv() call reuses (.clone() what must outlive it).
 """
 import torch
 
-from ._device_spans import Buffers, Codecs, check_bhtd, resolve_device, stream_of
+from ._device_spans import Buffers, Codecs, check_extra, check_kv, resolve_device, stream_of
 from ._plan import check_chunk_tokens, check_frames, frame_runs
 
 __all__ = ["FrameKVCache"]
@@ -81,10 +81,7 @@ class FrameKVCache:
         in BF16, then encoded), T a whole number of frames. They get the next frame indices. Spans of
         frames_per_span frames are encoded on the current stream. Returns the block's frame count."""
         b = self._block(block)
-        kb, kt = check_bhtd(k, "k", self.heads, self.dim, self.device)
-        check_bhtd(v, "v", self.heads, self.dim, self.device)
-        if v.shape != k.shape:
-            raise ValueError(f"k and v must have one shape, got {list(k.shape)} and {list(v.shape)}")
+        kb, kt = check_kv(k, v, "", self.heads, self.dim, self.device)
         if kb != self.batch:
             raise ValueError(f"k has batch {kb}, the cache holds {self.batch} samples")
         f = check_chunk_tokens(kt, self.frame_tokens)
@@ -127,13 +124,7 @@ class FrameKVCache:
         sel = list(range(b.frames)) if frames is None else check_frames(frames, b.frames)
         t = 0
         if extra is not None:
-            if not isinstance(extra, (tuple, list)) or len(extra) != 2:
-                raise TypeError("extra must be a pair (k, v) of tensors")
-            ek, ev = extra
-            eb, t = check_bhtd(ek, "extra k", self.heads, self.dim, self.device)
-            check_bhtd(ev, "extra v", self.heads, self.dim, self.device)
-            if ev.shape != ek.shape:
-                raise ValueError(f"extra k and v must have one shape, got {list(ek.shape)} and {list(ev.shape)}")
+            ek, ev, eb, t = check_extra(extra, self.heads, self.dim, self.device)
             if eb != self.batch:
                 raise ValueError(f"extra has batch {eb}, the cache holds {self.batch} samples")
         if not sel and extra is None:

@@ -20,7 +20,7 @@ batch B holds one encoded copy per sample (per-sample caches) and serves a query
 """
 import torch
 
-from ._device_spans import Buffers, Codecs, check_bhtd, check_tensor, resolve_device, stream_of
+from ._device_spans import Buffers, Codecs, check_bhtd, check_extra, check_tensor, resolve_device, stream_of
 from ._plan import cache_batch_mode
 
 __all__ = ["LongCatKVCache", "LongCatLayerCache"]
@@ -65,13 +65,7 @@ class LongCatLayerCache:
         p._check_dtype(dtype)
         b, t = self.batch, 0
         if extra is not None:
-            if not isinstance(extra, (tuple, list)) or len(extra) != 2:
-                raise TypeError("extra must be a pair (k, v) of tensors")
-            ek, ev = extra
-            b, t = check_bhtd(ek, "extra k", p.heads, p.dim, p.device)
-            check_bhtd(ev, "extra v", p.heads, p.dim, p.device)
-            if ev.shape != ek.shape:
-                raise ValueError(f"extra k and v must have one shape, got {list(ek.shape)} and {list(ev.shape)}")
+            ek, ev, b, t = check_extra(extra, p.heads, p.dim, p.device)
         mode = cache_batch_mode(self.batch, b)
         buf = p._buffer(b, self.tokens + t, dtype)
         with torch.cuda.device(p.device):

@@ -13,14 +13,9 @@ import unittest
 import qvg
 from qvg import _plan
 
-CUDA_OK, CUDA_WHY = qvg.cuda_available()
-try:
-    import torch
-    import torch.nn.functional as F
-    TORCH_CUDA = CUDA_OK and torch.cuda.is_available()
-    TORCH_WHY = "" if TORCH_CUDA else (CUDA_WHY or "torch.cuda.is_available() is False")
-except ImportError:
-    torch, TORCH_CUDA, TORCH_WHY = None, False, "PyTorch is not installed"
+from test_torch import TORCH_CUDA, TORCH_WHY, torch  # whether PyTorch and a CUDA device are usable, and why not
+
+F = torch.nn.functional if torch is not None else None
 
 
 class Plans(unittest.TestCase):
