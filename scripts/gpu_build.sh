@@ -12,9 +12,17 @@ log=${1:?usage: gpu_build.sh LOG TARGET...}
 shift
 [ $# -ge 1 ] || { echo "usage: gpu_build.sh LOG TARGET..." >&2; exit 2; }
 py=()
-if pydir=$(python3 -m pybind11 --cmakedir 2>/dev/null) &&
-  [ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ]; then
-  py=(-DPython_EXECUTABLE="$(command -v python3)" -Dpybind11_DIR="$pydir")
+# Python.h: where sysconfig says, else any python3.X/Python.h of that version under /usr, /usr/local or /opt.
+pyinc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+if [ ! -f "$pyinc/Python.h" ]; then
+  ver=$(python3 -c 'import sys; print("python%d.%d" % sys.version_info[:2])' 2>/dev/null)
+  pyinc=$(find /usr/include /usr/local/include /opt -path "*/$ver/Python.h" 2>/dev/null | head -1 | xargs -r dirname)
+fi
+if pydir=$(python3 -m pybind11 --cmakedir 2>/dev/null) && [ -n "$pyinc" ] && [ -f "$pyinc/Python.h" ]; then
+  py=(-DPython_EXECUTABLE="$(command -v python3)" -DPython_INCLUDE_DIR="$pyinc" -Dpybind11_DIR="$pydir")
+else
+  echo "gpu_build.sh: no Python module (python3 $(command -v python3); pybind11 cmakedir '${pydir:-none}';" \
+    "Python.h in '${pyinc:-none}')" | tee -a "$log.python" >&2
 fi
 # The qvg CLI where CLI11 is carried in .deps (its headers and CMake files).
 tools=(-DQVG_BUILD_TOOLS=OFF)
