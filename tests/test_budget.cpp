@@ -1,5 +1,5 @@
 // The budget rule (qvg/budget.h) against a brute-force enumeration with the
-// formulas of DESIGN.md / docs/FORMAT.md written out here, its quality model,
+// formulas of docs/FORMAT.md written out here, its quality model,
 // and centroids=auto (CodecConfig::auto_centroids): its C per span, its
 // bytes, its spec. The rule on data: test_budget_trial.cpp.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@ using test::error_of;
 
 // ---- the reference: bits per value by formula, every family member by loops ----------
 
-/// QVG / RTN (DESIGN.md "Size"): b + 8 sb / B + 8 S / D + cb S C / N + per-head
+/// QVG / RTN (docs/FORMAT.md, "QVG and RTN"): b + 8 sb / B + 8 S / D + cb S C / N + per-head
 /// FP32 span scale (and FP32 centroid scale per stage with FP8 centroids).
 double ref_qvg_bits(int bits, int block, int sb, int stages, int cents, bool fp8c, double n, double d) {
   const double cb = fp8c ? 8 : 16;

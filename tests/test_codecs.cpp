@@ -79,7 +79,7 @@ TEST(QvgCodec, BufferSizesMatchTheFormula) {
     EXPECT_EQ(b.ids, size_t(s * 2 * 1000));
     EXPECT_EQ(b.centroids, size_t(s * 2 * (s ? span_config(c, x.tokens).kmeans.centroids : 0) * 128 * 2));
   }
-  // The Self-Forcing span of DESIGN.md: 2.30 bits, 6.97x smaller than BF16
+  // The Self-Forcing span of docs/FORMAT.md ("QVG and RTN"): 2.30 bits, 6.97x smaller than BF16
   // (plus 32 bits per head for the FP32 span scale: 7e-6 bits per value).
   const CodecConfig q = parse_codec_spec("qvg");
   EXPECT_NEAR(qvg_bits_per_value_formula(q, 37440, 128), 2.0 + 0.125 + 0.0625 + 16.0 * 256 / 37440, 1e-5);

@@ -3,7 +3,7 @@
 // hands back the full K and V in token order (keys rotated on read when they
 // are cached before RoPE). Exact memory statistics and save/load for resume.
 //
-// Span policy (DESIGN.md "Streaming"), per layer, chunks numbered 0, 1, ... in
+// Span policy, per layer, chunks numbered 0, 1, ... in
 // the order append receives them:
 //  - A chunk arrives in full precision (BF16 by default).
 //  - Sink: chunks 0 .. sink-1 are never encoded and never evicted.
@@ -29,10 +29,11 @@
 //  - Centroid caching (warm_start): k-means of a new span starts from the
 //    centroids of the previous span of the same layer and role (K / V) for
 //    every stage and head, when that span used the same C; otherwise (the
-//    first span, or a clamped C) it starts from k-means++. The warm-start
-//    state survives the eviction of that span and is saved with the cache.
-//    It saves the k-means++ seeding; on our data it does not cut the Lloyd
-//    iterations (docs/BENCHMARKS.md, "Streaming cache").
+//    first span, or a clamped C) it starts from the codec's k-means init
+//    (d2-rounds by default). The warm-start state survives the eviction of
+//    that span and is saved with the cache. It saves the start; on our data
+//    it does not replace Lloyd iterations (docs/BENCHMARKS.md, "Lloyd
+//    iterations after a warm start").
 //
 // Every method validates its arguments before it changes anything: on a
 // qvg::Error the cache is as it was (strong exception guarantee).

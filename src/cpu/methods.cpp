@@ -224,7 +224,7 @@ PartBytes quarot_bytes(const CodecConfig& c, TensorRole, int64_t heads, int64_t 
   return quarot_expected_bytes(c, heads, tokens, dim);
 }
 
-// Named configurations (DESIGN.md): QVG = INT2 S1 B64 C256; QVG-Pro = INT2 S4 B16 C256, with C
+// Named configurations: QVG = INT2 S1 B64 C256; QVG-Pro = INT2 S4 B16 C256, with C
 // = centroids=auto at CodecConfig's centroid_bits (0.25 bits per value a stage): 256 on spans of
 // 16,384 tokens or more (the paper's Self-Forcing and LongCat spans, 37,440 and 29,640 tokens),
 // floor(N / 64) on shorter ones, so that on any span of 256 tokens or more `qvg` stores at most
