@@ -5,6 +5,7 @@
 # build the given targets, logging to LOG. On
 # failure prints the configure log's tail or the build's errors and exits 1.
 # Shared by scripts/gpu_check.sh and scripts/probes/ (QVG_BUILD_PROBES=ON builds the probes).
+# QVG_GPU_BUILD_DIR (default build-gpu) and QVG_CUDA_ARCHS (default 90a) pick the folder and targets.
 #   scripts/gpu_build.sh LOG TARGET...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,8 @@ fi
 # The qvg CLI where CLI11 is carried in .deps (its headers and CMake files).
 tools=(-DQVG_BUILD_TOOLS=OFF)
 [ -f .deps/share/cmake/CLI11/CLI11Config.cmake ] && tools=(-DQVG_BUILD_TOOLS=ON -DCLI11_DIR="$PWD/.deps/share/cmake/CLI11")
-cmake -S . -B build-gpu -G Ninja "${py[@]}" "${tools[@]}" -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+bdir=${QVG_GPU_BUILD_DIR:-build-gpu}
+cmake -S . -B "$bdir" -G Ninja "${py[@]}" "${tools[@]}" -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${QVG_CUDA_ARCHS:-90a}" \
   -DQVG_WITH_FFMPEG=OFF -DQVG_BUILD_PROBES=${QVG_BUILD_PROBES:-OFF} -Dnlohmann_json_DIR="$PWD/.deps/share/cmake/nlohmann_json" \
   >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
-cmake --build build-gpu -j16 --target "$@" >>"$log" 2>&1 || { grep -E "error" "$log" | head -30; exit 1; }
+cmake --build "$bdir" -j16 --target "$@" >>"$log" 2>&1 || { grep -E "error" "$log" | head -30; exit 1; }

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/assign_tc.cuh"
@@ -130,6 +131,92 @@ TEST(AssignKernel, ResidualOfOffGridCentroidsReadsTheCoreMatrices) {
   REQUIRE_GPU();
   check_residual_paths<64>(true);
   check_residual_paths<128>(true);
+}
+
+// The form for devices with less shared memory (float centroids read through
+// L1, launch_assign_tc picks it from the device's limit) gives the same bits
+// as the form with them staged in shared memory: ids, distances, next points,
+// maxima and the BF16 centroids, for padded C, duplicate centroids, both D and
+// both input types.
+template <int D, typename T>
+void check_float_rows_from_global(int c_count, bool off_grid) {
+  constexpr int kH = 3, kN = 2111;
+  std::mt19937 gen(static_cast<unsigned>(D * 1000 + c_count + off_grid));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(kH) * kN * D);
+  for (float& v : x) v = nd(gen);
+  std::vector<T> xt(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>)
+      xt[i] = x[i];
+    else
+      xt[i] = __float2bfloat16_rn(x[i]);
+  }
+  std::vector<float> cent(static_cast<size_t>(kH) * c_count * D);
+  for (size_t i = 0; i < cent.size(); ++i) cent[i] = off_grid ? nd(gen) : round_bf16(nd(gen));
+  for (int k = 0; k < D; ++k) cent[static_cast<size_t>(c_count - 1) * D + k] = cent[k];  // a duplicate of centroid 0
+  Dev<T> xd(xt.size());
+  Dev<float> cd(cent.size());
+  QVG_CUDA_CHECK(cudaMemcpy(xd.p, xt.data(), xt.size() * sizeof(T), cudaMemcpyHostToDevice));
+  QVG_CUDA_CHECK(cudaMemcpy(cd.p, cent.data(), cent.size() * 4, cudaMemcpyHostToDevice));
+  struct Got {
+    std::vector<uint8_t> ids;
+    std::vector<float> dist;
+    std::vector<uint16_t> next, cb;
+    std::vector<unsigned> xmax, rmax;
+  };
+  auto run = [&](bool in_smem) {
+    Dev<uint8_t> ids(x.size() / D);
+    Dev<float> dist(x.size() / D);
+    Dev<uint16_t> next(x.size()), cb(cent.size());
+    Dev<unsigned> xmax(kH), rmax(kH);
+    QVG_CUDA_CHECK(cudaMemset(xmax.p, 0, kH * 4));
+    QVG_CUDA_CHECK(cudaMemset(rmax.p, 0, kH * 4));
+    AssignOutputs o;
+    o.ids = ids.p;
+    o.dist = dist.p;
+    o.x_max = xmax.p;
+    o.resid_max = rmax.p;
+    o.next = next.p;
+    o.cent_bf16 = cb.p;
+    if (in_smem)
+      QVG_CUDA_CHECK((launch_assign_tc_as<D, T, kAssignWarps, 0, true, true>(xd.p, kN, cd.p, c_count, kH, nullptr, o, 0)));
+    else
+      QVG_CUDA_CHECK((launch_assign_tc_as<D, T, kAssignWarps, 0, true, false>(xd.p, kN, cd.p, c_count, kH, nullptr, o, 0)));
+    QVG_CUDA_CHECK(cudaDeviceSynchronize());
+    Got g{std::vector<uint8_t>(x.size() / D), std::vector<float>(x.size() / D), std::vector<uint16_t>(x.size()),
+          std::vector<uint16_t>(cent.size()), std::vector<unsigned>(kH), std::vector<unsigned>(kH)};
+    QVG_CUDA_CHECK(cudaMemcpy(g.ids.data(), ids.p, g.ids.size(), cudaMemcpyDeviceToHost));
+    QVG_CUDA_CHECK(cudaMemcpy(g.dist.data(), dist.p, g.dist.size() * 4, cudaMemcpyDeviceToHost));
+    QVG_CUDA_CHECK(cudaMemcpy(g.next.data(), next.p, g.next.size() * 2, cudaMemcpyDeviceToHost));
+    QVG_CUDA_CHECK(cudaMemcpy(g.cb.data(), cb.p, g.cb.size() * 2, cudaMemcpyDeviceToHost));
+    QVG_CUDA_CHECK(cudaMemcpy(g.xmax.data(), xmax.p, kH * 4, cudaMemcpyDeviceToHost));
+    QVG_CUDA_CHECK(cudaMemcpy(g.rmax.data(), rmax.p, kH * 4, cudaMemcpyDeviceToHost));
+    return g;
+  };
+  const Got a = run(true), b = run(false);
+  const std::string what = "D = " + std::to_string(D) + ", C = " + std::to_string(c_count) +
+                           (std::is_same_v<T, float> ? ", float" : ", bf16") + (off_grid ? ", off-grid" : "");
+  EXPECT_EQ(a.ids, b.ids) << what;
+  EXPECT_EQ(0, std::memcmp(a.dist.data(), b.dist.data(), a.dist.size() * 4)) << what;
+  EXPECT_EQ(a.next, b.next) << what;
+  EXPECT_EQ(a.cb, b.cb) << what;
+  EXPECT_EQ(a.xmax, b.xmax) << what;
+  EXPECT_EQ(a.rmax, b.rmax) << what;
+  EXPECT_LT((assign_tc_smem<D, false>(c_count)), (assign_tc_smem<D, true>(c_count)));
+}
+
+TEST(AssignKernel, FloatRowsFromGlobalMemoryGiveTheSameBits) {
+  REQUIRE_GPU();
+  for (int c : {40, 64, 256})
+    for (bool off_grid : {false, true}) {
+      check_float_rows_from_global<64, __nv_bfloat16>(c, off_grid);
+      check_float_rows_from_global<128, __nv_bfloat16>(c, off_grid);
+      check_float_rows_from_global<128, float>(c, off_grid);
+    }
+  // The largest form fits the 99 KB a block of Ada and consumer Blackwell cards give.
+  EXPECT_LE((assign_tc_smem<128, false>(256)), 99u * 1024);
+  EXPECT_GT((assign_tc_smem<128, true>(256)), 99u * 1024);
 }
 
 }  // namespace

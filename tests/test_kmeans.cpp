@@ -379,6 +379,28 @@ TEST(KMeans, D2RoundsStartFillsWithTheFirstCentre) {
   EXPECT_EQ(got, d2_rounds_written_out(x, n, d, c, 5));
 }
 
+// The GPU's start on devices without clusters: the subsample gathered, then
+// kmeans_start_from_sample: the same centroids as kmeans_init_ref.
+TEST(KMeans, StartFromTheSampleEqualsTheStartFromAllRows) {
+  for (const KMeansInit init : {KMeansInit::d2_rounds, KMeansInit::kmeanspp}) {
+    for (const int64_t n : {int64_t{60}, int64_t{3000}, int64_t{20000}}) {
+      const int64_t d = 24;
+      const int c = 32;
+      const std::vector<float> x = blobs(n, d, 12, 3);
+      const KMeansPPStart s = init == KMeansInit::d2_rounds ? kmeans_d2_start(n, c, 9) : kmeanspp_start(n, c, 9);
+      std::vector<float> sample;
+      for (int64_t r : s.rows) sample.insert(sample.end(), x.begin() + r * d, x.begin() + (r + 1) * d);
+      EXPECT_EQ(kmeans_start_from_sample(sample.data(), d, c, init, s, 9),
+                kmeans_init_ref(x.data(), n, d, c, init, 9))
+          << "init " << static_cast<int>(init) << " n=" << n;
+    }
+  }
+  const KMeansPPStart s = kmeans_d2_start(100, 8, 1);
+  const std::vector<float> sample(s.rows.size() * 4, 1.0f);
+  EXPECT_THROW(kmeans_start_from_sample(sample.data(), 4, 8, KMeansInit::random, s, 1), Error);
+  EXPECT_THROW(kmeans_start_from_sample(nullptr, 4, 8, KMeansInit::d2_rounds, s, 1), Error);
+}
+
 // random_rows_kernel makes the C draws of the shuffle in parallel, draw i
 // from SplitMix64(seed).discard(i): the i-th draw of one generator.
 TEST(KMeans, SplitMix64DiscardSkipsDraws) {

@@ -111,4 +111,12 @@ KMeansPPStart kmeans_d2_start(int64_t n, int c, uint64_t seed);
 std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, KMeansInit init,
                                    uint64_t seed);
 
+/// kmeans_init_ref's `kmeanspp` or `d2_rounds` start from its subsample
+/// alone: sample holds the rows start.rows of x, in that order (m x d), and
+/// start is kmeanspp_start or kmeans_d2_start of (n, c, seed). The same
+/// centroids as kmeans_init_ref(x, n, d, c, init, seed). The GPU encode uses
+/// it where the device has no thread-block clusters (before sm_90).
+std::vector<float> kmeans_start_from_sample(const float* sample, int64_t d, int c, KMeansInit init,
+                                            const KMeansPPStart& start, uint64_t seed);
+
 }  // namespace qvg

@@ -121,14 +121,13 @@ KMeansPPStart sample_start(int64_t n, int c, uint64_t seed, int64_t per_centroid
   return s;
 }
 
-/// The `d2_rounds` start (kmeans.h states the rule).
-std::vector<float> d2_rounds_init(const float* x, int64_t d, int c, const KMeansPPStart& start, uint64_t seed) {
+/// The `d2_rounds` start (kmeans.h states the rule) on the m sample rows.
+std::vector<float> d2_rounds_init(const float* sample, int64_t d, int c, const KMeansPPStart& start, uint64_t seed) {
   const auto m = static_cast<int64_t>(start.rows.size());
   SplitMix64 rng(seed);
   rng.discard(start.draws);
   RowMat xs(m, d);
-  for (int64_t i = 0; i < m; ++i)
-    std::transform(x + start.rows[i] * d, x + start.rows[i] * d + d, xs.row(i).data(), round_bf16);
+  for (int64_t i = 0; i < m; ++i) std::transform(sample + i * d, sample + i * d + d, xs.row(i).data(), round_bf16);
   const Eigen::VectorXf xnorm = xs.rowwise().squaredNorm();
   std::vector<float> best(static_cast<size_t>(m), std::numeric_limits<float>::infinity());
   std::vector<int64_t> centres{start.first}, fresh{start.first};
@@ -178,25 +177,34 @@ KMeansPPStart kmeans_d2_start(int64_t n, int c, uint64_t seed) { return sample_s
 std::vector<float> kmeans_init_ref(const float* x, int64_t n, int64_t d, int c, KMeansInit init,
                                    uint64_t seed) {
   check_args(x, n, d, c);
-  SplitMix64 rng(seed);
-  std::vector<float> cent(static_cast<size_t>(c * d));
   if (init == KMeansInit::random) {
+    std::vector<float> cent(static_cast<size_t>(c * d));
     const std::vector<int64_t> rows = kmeans_random_rows(n, c, seed);
     for (int64_t i = 0; i < c; ++i) std::copy_n(x + rows[i] * d, d, cent.data() + i * d);
     return cent;
   }
-  if (init == KMeansInit::d2_rounds) return d2_rounds_init(x, d, c, kmeans_d2_start(n, c, seed), seed);
-  // k-means++ on a seeded subsample of at most kPlusPlusPointsPerCentroid * c
-  // points: the first centre uniform, each next one with probability
-  // proportional to the squared distance to the nearest chosen centre.
-  const KMeansPPStart start = kmeanspp_start(n, c, seed);
-  const std::vector<int64_t>& sample = start.rows;
-  const auto m = static_cast<int64_t>(sample.size());
+  const KMeansPPStart start = init == KMeansInit::d2_rounds ? kmeans_d2_start(n, c, seed) : kmeanspp_start(n, c, seed);
+  std::vector<float> sample(start.rows.size() * static_cast<size_t>(d));
+  for (size_t i = 0; i < start.rows.size(); ++i) std::copy_n(x + start.rows[i] * d, d, sample.data() + i * d);
+  return kmeans_start_from_sample(sample.data(), d, c, init, start, seed);
+}
+
+std::vector<float> kmeans_start_from_sample(const float* sample, int64_t d, int c, KMeansInit init,
+                                            const KMeansPPStart& start, uint64_t seed) {
+  const auto m = static_cast<int64_t>(start.rows.size());
+  QVG_CHECK(init != KMeansInit::random, "kmeans_start_from_sample: the random start takes no sample");
+  QVG_CHECK(sample != nullptr && d > 0 && c >= 1 && c <= 256 && c <= m && start.first >= 0 && start.first < m,
+            "kmeans_start_from_sample: ", m, " sample rows of dim ", d, ", ", c, " centroids, first ", start.first);
+  if (init == KMeansInit::d2_rounds) return d2_rounds_init(sample, d, c, start, seed);
+  // k-means++ on the seeded subsample: the first centre uniform, each next
+  // one with probability proportional to the squared distance to the nearest
+  // chosen centre.
+  std::vector<float> cent(static_cast<size_t>(c * d));
+  SplitMix64 rng(seed);
   rng.discard(start.draws);
   // Sampled points as one matrix; squared distances to a new centre come from
   // one matrix-vector product: ||x||^2 - 2 x.c + ||c||^2 (clamped at 0).
-  RowMat xs(m, d);
-  for (int64_t i = 0; i < m; ++i) std::copy_n(x + sample[i] * d, d, xs.row(i).data());
+  const RowMat xs = ConstMap(sample, m, d);
   const Eigen::VectorXf xnorm = xs.rowwise().squaredNorm();
   std::vector<float> best(static_cast<size_t>(m), std::numeric_limits<float>::infinity());
   Eigen::VectorXf dots(m);

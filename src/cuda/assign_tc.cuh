@@ -175,11 +175,14 @@ __device__ __forceinline__ void load_lane_row(const T* __restrict__ xrow, int t,
 }
 
 /// Shared memory of assign_tc_kernel for C centroids: bf16 (logical order,
-/// core matrices), float (lane order, padded rows), and per centroid
-/// -||c||^2 / 2, ||c||, ||c - bf16(c)|| and a hash of its values.
-template <int D>
+/// core matrices), float (dim order, padded rows) where kFloatInSmem, and
+/// per centroid -||c||^2 / 2, ||c||, ||c - bf16(c)|| and a hash of its
+/// values; without the float rows, one row of D zeros (the padded rows).
+template <int D, bool kFloatInSmem = true>
 constexpr size_t assign_tc_smem(int c_count) {
-  return static_cast<size_t>(assign_c_pad(c_count)) * (D * 2 + (D + 4) * sizeof(float) + 4 * sizeof(float));
+  return static_cast<size_t>(assign_c_pad(c_count)) *
+             (D * 2 + (kFloatInSmem ? (D + 4) * sizeof(float) : 0) + 4 * sizeof(float)) +
+         (kFloatInSmem ? 0 : D * sizeof(float));
 }
 
 /// Rows of x one loop unit of assign_tc_kernel covers, and the warps that
@@ -194,17 +197,20 @@ constexpr int kUnitWarps = kWg ? 4 : 1;
 /// The loop units (kUnitRows rows) go to the block's warps (warpgroups for
 /// wgmma) in turn across the head's blocks.
 /// Heads with active[h] == 0 are skipped. cent: float centroids [H][C][D].
-/// kWg: wgmma products (else mma.sync). kProbe != 0 leaves one phase out,
+/// kWg: wgmma products (else mma.sync). kFloatInSmem: the float centroids
+/// staged in shared memory (else read from cent through L1: the form for
+/// devices with less than assign_tc_smem<D>(C) of shared memory a block;
+/// the same bits either way). kProbe != 0 leaves one phase out,
 /// for timing by difference only (bench_assign_probe; the outputs are then
 /// wrong): 1 = the exact phase, 2 = the top-two epilogue, 3 = the
 /// tensor-core products, 4 = the loads of x (bf16 only: made-up values).
-template <int D, typename T, int kWarps, int kProbe = 0, bool kWg = true>
+template <int D, typename T, int kWarps, int kProbe = 0, bool kWg = true, bool kFloatInSmem = true>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens, const float* __restrict__ cent, int c_count,
                      const int* __restrict__ active, AssignOutputs out) {
   static_assert(D == 64 || D == 128, "tensor-core assignment: D = 64 or 128");
   static_assert(kWarps % kUnitWarps<kWg> == 0, "wgmma: whole warpgroups");
-  constexpr int kFStride = D + 4;      // floats per smem row
+  constexpr int kFStride = kFloatInSmem ? D + 4 : D;  // floats per float row
   constexpr int kSteps = D / 16;       // k-steps of the products
   constexpr int kLaneChunks = D / 32;  // 8-dim chunks per lane per row
   constexpr int kMT = kWg ? 1 : 2;     // m16 tiles (16 rows) per warp
@@ -214,16 +220,25 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   extern __shared__ __align__(128) unsigned char tc_smem[];
   const int c_pad = assign_c_pad(c_count);
   __nv_bfloat16* cs = reinterpret_cast<__nv_bfloat16*>(tc_smem);  // core matrices, logical order
-  float* cf = reinterpret_cast<float*>(cs + c_pad * D);           // (c_pad, kFStride), lane order
-  float* c_init = cf + c_pad * kFStride;                           // (c_pad): -||c||^2 / 2; -FLT_MAX past C
+  float* cf = reinterpret_cast<float*>(cs + c_pad * D);           // (c_pad, kFStride), dim order (kFloatInSmem)
+  float* c_init = cf + (kFloatInSmem ? c_pad * kFStride : 0);      // (c_pad): -||c||^2 / 2; -FLT_MAX past C
   float* c_len = c_init + c_pad;                                   // (c_pad): ||c||
   float* c_dev = c_len + c_pad;                                    // (c_pad): ||c - bf16(c)||
   uint32_t* c_hash = reinterpret_cast<uint32_t*>(c_dev + c_pad);   // (c_pad): hash of the values
+  float* zero_row = reinterpret_cast<float*>(c_hash + c_pad);      // (D): zeros (not kFloatInSmem)
   // The warp index through a shuffle: the compiler then knows it is the
   // same across the warp (the loop over units stays uniform for wgmma).
   const int lane = threadIdx.x & 31, warp = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x >> 5), 0);
   const int g = lane >> 2, t = lane & 3;
   const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
+  // Centroid c's float row (kFStride apart): in shared memory, or in cent
+  // with the padded rows (c >= C) reading zeros.
+  auto crow = [&](int c) -> const float* {
+    if constexpr (kFloatInSmem)
+      return cf + c * kFStride;
+    else
+      return c < c_count ? ch + static_cast<int64_t>(c) * D : zero_row;
+  };
 
   // Stage the head's centroids: float (16-byte pieces, padded rows), then
   // bf16 in logical order from it (the pairs at logical k = 8 m + 2 i sit
@@ -233,15 +248,17 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     const int c = i / (D / 4), q = i % (D / 4);  // q: 16-byte piece of the row
     const float4 v = c < c_count ? __ldg(reinterpret_cast<const float4*>(ch + static_cast<int64_t>(c) * D + 4 * q))
                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    *reinterpret_cast<float4*>(cf + c * kFStride + 4 * q) = v;
+    if constexpr (kFloatInSmem) *reinterpret_cast<float4*>(cf + c * kFStride + 4 * q) = v;
     if (out.cent_bf16 && blockIdx.x == 0 && c < c_count)  // the stored centroids (the encoder's: BF16 values)
       *reinterpret_cast<uint2*>(out.cent_bf16 + (static_cast<int64_t>(h) * c_count + c) * D + 4 * q) =
           make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
   }
+  if constexpr (!kFloatInSmem)
+    for (int i = threadIdx.x; i < D; i += blockDim.x) zero_row[i] = 0.0f;
   __syncthreads();
   for (int i = threadIdx.x; i < c_pad * (D / 8); i += blockDim.x) {
     const int c = i / (D / 8), m = i % (D / 8);
-    const float* row = cf + c * kFStride;
+    const float* row = crow(c);
     uint32_t w[4];
 #pragma unroll
     for (int tp = 0; tp < 4; ++tp) {
@@ -258,7 +275,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     uint32_t hv = 0u, off_grid = 0u;
 #pragma unroll
     for (int k = part; k < D; k += 8) {
-      const float v = cf[c * kFStride + k], dv = v - round_bf16_dev(v);  // exact
+      const float v = crow(c)[k], dv = v - round_bf16_dev(v);  // exact
       s = fmaf(v, v, s);
       e = fmaf(dv, dv, e);
       off_grid |= dv != 0.0f;
@@ -292,7 +309,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     for (int o = i & 1; o < c && !dup; o += 2) {
       if (c_hash[o] != c_hash[c]) continue;
       bool same = true;
-      for (int k = 0; k < D && same; ++k) same = cf[o * kFStride + k] == cf[c * kFStride + k];
+      for (int k = 0; k < D && same; ++k) same = crow(o)[k] == crow(c)[k];
       dup = same;
     }
     if (dup) c_init[c] = -FLT_MAX;
@@ -574,10 +591,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             for (int k = 0; k < D / 4; ++k) xv[k] = 0.0f;
             if (live && (want_dist || want_resid || rerank)) load_lane_row<D>(xh + n * D, t, xv);
           }
-          // The float centroids in shared memory, dim order: lane t's chunk
-          // c at lane_chunk(t, c) * 8 = (4 c + t) * 8.
-          const float* c1 = cf + i1 * kFStride + 8 * t;
-          const float* c2 = cf + i2 * kFStride + 8 * t;  // i2 < c_pad: a padded row reads zeros
+          // The float centroids, dim order: lane t's chunk c at
+          // lane_chunk(t, c) * 8 = (4 c + t) * 8.
+          const float* c1 = crow(i1) + 8 * t;
+          const float* c2 = crow(i2) + 8 * t;  // i2 < c_pad: a padded row reads zeros
           bool second_wins = false, exact_cmp = false;
           if (__any_sync(0xFFFFFFFFu, rerank)) {
             // (d2 - d1) / 2 = sum (c1 - c2)(x - (c1 + c2) / 2) in fp32 with
@@ -660,7 +677,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
                        make_uint4(packed[0], packed[1], packed[2], packed[3]));
             };
             if (from_float) {
-              const float* cp = cf + pick * kFStride + 8 * t;
+              const float* cp = crow(pick) + 8 * t;
 #pragma unroll
               for (int c = 0; c < kLaneChunks; ++c) {
                 float lo[4], hi[4];
@@ -706,16 +723,17 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 /// lane holds its rows' A fragments: D / 2 registers per 16 rows).
 constexpr int kAssignWarps = 16;
 
-/// Launch assign_tc_kernel over heads [0, heads) of x ([H][N][D] of T on
-/// the device) with centroids cent ([H][C][D] float). Blocks per head: as
-/// many as fill the device once, at least one. The maxima in `o` must have
-/// been zeroed for the active heads. Returns the first CUDA error.
-template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true>
-cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
-                             const AssignOutputs& o, cudaStream_t s) {
+/// Launch assign_tc_kernel (the given form) over heads [0, heads) of x
+/// ([H][N][D] of T on the device) with centroids cent ([H][C][D] float).
+/// Blocks per head: as many as fill the device once, at least one. The
+/// maxima in `o` must have been zeroed for the active heads. Returns the
+/// first CUDA error.
+template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true, bool kFloatInSmem = true>
+cudaError_t launch_assign_tc_as(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
+                                const AssignOutputs& o, cudaStream_t s) {
   if (c < 1 || c > kAssignMaxCentroids || heads < 1 || heads > 65535 || n < 1) return cudaErrorInvalidValue;
-  const size_t smem = assign_tc_smem<D>(c);
-  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe, kWg>;
+  const size_t smem = assign_tc_smem<D, kFloatInSmem>(c);
+  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe, kWg, kFloatInSmem>;
   // Every launch: the attribute belongs to the current device's context.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -733,6 +751,20 @@ cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, in
   kernel<<<dim3(static_cast<unsigned>(per_head), static_cast<unsigned>(heads)), kWarps * 32, smem, s>>>(x, n, cent, c,
                                                                                                       active, o);
   return cudaGetLastError();
+}
+
+/// launch_assign_tc_as with the float centroids in shared memory where the
+/// device has room for them (a block of Hopper: 227 KB; Ampere A100: 163 KB;
+/// other Ampere, Ada and Blackwell cards: 99 KB), else read through L1.
+template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true>
+cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
+                             const AssignOutputs& o, cudaStream_t s) {
+  int dev = 0, optin = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) return e;
+  if (assign_tc_smem<D>(c) <= static_cast<size_t>(optin))
+    return launch_assign_tc_as<D, T, kWarps, kProbe, kWg, true>(x, n, cent, c, heads, active, o, s);
+  return launch_assign_tc_as<D, T, kWarps, kProbe, kWg, false>(x, n, cent, c, heads, active, o, s);
 }
 
 /// dist[h][n] = ||x - cent[ids[h][n]]||^2 (the assignment's sums, term by

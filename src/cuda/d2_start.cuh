@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 
+#include "cuda/arch.cuh"
 #include "cuda/qvg_kernels.cuh"
 #include "cuda/tensor_core.cuh"
 #include "qvg/kmeans.h"
@@ -160,6 +161,7 @@ __global__ void __cluster_dims__(kD2Blocks, 1, 1) __launch_bounds__(kD2Threads)
                     const int64_t* __restrict__ first, const uint64_t* __restrict__ seeds, uint64_t draws,
                     float* __restrict__ cent) {
   static_assert(D == 64 || D == 128, "the d2_rounds start on the GPU: D = 64 or 128");
+#if QVG_HAVE_CLUSTERS
   namespace cg = cooperative_groups;
   using SumScan = cub::BlockScan<double, kD2Threads>;
   using CountScan = cub::BlockScan<int, kD2Threads>;
@@ -295,6 +297,9 @@ __global__ void __cluster_dims__(kD2Blocks, 1, 1) __launch_bounds__(kD2Threads)
       const int slot = picked + i / D, k = i % D;
       ch[static_cast<int64_t>(slot) * D + k] = round_bf16_dev(load_as_float(xh + static_cast<int64_t>(rh[f]) * D + k));
     }
+#else
+  __trap();  // never launched: without clusters Encoder::start_on_host takes the start instead
+#endif
 }
 
 }  // namespace qvg::cuda

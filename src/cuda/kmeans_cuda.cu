@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "cuda/arch.cuh"
 #include "cuda/assign_tc.cuh"
 #include "cuda/d2_start.cuh"
 #include "cuda/dispatch.h"
@@ -199,6 +200,8 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
       pp.first.upload(pp_first.data(), pp_first.size(), stream);
       pp.seeds.upload(pp_seeds.data(), pp_seeds.size(), stream);
       QVG_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors go out of scope
+      pp.host = std::move(starts);
+      pp.host_seeds = std::move(pp_seeds);
       pp.n = N;
       pp.c = C;
       pp.h = H;
@@ -209,19 +212,57 @@ void Encoder::kmeans_start(const T* data, const QvgShape& sh, int stage, const G
     const int m = pp.m;
     with_head_dim(D, [&](auto dim) {
       constexpr int kD = decltype(dim)::value;
-      if (d2) {
-        auto* kernel = d2_start_kernel<T, kD>;
-        const size_t smem = d2_smem<kD>(m);
+      const void* kernel = d2 ? reinterpret_cast<const void*>(d2_start_kernel<T, kD>)
+                              : reinterpret_cast<const void*>(kmeanspp_kernel<T, kD>);
+      const size_t smem = d2 ? d2_smem<kD>(m) : kmeanspp_smem(m);
+      if (!kernel_has_clusters(kernel) || smem > static_cast<size_t>(smem_optin())) {
+        start_on_host(data, sh, pp, stream);
+      } else if (d2) {
         QVG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        kernel<<<dim3(kD2Blocks, static_cast<unsigned>(H)), kD2Threads, smem, stream>>>(
+        d2_start_kernel<T, kD><<<dim3(kD2Blocks, static_cast<unsigned>(H)), kD2Threads, smem, stream>>>(
             data, N, pp.rows.get(), m, C, pp.first.get(), pp.seeds.get(), pp.draws, cent_.get());
       } else {
-        kmeanspp_kernel<T, kD><<<dim3(kPPBlocks, static_cast<unsigned>(H)), kPPThreads, kmeanspp_smem(m), stream>>>(
+        kmeanspp_kernel<T, kD><<<dim3(kPPBlocks, static_cast<unsigned>(H)), kPPThreads, smem, stream>>>(
             data, N, pp.rows.get(), m, C, pp.first.get(), pp.seeds.get(), pp.draws, cent_.get());
       }
     });
     QVG_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+// Before sm_90 (no thread-block clusters), or where a block's shared memory
+// cannot hold the kernel's slice of the sample, the start runs on the host: the
+// sample rows gathered on the device (exact values) and downloaded in groups
+// of heads of at most 2^24 floats, each head's start by the CPU reference
+// from its sample (all cores), the centroids rounded to BF16 as kmeans_ref
+// rounds them, uploaded into cent_. The same centroids as the CPU reference.
+template <typename T>
+void Encoder::start_on_host(const T* data, const QvgShape& sh, const PPStart& pp, cudaStream_t stream) {
+  const int H = sh.heads, C = sh.centroids, D = sh.dim, m = pp.m;
+  const int64_t N = sh.tokens;
+  const int64_t per_head = static_cast<int64_t>(m) * D;
+  const int group = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 24) / per_head, 1, H));
+  std::vector<float> sample(static_cast<size_t>(group * per_head));
+  std::vector<float> cent(static_cast<size_t>(H) * C * D);
+  sample_.resize(sample.size());
+  for (int h0 = 0; h0 < H; h0 += group) {
+    const int g = std::min(group, H - h0);
+    gather_rows_kernel<T, int, false><<<blocks_for(g * per_head), kThreads, 0, stream>>>(
+        data + static_cast<int64_t>(h0) * N * D, N, D, m, pp.rows.get() + static_cast<int64_t>(h0) * m, g,
+        sample_.get());
+    QVG_CUDA_CHECK(cudaGetLastError());
+    sample_.download(sample.data(), static_cast<size_t>(g * per_head), stream);
+    QVG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    parallel_for(g, 0, [&](int64_t i) {
+      const int64_t h = h0 + i;
+      const std::vector<float> c = kmeans_start_from_sample(sample.data() + i * per_head, D, C, pp.init,
+                                                             pp.host[static_cast<size_t>(h % pp.period)],
+                                                             pp.host_seeds[static_cast<size_t>(h)]);
+      std::transform(c.begin(), c.end(), cent.begin() + h * C * D, round_bf16);
+    });
+  }
+  QVG_CUDA_CHECK(cudaMemcpyAsync(cent_.get(), cent.data(), cent.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+  QVG_CUDA_CHECK(cudaStreamSynchronize(stream));  // cent goes out of scope
 }
 
 template <typename T>

@@ -655,16 +655,18 @@ static __global__ void random_rows_kernel(int64_t n, int c, uint64_t seed_base, 
   }
 }
 
-/// Gather rows of x as initial centroids: cent[h][c] = bf16(x[h][rows[h*C + c]]).
-template <typename T>
+/// Gather rows of x: cent[h][c] = bf16(x[h][rows[h*C + c]]) (the random
+/// start's centroids), or the exact values where kBf16 is false (a sample).
+template <typename T, typename Index = int64_t, bool kBf16 = true>
 __global__ void gather_rows_kernel(const T* __restrict__ x, int64_t n_tokens, int d, int c_count,
-                                   const int64_t* __restrict__ rows, int heads, float* __restrict__ cent) {
+                                   const Index* __restrict__ rows, int heads, float* __restrict__ cent) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= static_cast<int64_t>(heads) * c_count * d) return;
   const int64_t hc = g / d;
   const int k = static_cast<int>(g % d);
   const int h = static_cast<int>(hc / c_count);
-  cent[g] = round_bf16(load_as_float(x + (static_cast<int64_t>(h) * n_tokens + rows[hc]) * d + k));  // BF16 values
+  const float v = load_as_float(x + (static_cast<int64_t>(h) * n_tokens + rows[hc]) * d + k);
+  cent[g] = kBf16 ? round_bf16(v) : v;
 }
 
 }  // namespace qvg::cuda

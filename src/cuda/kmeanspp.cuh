@@ -30,6 +30,7 @@
 
 #include <cstdint>
 
+#include "cuda/arch.cuh"
 #include "cuda/qvg_kernels.cuh"
 #include "qvg/half.h"
 #include "util/rng.h"
@@ -95,6 +96,7 @@ __global__ void __cluster_dims__(kPPBlocks, 1, 1) __launch_bounds__(kPPThreads)
                     const int64_t* __restrict__ first, const uint64_t* __restrict__ seeds,
                     uint64_t draws, float* __restrict__ cent) {
   static_assert(D == 64 || D == 128, "k-means++ on the GPU: D = 64 or 128");
+#if QVG_HAVE_CLUSTERS
   namespace cg = cooperative_groups;
   constexpr int kWarps = kPPThreads / 32;
   using Scan = cub::BlockScan<double, kPPThreads>;
@@ -208,6 +210,9 @@ __global__ void __cluster_dims__(kPPBlocks, 1, 1) __launch_bounds__(kPPThreads)
     for (int rank = 0; rank < kPPBlocks; ++rank) p = min(p, part_pick[rank]);
     pick = p < m ? p : m - 1;
   }
+#else
+  __trap();  // never launched: without clusters Encoder::start_on_host takes the start instead
+#endif
 }
 
 }  // namespace qvg::cuda

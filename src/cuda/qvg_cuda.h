@@ -254,7 +254,14 @@ class Encoder {
     DeviceBuffer<int> rows;         // samples [H][m]
     DeviceBuffer<int64_t> first;    // first centre of each head
     DeviceBuffer<uint64_t> seeds;   // each head's seed
+    std::vector<KMeansPPStart> host;   // the starts of heads 0 .. period - 1 (head h: host[h % period])
+    std::vector<uint64_t> host_seeds;  // each head's seed
   };
+  /// The start from the sample on the host (kmeans_start_from_sample) into
+  /// cent_, where the device's form of the start kernel has no clusters.
+  template <typename T>
+  void start_on_host(const T* data, const QvgShape& sh, const PPStart& pp, cudaStream_t stream);
+  DeviceBuffer<float> sample_;  // start_on_host: the sample rows of a group of heads
   std::vector<PPStart> pp_;  // by stage
 };
 
