@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Configure build-gpu (CUDA for sm_90a, no FFmpeg, the CLI where CLI11 is carried; nlohmann-json
-# from the carried .deps; the Python module against python3 where that
-# interpreter has pybind11 and its headers, as PyTorch's venv there has) and
+# from the carried .deps, which scripts/make_deps.sh fills; the Python module against python3 where
+# that interpreter has pybind11 and its headers, as PyTorch's venv there has, and .deps has DLPack) and
 # build the given targets, logging to LOG. On
 # failure prints the configure log's tail or the build's errors and exits 1.
 # Shared by scripts/gpu_check.sh and scripts/probes/ (QVG_BUILD_PROBES=ON builds the probes).
@@ -27,6 +27,7 @@ else
 fi
 # The qvg CLI where CLI11 is carried in .deps (its headers and CMake files).
 tools=(-DQVG_BUILD_TOOLS=OFF)
+[ -f .deps/include/dlpack/dlpack.h ] || echo "gpu_build.sh: no .deps/include/dlpack (scripts/make_deps.sh): no Python module" >&2
 [ -f .deps/share/cmake/CLI11/CLI11Config.cmake ] && tools=(-DQVG_BUILD_TOOLS=ON -DCLI11_DIR="$PWD/.deps/share/cmake/CLI11")
 bdir=${QVG_GPU_BUILD_DIR:-build-gpu}
 cmake -S . -B "$bdir" -G Ninja "${py[@]}" "${tools[@]}" -DCMAKE_BUILD_TYPE=Release -DQVG_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${QVG_CUDA_ARCHS:-90a}" \
