@@ -269,10 +269,10 @@ std::string bits_warning(const CodecConfig& c, double bits_per_value, int64_t to
   char b[512];
   std::snprintf(b, sizeof b,
                 "%s stores %.2f bits per value on spans of %lld tokens, more than %g: its metadata (%s) outweighs "
-                "its %d-bit codes; fewer centroids (centroids=auto), larger blocks or a budget of bits (bits=) keep "
+                "its %g-bit codes; fewer centroids (centroids=auto), larger blocks or a budget of bits (bits=) keep "
                 "it smaller",
                 c.name.c_str(), bits_per_value, static_cast<long long>(tokens), limit,
-                describe(span_config(c, std::max<int64_t>(tokens, 1))).c_str(), c.bits);
+                describe(span_config(c, std::max<int64_t>(tokens, 1))).c_str(), code_bits(c));
   return b;
 }
 
