@@ -36,7 +36,8 @@ HeadTensor normal_tensor(int64_t heads, int64_t tokens, int64_t dim, uint64_t se
     for (int64_t i = 0; i < tokens; ++i) {
       const double token_scale = 0.25 + 2.0 * static_cast<double>(i % 7) / 7.0;  // uneven token RMS
       for (int64_t q = 0; q < dim; ++q)
-        x.head(h)[i * dim + q] = static_cast<float>(rng.normal() * token_scale * (1.0 + 0.1 * static_cast<double>(q % 5)));
+        x.head(h)[i * dim + q] =
+            static_cast<float>(rng.normal() * token_scale * (1.0 + 0.1 * static_cast<double>(q % 5)));
     }
   return x;
 }
@@ -118,7 +119,8 @@ TEST(CqCodec, DecodeEqualsTheDirectComputationFromTheParts) {
     auto centroid = [&](int64_t s, int64_t h, int64_t id, int64_t q) -> float {
       const size_t at = static_cast<size_t>(((s * k.heads + h) * C + id) * d + q);
       if (!fp8) return bf16_to_float(static_cast<uint16_t>(e.centroids[2 * at] | (e.centroids[2 * at + 1] << 8)));
-      return fp8_e4m3_to_float(e.centroids[at]) * f32(e.centroids, static_cast<size_t>(S * k.heads * C * d) / 4 + s * k.heads + h);
+      const size_t scale_at = static_cast<size_t>(S * k.heads * C * d) / 4 + static_cast<size_t>(s * k.heads + h);
+      return fp8_e4m3_to_float(e.centroids[at]) * f32(e.centroids, scale_at);
     };
     for (int64_t h = 0; h < k.heads; ++h)
       for (int64_t i = 0; i < n; ++i) {
@@ -166,7 +168,8 @@ TEST(CqCodec, EncoderStoresTokenRmsAndTheNearestStoredCodeword) {
         const double a = u0 - books[(j * 8 + w) * 2], bb = u1 - books[(j * 8 + w) * 2 + 1];
         return a * a + bb * bb;
       };
-      for (int w = 0; w < 8; ++w) EXPECT_LE(dist(idx[j]), dist(w) * (1 + 1e-5) + 1e-9) << "token " << i << " group " << j;
+      for (int w = 0; w < 8; ++w)
+        EXPECT_LE(dist(idx[j]), dist(w) * (1 + 1e-5) + 1e-9) << "token " << i << " group " << j;
     }
   }
 }
@@ -185,6 +188,21 @@ TEST(CqCodec, DeterministicAndThreadIndependent) {
   const EncodedTensor e2 = make_codec(config_for_heads(c, 2))->encode(last, one);
   const int64_t row = cq_row_bytes(c, x.dim);
   EXPECT_TRUE(std::equal(e2.codes.begin(), e2.codes.end(), a.codes.begin() + 2 * x.tokens * row));
+}
+
+TEST(CqCodec, ZerosAndSingleTokensDecodeExactly) {
+  for (const char* spec : {"qvg:code=cq,stages=0", "qvg:code=cq,centroids=1",
+                           "qvg:code=cq,cq_dim=8,cq_codewords=256,centroid_format=fp8"}) {
+    SCOPED_TRACE(spec);
+    const auto codec = make_codec(spec);
+    HeadTensor zeros(2, 5, 16), y;
+    codec->decode(codec->encode(zeros), y);
+    for (float v : y.data) ASSERT_EQ(v, 0.0f);
+    HeadTensor one(1, 1, 16);  // one token: its own centroid (S = 1) or its own codewords
+    for (int q = 0; q < 16; ++q) one.data[q] = static_cast<float>(q % 3) - 1.0f;
+    codec->decode(codec->encode(one), y);
+    EXPECT_LT(compare(one, y).mse, 0.05);
+  }
 }
 
 // ---- bytes -----------------------------------------------------------------------------
@@ -304,7 +322,8 @@ TEST(CqChecks, DamagedPartsAreRefused) {
 
 TEST(CqChecks, CudaRefusesTheCode) {
   const CodecConfig c = parse_codec_spec("qvg:code=cq");
-  EXPECT_NE(error_of([&] { check_cuda_supported(c); }).find("code=cq (codebook residual code) has no CUDA encode or decode"),
+  EXPECT_NE(error_of([&] { check_cuda_supported(c); })
+                .find("code=cq (codebook residual code) has no CUDA encode or decode"),
             std::string::npos);
   EXPECT_NO_THROW(check_cuda_supported(parse_codec_spec("qvg")));
   EXPECT_NO_THROW(check_cuda_supported(parse_codec_spec("kivi")));
@@ -400,7 +419,8 @@ TEST(CqQuality, BeatsInt2AtEqualBitsAndMoreCodewordsLessError) {
 TEST(CqBudget, TheFamilyStaysWithinTheBudgetAndIntStaysInt) {
   const CodecConfig cq = parse_codec_spec("qvg:code=cq");
   EXPECT_EQ(budget_fields_of(cq), (std::vector<std::string>{"stages", "centroids", "cq_dim", "cq_codewords"}));
-  EXPECT_EQ(budget_fields_of(parse_codec_spec("qvg")), (std::vector<std::string>{"bits", "block", "stages", "centroids"}));
+  EXPECT_EQ(budget_fields_of(parse_codec_spec("qvg")),
+            (std::vector<std::string>{"bits", "block", "stages", "centroids"}));
   for (double budget : {1.5, 2.0, 2.5}) {
     const BudgetChoice c = choose_for_budget_any_format(cq, budget, 768, 128);
     ASSERT_TRUE(c.reachable) << budget;

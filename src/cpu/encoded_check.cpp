@@ -100,8 +100,9 @@ void check_qvg_values(const EncodedTensor& e, const HeadTensor* decoded) {
       double m = 0;
       for (size_t q = 0; q < books.size(); ++q) {
         const int64_t v = static_cast<int64_t>(q);
-        QVG_CHECK(std::isfinite(books[q]), "encoded tensor: part 'centroids' holds a non-finite codeword value at head ",
-                  h, ", channel group ", v / (k * g), ", codeword ", v / g % k, ", channel ", v % g);
+        QVG_CHECK(std::isfinite(books[q]),
+                  "encoded tensor: part 'centroids' holds a non-finite codeword value at head ", h,
+                  ", channel group ", v / (k * g), ", codeword ", v / g % k, ", channel ", v % g);
         m = std::max(m, static_cast<double>(std::fabs(books[q])));
       }
       level[static_cast<size_t>(h)] = m;

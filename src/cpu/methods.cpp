@@ -182,7 +182,9 @@ const std::vector<CodecField>& codec_fields() {
        check_centroid_bits},
       {"code", "int|cq", false,
        [](const CodecConfig& c) { return std::string(kCodeNames[static_cast<int>(c.code)]); },
-       [](CodecConfig& c, const std::string& v) { c.code = static_cast<ResidualCode>(parse_choice("code", v, kCodeNames)); },
+       [](CodecConfig& c, const std::string& v) {
+         c.code = static_cast<ResidualCode>(parse_choice("code", v, kCodeNames));
+       },
        check_nothing, "int"},
       {"cq_dim", "1|2|4|8", true, [](const CodecConfig& c) { return int_text(c.cq_dim); },
        [](CodecConfig& c, const std::string& v) { c.cq_dim = parse_int("cq_dim", v); }, check_cq_dim},
