@@ -603,7 +603,11 @@ TEST(ConfigSpec, KeysTheMethodDoesNotReadAreRefused) {
       {"quarot:group=32", "codec option 'group' in 'quarot:group=32' does nothing for method quarot (it reads bits)"},
       {"qvg:residual=4", "codec option 'residual' in 'qvg:residual=4' does nothing for method qvg (it reads bits, "
                          "block, scale, levels, stages, centroids, iters, tol, init, seed, centroid_format, "
-                         "centroid_bits)"},
+                         "centroid_bits, code, cq_dim, cq_codewords)"},
+      {"qvg:code=cq,bits=4", "codec option 'bits' in 'qvg:code=cq,bits=4' does nothing with code=cq (this config "
+                             "reads stages, centroids, iters, tol, init, seed, centroid_format, centroid_bits, code, "
+                             "cq_dim, cq_codewords)"},
+      {"qvg:cq_dim=4", "codec option 'cq_dim' in 'qvg:cq_dim=4' does nothing with code=int"},
       {"kivi:block=16", "codec option 'block' in 'kivi:block=16' does nothing for method kivi (it reads bits, group, "
                         "residual)"},
       {"qvg-pro-int4:group=8", "does nothing for method qvg"},

@@ -29,6 +29,8 @@ double span_bits_per_value(const CodecConfig& c, int64_t tokens, int64_t dim);
 ///   group      the divisors of dim up to 4096 (KIVI's value groups split dim)
 ///   stages     1 .. c.stages (0 when c.stages is 0)
 ///   centroids  1 .. min(256, tokens)
+///   cq_dim     1, 2, 4, 8 that divide dim (qvg with code=cq)
+///   cq_codewords  2, 4, 8, .. 256 (qvg with code=cq)
 /// Throws qvg::Error for any other key.
 std::vector<int> budget_field_values(const CodecConfig& c, const std::string& key, int64_t tokens, int64_t dim);
 
@@ -65,7 +67,7 @@ struct BudgetCandidate {
 
 /// The members of c's family the budget rule chooses among, lowest
 /// expected distortion first. c's family: c with the fields its method's
-/// budget_fields names set to any of budget_field_values (other fields,
+/// budget_fields_of names set to any of budget_field_values (other fields,
 /// e.g. scale format, levels, KIVI's residual window, stay c's). Listed:
 /// those whose span_bits_per_value is at most budget * (1 + tolerance),
 /// and of those with the same fields but C only the one with the most

@@ -50,8 +50,22 @@ struct KMeansParams {
 };
 
 /// How k-means centroids are stored (qvg): BF16 values, or FP8 E4M3 codes with
-/// one power-of-two FP32 scale per stage and head (docs/FORMAT.md).
+/// one power-of-two FP32 scale per stage and head (docs/FORMAT.md). With
+/// code=cq the codebooks are stored in the same format (one FP32 scale a head).
 enum class CentroidFormat { bf16, fp8 };
+
+/// How qvg codes the residual its smoothing stages leave (docs/FORMAT.md).
+enum class ResidualCode {
+  /// code=int: b-bit integers with a scale per block of B values (bits,
+  /// block, scale, levels). The default; specs leave it out.
+  integer,
+  /// code=cq: each token's residual divided by its RMS (one FP8 scale a
+  /// token), cut into D / G sub-vectors of G = cq_dim channels, each stored
+  /// as the index of the nearest of K = cq_codewords codewords of the
+  /// codebook of its (head, channel group), trained per span by the
+  /// reference's k-means (log2(K) / G bits a value, + 8 / D for the scale).
+  codebook,
+};
 
 /// One codec configuration. Fields a method does not use are ignored; the
 /// method table (qvg/methods.h) lists the fields each method reads.
@@ -76,6 +90,9 @@ struct CodecConfig {
   /// With auto_centroids: bits per value per stage, > 0. 0.25, the qvg
   /// presets' (C = 256 from 16,384 tokens; floor(N / 64) below).
   double centroid_bits = 0.25;
+  ResidualCode code = ResidualCode::integer;  ///< qvg: the residual's code
+  int cq_dim = 2;                         ///< code=cq: channels per sub-vector, 1|2|4|8, divides dim
+  int cq_codewords = 16;                  ///< code=cq: codewords per codebook, a power of two 2..256
   int group = 32;                         ///< G: KIVI group size (tokens for keys, channels for values)
   int residual = 32;                      ///< R: KIVI newest tokens kept in bf16
 };
@@ -92,20 +109,37 @@ struct CodecField {
   /// Parses text into c; throws qvg::Error naming the key and the value.
   void (*set)(CodecConfig& c, const std::string& text);
   /// Throws qvg::Error (prefixed with c.name) when c's value is invalid for
-  /// head dim `dim`; checked only for methods that read the field.
+  /// head dim `dim`; checked only for configs that read the field.
   void (*check)(const CodecConfig& c, int64_t dim);
+  /// A value the canonical spec, reports and files leave out (code=int: the
+  /// specs and files written before the field existed stay byte for byte
+  /// the same); null: always written.
+  const char* omitted = nullptr;
 };
 
 /// Every configuration field, in spec order.
 const std::vector<CodecField>& codec_fields();
 
-/// The fields method m reads (a subset of codec_fields, in spec order).
+/// The fields method m may read (a subset of codec_fields, in spec order).
 std::vector<const CodecField*> method_fields(Method m);
 
-/// Calls f(field, canonical value text) for every field c's method reads.
+/// The fields config c reads: its method's, less those its other fields
+/// switch off (qvg with code=cq reads cq_dim and cq_codewords, not bits,
+/// block, scale or levels; with code=int the reverse).
+std::vector<const CodecField*> config_fields(const CodecConfig& c);
+
+/// True when config c reads field `key` (one of config_fields(c)).
+bool reads_field(const CodecConfig& c, const std::string& key);
+
+/// Calls f(field, canonical value text) for every field c reads, except
+/// those at their omitted value (CodecField::omitted).
 template <typename F>
 void for_each_field(const CodecConfig& c, F&& f) {
-  for (const CodecField* field : method_fields(c.method)) f(*field, field->get(c));
+  for (const CodecField* field : config_fields(c)) {
+    std::string v = field->get(c);
+    if (field->omitted && v == field->omitted) continue;
+    f(*field, v);
+  }
 }
 
 const char* method_name(Method m);
@@ -136,15 +170,16 @@ std::vector<std::string> comparison_presets();
 void validate(const CodecConfig& c, int64_t dim);
 
 /// The canonical spec: the method's name and every field it reads written
-/// out ("rtn:bits=2,block=64,scale=fp8,levels=symmetric"; tol to 17
+/// out, but those at their omitted value (for_each_field)
+/// ("rtn:bits=2,block=64,scale=fp8,levels=symmetric"; tol to 17
 /// significant digits). parse_codec_spec turns it back into a config equal
 /// to c in the method and every field it reads (same_codec). How an encoded
 /// tensor's configuration is stored outside the library (cache files, the
 /// Python module's pickles).
 std::string codec_spec(const CodecConfig& c);
 
-/// True when a and b have the same method and agree on every field it reads
-/// (the name is not compared). If not, *diff names the first field that
+/// True when a and b have the same method and agree on every field a reads
+/// (config_fields; the name is not compared). If not, *diff names the first field that
 /// differs ("method" or a field key).
 bool same_codec(const CodecConfig& a, const CodecConfig& b, std::string* diff = nullptr);
 

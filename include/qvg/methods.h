@@ -40,6 +40,9 @@ struct MethodTraits {
   std::unique_ptr<Codec> (*make_cpu)(const CodecConfig& c) = nullptr;
   /// The CUDA codec; null where the method has none.
   std::unique_ptr<Codec> (*make_cuda)(const CodecConfig& c) = nullptr;
+  /// Whether config c reads field `key` (one of `fields`), where c's own
+  /// fields switch some off (qvg's code); null: every field of `fields`.
+  bool (*reads)(const CodecConfig& c, const std::string& key) = nullptr;
 };
 
 /// Every method, in Method's order.
@@ -47,6 +50,19 @@ const std::vector<MethodTraits>& method_table();
 
 /// The row of method m.
 const MethodTraits& method_traits(Method m);
+
+/// The fields a bit budget may change in config c: its method's
+/// budget_fields that c reads (reads_field), in the table's order.
+std::vector<std::string> budget_fields_of(const CodecConfig& c);
+
+/// Bits of c's code per value, metadata not counted: `bits` for group
+/// quantization, log2(cq_codewords) / cq_dim for qvg's code=cq, 16 for bf16.
+double code_bits(const CodecConfig& c);
+
+/// Throws qvg::Error (prefixed with c.name) when c has no CUDA encode and
+/// decode: qvg with code=cq (the CPU codec runs it). Every CUDA entry point
+/// (CudaCodec, DeviceCodec, the device cache) calls it before its work.
+void check_cuda_supported(const CodecConfig& c);
 
 /// The bytes each part of an encoding of c (valid for dim) must have.
 PartBytes expected_part_bytes(const CodecConfig& c, TensorRole role, int64_t heads, int64_t tokens, int64_t dim);

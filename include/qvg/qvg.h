@@ -24,7 +24,9 @@ EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecCon
 /// b + 8*sb/B + 8*S/D + cb*S*C/N + 32/(N*D), with sb = scale bytes (1 FP8, 2
 /// FP16), cb = 16 bits per BF16 centroid value and the last term the per-head
 /// FP32 span scale; with centroid_format=fp8, cb = 8 plus 32*S/(N*D) for the
-/// FP32 centroid scale of every stage and head.
+/// FP32 centroid scale of every stage and head. code=cq: the first two terms
+/// become 8*ceil((D/G)*log2(K)/8)/D (indices) + 8/D (FP8 token scales), plus
+/// (cb*K*D + 32 with fp8)/(N*D) for the codebooks (docs/FORMAT.md).
 double qvg_bits_per_value_formula(const CodecConfig& c, int64_t tokens, int64_t dim);
 
 /// k-means seed of stage s, head h: seed + 1000003 * s + h.

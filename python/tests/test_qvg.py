@@ -76,6 +76,41 @@ class Accounting(unittest.TestCase):
                 self.assertEqual(e.shape, (h, n, d))
 
 
+class CodebookCode(unittest.TestCase):
+    """qvg's code=cq (docs/FORMAT.md): specs parse through the library, encodings
+    pickle and decode the same, the budget rule picks within its family, CUDA refuses it."""
+
+    SPEC = "qvg:code=cq,cq_dim=4,cq_codewords=32,centroids=8"
+
+    def test_spec_pickle_and_bytes(self):
+        import pickle
+        h, n, d = 2, 320, 64
+        codec = qvg.Codec(self.SPEC)
+        e = codec.encode(random_kv(h, n, d), role="key")
+        self.assertIn("code=cq,cq_dim=4,cq_codewords=32", e.spec)
+        p = e.part_bytes
+        self.assertEqual(p["codes"], h * n * (d // 4) * 5 // 8)   # 5-bit indices of 4-channel sub-vectors
+        self.assertEqual(p["scales"], h * n)                       # one FP8 scale a token
+        self.assertEqual(p["centroids"], h * 8 * d * 2 + h * d * 32 * 2)  # stage centroids, then codebooks (BF16)
+        back = pickle.loads(pickle.dumps(e))
+        np.testing.assert_array_equal(bits(qvg.Codec(back.spec).decode(back)), bits(codec.decode(e)))
+        self.assertNotIn("code=", qvg.Codec("qvg").encode(random_kv(h, n, d)).spec)  # code=int is left out
+
+    def test_budget_and_bad_specs(self):
+        pick = qvg.choose("qvg:code=cq", 2.0, tokens=768, dim=128)
+        self.assertTrue(pick["reachable"])
+        self.assertIn("code=cq", pick["spec"])
+        self.assertLessEqual(pick["bits"], 2.0 * 1.03)
+        with self.assertRaises(ValueError):
+            qvg.Codec("qvg:code=cq,bits=4")
+
+    @unittest.skipUnless(qvg.cuda_available()[0], "no usable CUDA device")
+    def test_cuda_refuses_it(self):
+        with self.assertRaises(ValueError) as cm:
+            qvg.Codec(self.SPEC, device="cuda")
+        self.assertIn("code=cq", str(cm.exception))
+
+
 class Pickling(unittest.TestCase):
     def test_round_trip_decodes_the_same(self):
         import pickle

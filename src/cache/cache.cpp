@@ -125,7 +125,7 @@ bool tail_finite(const std::vector<uint8_t>& bytes, TailFormat f) {
 /// trust them (the span scales they check, and load decodes every span).
 void check_block_scales(const EncodedTensor& t, const std::string& where) {
   if (method_traits(t.config.method).make_cpu != make_qvg_codec) return;  // the group-quantized format
-  if (t.config.scale_format == ScaleFormat::fp8) {
+  if (t.config.scale_format == ScaleFormat::fp8 || t.config.code == ResidualCode::codebook) {  // cq: FP8 a token
     for (size_t i = 0; i < t.scales.size(); ++i)
       QVG_CHECK((t.scales[i] & 0x7F) != 0x7F, where, ": block scale ", i, " is NaN (FP8 byte ", int(t.scales[i]), ")");
   } else {
@@ -635,7 +635,8 @@ void check_layer_state(const StreamingKVCache::Impl& I, int layer) {
       check_bf16_finite(w->centroids, where + ": " + role + " warm-start centroid");
     else
       check_fp8_centroids(w->centroids, static_cast<size_t>(smoothing_stages(base)) * c.heads * cn * c.dim,
-                          where + ": " + role + " warm-start state");
+                          where + ": " + role + " warm-start state",
+                          static_cast<size_t>(smoothing_stages(base)) * c.heads * (cn * c.dim + 4));
   }
 }
 

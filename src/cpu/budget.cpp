@@ -39,6 +39,11 @@ std::vector<int> budget_field_values(const CodecConfig& c, const std::string& ke
     for (int s = std::min(c.stages, 1); s <= c.stages; ++s) v.push_back(s);
   } else if (key == "centroids") {
     for (int64_t n = 1; n <= std::min<int64_t>(256, tokens); ++n) v.push_back(static_cast<int>(n));
+  } else if (key == "cq_dim") {
+    for (int g : {1, 2, 4, 8})
+      if (dim % g == 0) v.push_back(g);
+  } else if (key == "cq_codewords") {
+    for (int k = 2; k <= 256; k *= 2) v.push_back(k);
   } else {
     QVG_CHECK(false, "budget: field '", key, "' is not a budget field");
   }
@@ -52,6 +57,8 @@ int get_field(const CodecConfig& c, const std::string& key) {
   if (key == "block") return c.block;
   if (key == "group") return c.group;
   if (key == "stages") return c.stages;
+  if (key == "cq_dim") return c.cq_dim;
+  if (key == "cq_codewords") return c.cq_codewords;
   return c.kmeans.centroids;  // "centroids" (budget_field_values rejects other keys)
 }
 
@@ -60,6 +67,8 @@ void set_field(CodecConfig& c, const std::string& key, int v) {
   else if (key == "block") c.block = v;
   else if (key == "group") c.group = v;
   else if (key == "stages") c.stages = v;
+  else if (key == "cq_dim") c.cq_dim = v;
+  else if (key == "cq_codewords") c.cq_codewords = v;
   else c.kmeans.centroids = v;
 }
 
@@ -171,7 +180,8 @@ void check_budget_args(const CodecConfig& c, double budget, int64_t tokens, int6
 }
 
 bool same_but_centroids(const CodecConfig& a, const CodecConfig& b) {
-  return a.bits == b.bits && a.block == b.block && a.group == b.group && a.stages == b.stages;
+  return a.bits == b.bits && a.block == b.block && a.group == b.group && a.stages == b.stages && a.code == b.code &&
+         a.cq_dim == b.cq_dim && a.cq_codewords == b.cq_codewords;
 }
 
 /// The family within the limit, ranked, and its cheapest member.
@@ -184,7 +194,7 @@ Family search_family(const CodecConfig& c, double budget, int64_t tokens, int64_
                      bool any_format) {
   check_budget_args(c, budget, tokens, dim, tolerance);
   const CodecConfig base = span_config(c, tokens);  // an auto spec's C on this span; C clamped to N
-  const auto& fields = method_traits(c.method).budget_fields;
+  const std::vector<std::string> fields = budget_fields_of(c);  // those c reads (qvg's code=cq: not bits, block)
   Search search(base, fields, budget * (1 + tolerance), tokens, dim);
   const bool formats = any_format && smoothing_stages(c) > 0 &&
                        std::find(fields.begin(), fields.end(), "centroids") != fields.end();
@@ -214,7 +224,7 @@ Family search_family(const CodecConfig& c, double budget, int64_t tokens, int64_
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [&](const BudgetCandidate& x, const BudgetCandidate& y) {
     const double scale = std::max({x.distortion, y.distortion, 1e-300});
     if (std::fabs(x.distortion - y.distortion) > 1e-12 * scale) return x.distortion < y.distortion;
-    if (x.config.bits != y.config.bits) return x.config.bits > y.config.bits;
+    if (code_bits(x.config) != code_bits(y.config)) return code_bits(x.config) > code_bits(y.config);
     const int cx = search.changed(x.config), cy = search.changed(y.config);
     if (cx != cy) return cx < cy;
     return x.bits < y.bits - 1e-12;
@@ -250,7 +260,7 @@ CodecConfig budget_config_as_spec(const CodecConfig& spec, const CodecConfig& ch
 
 double bits_warning_limit(const CodecConfig& c) {
   if (c.method == Method::bf16) return std::numeric_limits<double>::infinity();
-  return c.bits <= 2 ? 4.0 : 6.0;
+  return code_bits(c) <= 2 ? 4.0 : 6.0;
 }
 
 std::string bits_warning(const CodecConfig& c, double bits_per_value, int64_t tokens) {
@@ -259,10 +269,10 @@ std::string bits_warning(const CodecConfig& c, double bits_per_value, int64_t to
   char b[512];
   std::snprintf(b, sizeof b,
                 "%s stores %.2f bits per value on spans of %lld tokens, more than %g: its metadata (%s) outweighs "
-                "its %d-bit codes; fewer centroids (centroids=auto), larger blocks or a budget of bits (bits=) keep "
+                "its %g-bit codes; fewer centroids (centroids=auto), larger blocks or a budget of bits (bits=) keep "
                 "it smaller",
                 c.name.c_str(), bits_per_value, static_cast<long long>(tokens), limit,
-                describe(span_config(c, std::max<int64_t>(tokens, 1))).c_str(), c.bits);
+                describe(span_config(c, std::max<int64_t>(tokens, 1))).c_str(), code_bits(c));
   return b;
 }
 

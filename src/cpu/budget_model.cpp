@@ -27,10 +27,13 @@ double normal_quantizer_error(const CodecConfig& c, TensorRole role, int64_t dim
   q.residual = 0;
   q.auto_centroids = false;
   q.name = method_name(c.method);
-  // Every field a quantizer without stages or window reads (config.h's table: rtn, kivi, quarot).
-  using Key = std::tuple<int, int, int, int, int, int, int, int64_t>;
-  const Key key{static_cast<int>(q.method), q.bits, q.block, q.group, static_cast<int>(q.scale_format),
-                static_cast<int>(q.levels), static_cast<int>(role), dim};
+  // Every field a quantizer without stages or window reads (config.h's table: rtn, kivi, quarot; qvg's
+  // code=cq: its dim, codewords and the codewords' format).
+  const bool cq = q.method == Method::qvg && q.code == ResidualCode::codebook;
+  using Key = std::tuple<int, int, int, int, int, int, int, int64_t, int, int, int>;
+  const Key key{static_cast<int>(q.method), q.bits,       q.block,   q.group,
+                static_cast<int>(q.scale_format), static_cast<int>(q.levels), static_cast<int>(role), dim,
+                cq ? q.cq_dim : 0, cq ? q.cq_codewords : 0, cq ? static_cast<int>(q.centroid_format) : 0};
   static std::mutex mu;
   static std::map<Key, double> cache;
   {

@@ -42,9 +42,11 @@ void check_decode_parts(const EncodedTensor& e, const PartBytes& expected);
 void check_decode_input(const CodecConfig& c, const EncodedTensor& e, const PartBytes& expected);
 
 /// FP8 centroids (centroid_format=fp8): no NaN among the first `codes`
-/// bytes, every FP32 scale after them finite and positive; qvg::Error
-/// prefixed with `what` otherwise.
-void check_fp8_centroids(const std::vector<uint8_t>& centroids, size_t codes, const std::string& what);
+/// bytes, every FP32 scale after them, up to byte `end` (the part's end at
+/// most; code=cq's codebooks follow the stages' scales), finite and
+/// positive; qvg::Error prefixed with `what` otherwise.
+void check_fp8_centroids(const std::vector<uint8_t>& centroids, size_t codes, const std::string& what,
+                         size_t end = static_cast<size_t>(-1));
 
 /// Checks of a qvg / rtn tensor's values that every decoder needs (after
 /// check_decode_input: the part sizes match): each head's span scale is

@@ -43,6 +43,39 @@ std::vector<const CodecField*> method_fields(Method m) {
   return out;
 }
 
+bool reads_field(const CodecConfig& c, const std::string& key) {
+  const MethodTraits& t = method_traits(c.method);
+  if (std::find(t.fields.begin(), t.fields.end(), key) == t.fields.end()) return false;
+  return t.reads == nullptr || t.reads(c, key);
+}
+
+std::vector<const CodecField*> config_fields(const CodecConfig& c) {
+  std::vector<const CodecField*> out;
+  for (const CodecField* f : method_fields(c.method))
+    if (reads_field(c, f->key)) out.push_back(f);
+  return out;
+}
+
+std::vector<std::string> budget_fields_of(const CodecConfig& c) {
+  std::vector<std::string> out;
+  for (const std::string& k : method_traits(c.method).budget_fields)
+    if (reads_field(c, k)) out.push_back(k);
+  return out;
+}
+
+double code_bits(const CodecConfig& c) {
+  if (c.method == Method::bf16) return 16.0;
+  if (c.method == Method::qvg && c.code == ResidualCode::codebook)
+    return std::log2(static_cast<double>(c.cq_codewords)) / c.cq_dim;
+  return c.bits;
+}
+
+void check_cuda_supported(const CodecConfig& c) {
+  QVG_CHECK(!(c.method == Method::qvg && c.code == ResidualCode::codebook), c.name,
+            ": code=cq (codebook residual code) has no CUDA encode or decode yet; encode and decode it with the CPU "
+            "codec");
+}
+
 int smoothing_stages(const CodecConfig& c) { return method_traits(c.method).clustered ? c.stages : 0; }
 
 namespace {
@@ -85,6 +118,14 @@ CodecConfig parse_codec_spec(const std::string& spec) {
       }
       f.set(c, item.substr(eq + 1));
     }
+    // Nor one that the config's other fields switch off (qvg's bits with code=cq).
+    for (const std::string& key : seen)
+      if (!reads_field(c, key)) {
+        std::string list;
+        for (const CodecField* f : config_fields(c)) list += (list.empty() ? "" : ", ") + std::string(f->key);
+        QVG_CHECK(false, "codec option '", key, "' in '", spec, "' does nothing with code=",
+                  field_named("code").get(c), " (this config reads ", list, ")");
+      }
   }
   return c;
 }
@@ -92,7 +133,7 @@ CodecConfig parse_codec_spec(const std::string& spec) {
 void validate(const CodecConfig& c, int64_t dim) {
   QVG_CHECK(dim > 0, "head dim must be positive, got ", dim);
   const MethodTraits& t = method_traits(c.method);
-  for (const CodecField* f : method_fields(c.method)) f->check(c, dim);
+  for (const CodecField* f : config_fields(c)) f->check(c, dim);
   if (t.validate) t.validate(c, dim);
 }
 
@@ -111,7 +152,7 @@ bool same_codec(const CodecConfig& a, const CodecConfig& b, std::string* diff) {
     if (diff) *diff = "method";
     return false;
   }
-  for (const CodecField* f : method_fields(a.method))
+  for (const CodecField* f : config_fields(a))
     if (f->get(a) != f->get(b)) {
       if (diff) *diff = f->key;
       return false;

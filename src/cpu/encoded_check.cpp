@@ -9,6 +9,7 @@
 
 #include "cpu/baselines.h"
 #include "cpu/codecs.h"
+#include "cpu/cq_code.h"
 #include "qvg/fp8.h"
 #include "qvg/group_quant.h"
 #include "qvg/half.h"
@@ -79,7 +80,8 @@ void check_qvg_values(const EncodedTensor& e, const HeadTensor* decoded) {
   const CodecConfig& c = e.config;
   const int64_t H = e.heads, N = e.tokens, D = e.dim;
   const int64_t S = smoothing_stages(c), C = S > 0 ? c.kmeans.centroids : 0;
-  const bool fp8_scales = c.scale_format == ScaleFormat::fp8;
+  const bool cq = c.code == ResidualCode::codebook;  // one FP8 scale a token, codebooks after the centroids
+  const bool fp8_scales = cq || c.scale_format == ScaleFormat::fp8;
   const bool fp8_cents = c.centroid_format == CentroidFormat::fp8;
   std::vector<double> bound(static_cast<size_t>(H), 0.0);  // per head: largest |decoded value| the parts allow
 
@@ -88,8 +90,26 @@ void check_qvg_values(const EncodedTensor& e, const HeadTensor* decoded) {
     QVG_CHECK(std::isfinite(span) && span > 0, "encoded tensor: part 'span_scales' holds ", span, " at head ", h,
               " (a span scale is finite and positive)");
   }
-  // Block scales [H][N][D/B]: no NaN / infinity; the largest per head.
-  const int64_t blocks = D / c.block, per_head = N * blocks;
+  // Codebooks (code=cq): finite codewords, finite positive FP8 scales; the largest per head.
+  std::vector<double> level(static_cast<size_t>(H), max_level(c));
+  if (cq) {
+    check_cq_codebook_scales(e);
+    const int64_t g = c.cq_dim, k = c.cq_codewords;
+    for (int64_t h = 0; h < H; ++h) {
+      const std::vector<float> books = cq_head_codebooks(e, h);
+      double m = 0;
+      for (size_t q = 0; q < books.size(); ++q) {
+        const int64_t v = static_cast<int64_t>(q);
+        QVG_CHECK(std::isfinite(books[q]),
+                  "encoded tensor: part 'centroids' holds a non-finite codeword value at head ", h,
+                  ", channel group ", v / (k * g), ", codeword ", v / g % k, ", channel ", v % g);
+        m = std::max(m, static_cast<double>(std::fabs(books[q])));
+      }
+      level[static_cast<size_t>(h)] = m;
+    }
+  }
+  // Block scales [H][N][D/B] (code=cq: token scales [H][N]): no NaN / infinity; the largest per head.
+  const int64_t blocks = cq ? 1 : D / c.block, per_head = N * blocks;
   std::vector<double> max_scale(static_cast<size_t>(H), 0.0);
   for (int64_t h = 0; h < H; ++h) {
     float m = 0;
@@ -103,7 +123,8 @@ void check_qvg_values(const EncodedTensor& e, const HeadTensor* decoded) {
       m = std::max(m, v);
     }
     max_scale[static_cast<size_t>(h)] = m;
-    bound[static_cast<size_t>(h)] = static_cast<double>(m) * f32_at(e.span_scales, static_cast<size_t>(h)) * max_level(c);
+    bound[static_cast<size_t>(h)] =
+        static_cast<double>(m) * f32_at(e.span_scales, static_cast<size_t>(h)) * level[static_cast<size_t>(h)];
   }
   // Centroids [S][H][C][D] (BF16, or FP8 codes then FP32 scales [S][H]).
   for (int64_t s = 0; s < S; ++s)

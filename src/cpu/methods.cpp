@@ -64,6 +64,7 @@ const char* const kScaleNames[] = {"fp8", "fp16"};           // ScaleFormat
 const char* const kLevelNames[] = {"symmetric", "midrise"};  // LevelRule
 const char* const kInitNames[] = {"random", "kmeans++", "d2-rounds"};     // KMeansInit
 const char* const kCentroidNames[] = {"bf16", "fp8"};         // CentroidFormat
+const char* const kCodeNames[] = {"int", "cq"};               // ResidualCode
 
 std::string int_text(int v) { return std::to_string(v); }
 
@@ -94,6 +95,15 @@ void check_iters(const CodecConfig& c, int64_t) {
 }
 void check_tol(const CodecConfig& c, int64_t) {
   QVG_CHECK(c.kmeans.tol >= 0, c.name, ": tol must be >= 0, got ", c.kmeans.tol);
+}
+void check_cq_dim(const CodecConfig& c, int64_t dim) {
+  QVG_CHECK(c.cq_dim == 1 || c.cq_dim == 2 || c.cq_dim == 4 || c.cq_dim == 8, c.name,
+            ": cq_dim must be 1, 2, 4 or 8, got ", c.cq_dim);
+  QVG_CHECK(dim % c.cq_dim == 0, c.name, ": head dim ", dim, " is not a multiple of cq_dim ", c.cq_dim);
+}
+void check_cq_codewords(const CodecConfig& c, int64_t) {
+  QVG_CHECK(c.cq_codewords >= 2 && c.cq_codewords <= 256 && (c.cq_codewords & (c.cq_codewords - 1)) == 0, c.name,
+            ": cq_codewords must be a power of two 2..256, got ", c.cq_codewords);
 }
 void check_group(const CodecConfig& c, int64_t) {
   QVG_CHECK(c.group >= 1 && c.group <= 4096, c.name, ": group must be 1..4096, got ", c.group);
@@ -170,6 +180,17 @@ const std::vector<CodecField>& codec_fields() {
        },
        [](CodecConfig& c, const std::string& v) { c.centroid_bits = parse_double("centroid_bits", v); },
        check_centroid_bits},
+      {"code", "int|cq", false,
+       [](const CodecConfig& c) { return std::string(kCodeNames[static_cast<int>(c.code)]); },
+       [](CodecConfig& c, const std::string& v) {
+         c.code = static_cast<ResidualCode>(parse_choice("code", v, kCodeNames));
+       },
+       check_nothing, "int"},
+      {"cq_dim", "1|2|4|8", true, [](const CodecConfig& c) { return int_text(c.cq_dim); },
+       [](CodecConfig& c, const std::string& v) { c.cq_dim = parse_int("cq_dim", v); }, check_cq_dim},
+      {"cq_codewords", "2|4|8|16|32|64|128|256", true, [](const CodecConfig& c) { return int_text(c.cq_codewords); },
+       [](CodecConfig& c, const std::string& v) { c.cq_codewords = parse_int("cq_codewords", v); },
+       check_cq_codewords},
       {"group", "1..4096", true, [](const CodecConfig& c) { return int_text(c.group); },
        [](CodecConfig& c, const std::string& v) { c.group = parse_int("group", v); }, check_group},
       {"residual", "0..2147483647", true, [](const CodecConfig& c) { return int_text(c.residual); },
@@ -196,9 +217,21 @@ std::string centroid_text(const CodecConfig& c) {
   return v;
 }
 std::string describe_qvg(const CodecConfig& c) {
-  return "INT" + std::to_string(c.bits) + " B" + std::to_string(c.block) + ' ' + scale_name(c) + " S" +
-         std::to_string(c.stages) + " C" + centroid_text(c) +
-         (c.centroid_format == CentroidFormat::fp8 ? " fp8c" : "") + level_suffix(c);
+  const std::string stages = " S" + std::to_string(c.stages) + " C" + centroid_text(c) +
+                             (c.centroid_format == CentroidFormat::fp8 ? " fp8c" : "");
+  if (c.code == ResidualCode::codebook)
+    return "CQ G" + std::to_string(c.cq_dim) + " K" + std::to_string(c.cq_codewords) + stages;
+  return "INT" + std::to_string(c.bits) + " B" + std::to_string(c.block) + ' ' + scale_name(c) + stages +
+         level_suffix(c);
+}
+
+/// qvg's code switches fields off: code=int reads bits, block, scale and
+/// levels; code=cq reads cq_dim and cq_codewords instead.
+bool qvg_reads(const CodecConfig& c, const std::string& key) {
+  const bool cq = c.code == ResidualCode::codebook;
+  if (key == "bits" || key == "block" || key == "scale" || key == "levels") return !cq;
+  if (key == "cq_dim" || key == "cq_codewords") return cq;
+  return true;
 }
 std::string describe_kivi(const CodecConfig& c) {
   return "INT" + std::to_string(c.bits) + " G" + std::to_string(c.group) + " R" + std::to_string(c.residual);
@@ -259,11 +292,12 @@ const std::vector<MethodTraits>& method_table() {
        make_kivi_codec, make_cuda_method_codec},
       {Method::quarot, "quarot", "QuaRot: Hadamard rotation + asymmetric per-token quantization", {"bits"}, {"bits"},
        false, validate_quarot, quarot_bytes, describe_quarot, make_quarot_codec, make_cuda_method_codec},
-      {Method::qvg, "qvg", "Quant VideoGen: k-means smoothing stages + group quantization",
+      {Method::qvg, "qvg",
+       "Quant VideoGen: k-means smoothing stages + group quantization (code=int) or codebooks (code=cq)",
        {"bits", "block", "scale", "levels", "stages", "centroids", "iters", "tol", "init", "seed", "centroid_format",
-        "centroid_bits"},
-       {"bits", "block", "stages", "centroids"}, true, nullptr, qvg_bytes, describe_qvg, make_qvg_codec,
-       make_cuda_method_codec},
+        "centroid_bits", "code", "cq_dim", "cq_codewords"},
+       {"bits", "block", "stages", "centroids", "cq_dim", "cq_codewords"}, true, nullptr, qvg_bytes, describe_qvg,
+       make_qvg_codec, make_cuda_method_codec, qvg_reads},
   };
   return table;
 }

@@ -3,13 +3,16 @@
 // Parts (docs/FORMAT.md): centroids BF16 [S][H][C][D] (centroid_format=fp8:
 // FP8 E4M3 [S][H][C][D], then FP32 power-of-two scales [S][H]); ids u8 [S][H][N];
 // span_scales FP32 [H]; scales [H][N][D/B] (FP8 byte or FP16 LE);
-// codes [H][N][D*b/8] packed LSB first.
+// codes [H][N][D*b/8] packed LSB first. code=cq codes the residual with
+// codebooks instead (src/cpu/cq_code.h: its scales, codes and the codebooks
+// at the end of the centroids part).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "cpu/codecs.h"
+#include "cpu/cq_code.h"
 #include "qvg/fp8.h"
 #include "qvg/group_quant.h"
 #include "qvg/half.h"
@@ -25,6 +28,8 @@ GroupQuantParams gq_params(const CodecConfig& c) {
 }
 
 bool fp8_centroids(const CodecConfig& c) { return c.centroid_format == CentroidFormat::fp8; }
+
+bool codebook_code(const CodecConfig& c) { return c.code == ResidualCode::codebook; }
 
 /// Stored bytes of one centroid value (BF16 or FP8).
 int64_t centroid_value_bytes(const CodecConfig& c) { return fp8_centroids(c) ? 1 : 2; }
@@ -81,8 +86,13 @@ PartBytes qvg_expected_bytes(const CodecConfig& config, int64_t h, int64_t n, in
   const int64_t s = smoothing_stages(c);
   const int64_t cents = s > 0 ? c.kmeans.centroids : 0;
   PartBytes b;
-  b.codes = static_cast<size_t>(h * n * (d * c.bits / 8));
-  b.scales = static_cast<size_t>(h * n * (d / c.block) * scale_bytes(c.scale_format));
+  if (codebook_code(c)) {
+    b.codes = static_cast<size_t>(h * n * cq_row_bytes(c, d));
+    b.scales = static_cast<size_t>(h * n);  // one FP8 scale a token
+  } else {
+    b.codes = static_cast<size_t>(h * n * (d * c.bits / 8));
+    b.scales = static_cast<size_t>(h * n * (d / c.block) * scale_bytes(c.scale_format));
+  }
   b.span_scales = static_cast<size_t>(h * 4);
   // S x C x value bytes (<= 8 x 256 x 2) times h x d: a shape whose decode fits
   // int64 bounds h x n x d, not this when n < 4,096; checked.
@@ -91,6 +101,7 @@ PartBytes qvg_expected_bytes(const CodecConfig& config, int64_t h, int64_t n, in
             "encoded tensor shape [", h, ", ", n, ", ", d, "] is too large (its centroid bytes overflow 64 bits)");
   b.centroids = static_cast<size_t>(centroid_bytes);
   if (fp8_centroids(c) && s > 0) b.centroids += static_cast<size_t>(s * h * 4);
+  if (codebook_code(c)) b.centroids += cq_codebook_bytes(c, h, d);  // after the stages' centroids
   b.ids = static_cast<size_t>(s * h * n);
   return b;
 }
@@ -141,9 +152,11 @@ void advance_stage(const EncodedTensor& e, int64_t h, int s, int s_count, std::v
             *bad, " at token ", (bad - r.begin()) / e.dim, "): ", residual_overflow_hint(s_count));
 }
 
-/// Group-quantize head h's final residual r (every stage subtracted) into e.
+/// Code head h's final residual r (every stage subtracted) into e: group
+/// quantization, or the codebook code (code=cq).
 void quantize_residual(EncodedTensor& e, int64_t h, const std::vector<float>& r) {
   const CodecConfig& c = e.config;
+  if (codebook_code(c)) return cq_encode_head_ref(e, h, r);
   const int64_t n = e.tokens, d = e.dim;
   const GroupQuantParams p = gq_params(c);
   const float span = span_scale_for(max_block_scale_ref(r.data(), n, d, p), c.scale_format);
@@ -218,19 +231,24 @@ class QvgCodec final : public Codec {
     const CodecConfig& c = e.config;
     const int s_count = smoothing_stages(c);
     const int64_t n = e.tokens, d = e.dim;
+    const bool cq = codebook_code(c);  // else group quantization: bits, block (checked), scale, levels
     const GroupQuantParams p = gq_params(c);
-    const int64_t code_row = d * c.bits / 8;
-    const int64_t scale_row = (d / c.block) * scale_bytes(c.scale_format);
+    const int64_t code_row = cq ? 0 : d * c.bits / 8;
+    const int64_t scale_row = cq ? 0 : (d / c.block) * scale_bytes(c.scale_format);
     out = HeadTensor(e.heads, n, d);
     parallel_for(e.heads, threads, [&](int64_t h) {
       const float span = get_f32(e.span_scales, static_cast<size_t>(h));  // checked: finite, > 0
       std::vector<std::vector<float>> cents(static_cast<size_t>(s_count));
       for (int s = 0; s < s_count; ++s) cents[static_cast<size_t>(s)] = stage_centroids(e, s, h);
+      const std::vector<float> books = cq ? cq_head_codebooks(e, h) : std::vector<float>();
       float* o = out.head(h);
       for (int64_t i = 0; i < n; ++i) {
         float* row = o + i * d;
-        group_dequantize_row_ref(e.codes.data() + (h * n + i) * code_row,
-                                 e.scales.data() + (h * n + i) * scale_row, d, p, span, row);
+        if (cq)
+          cq_decode_row_ref(e, h, i, books.data(), span, row);
+        else
+          group_dequantize_row_ref(e.codes.data() + (h * n + i) * code_row,
+                                   e.scales.data() + (h * n + i) * scale_row, d, p, span, row);
         // Add the stages back, last stage first (the order the fused kernel uses).
         for (int s = s_count - 1; s >= 0; --s) {
           const uint8_t id = e.ids[static_cast<size_t>((s * e.heads + h) * n + i)];  // checked: < C
@@ -247,11 +265,12 @@ class QvgCodec final : public Codec {
 
 }  // namespace
 
-void check_fp8_centroids(const std::vector<uint8_t>& centroids, size_t codes, const std::string& what) {
+void check_fp8_centroids(const std::vector<uint8_t>& centroids, size_t codes, const std::string& what, size_t end) {
   QVG_CHECK(centroids.size() >= codes, what, ": ", centroids.size(), " bytes of FP8 centroids, need ", codes);
   for (size_t i = 0; i < codes; ++i)
     QVG_CHECK((centroids[i] & 0x7F) != 0x7F, what, ": FP8 centroid ", i, " is NaN");
-  for (size_t i = codes; i + 4 <= centroids.size(); i += 4) {
+  end = std::min(end, centroids.size());
+  for (size_t i = codes; i + 4 <= end; i += 4) {
     float scale;
     std::memcpy(&scale, centroids.data() + i, 4);
     QVG_CHECK(std::isfinite(scale) && scale > 0, what, ": centroid scale ", (i - codes) / 4, " is ", scale);
@@ -266,9 +285,11 @@ void check_qvg_part_values(const EncodedTensor& e) {
     QVG_CHECK(std::isfinite(span) && span > 0, "encoded tensor: span scale of head ", h, " is ", span);
   }
   const int64_t cn = smoothing_stages(e.config) > 0 ? e.config.kmeans.centroids : 0;
-  if (fp8_centroids(e.config) && cn > 0)
-    check_fp8_centroids(e.centroids, static_cast<size_t>(smoothing_stages(e.config) * e.heads * cn * e.dim),
-                        "encoded tensor");
+  const int64_t stage_codes = smoothing_stages(e.config) * e.heads * cn * e.dim;
+  if (fp8_centroids(e.config) && cn > 0)  // the stages' codes and scales; codebooks (code=cq) follow them
+    check_fp8_centroids(e.centroids, static_cast<size_t>(stage_codes), "encoded tensor",
+                        static_cast<size_t>(stage_codes + smoothing_stages(e.config) * e.heads * 4));
+  if (codebook_code(e.config)) check_cq_codebook_scales(e);
   for (size_t i = 0; i < e.ids.size(); ++i)
     QVG_CHECK(e.ids[i] < cn, "encoded tensor: centroid id ", int(e.ids[i]), " out of range (C = ", cn, ")",
               " at id ", i);
@@ -284,8 +305,11 @@ double qvg_bits_per_value_formula(const CodecConfig& config, int64_t tokens, int
   const double n = static_cast<double>(tokens), d = static_cast<double>(dim);
   const double centroid_bits = fp8_centroids(c) ? 8.0 : 16.0;  // + an FP32 scale per stage and head with fp8
   const double per_head = 32.0 + (fp8_centroids(c) ? 32.0 * s : 0.0);
-  return c.bits + 8.0 * scale_bytes(c.scale_format) / c.block + 8.0 * s / d +
-         centroid_bits * s * (s > 0 ? c.kmeans.centroids : 0) / n + per_head / (n * d);
+  const double stages = 8.0 * s / d + centroid_bits * s * (s > 0 ? c.kmeans.centroids : 0) / n + per_head / (n * d);
+  if (codebook_code(c))  // whole bytes of indices a token; FP8 token scales; codebooks (+ an FP32 scale with fp8)
+    return 8.0 * static_cast<double>(cq_row_bytes(c, dim)) / d + 8.0 / d + stages +
+           (centroid_bits * c.cq_codewords * d + (fp8_centroids(c) ? 32.0 : 0.0)) / (n * d);
+  return c.bits + 8.0 * scale_bytes(c.scale_format) / c.block + stages;
 }
 
 EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecConfig& c,

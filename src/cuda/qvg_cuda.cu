@@ -9,6 +9,7 @@
 #include "cuda/dispatch.h"
 #include "cuda/qvg_cuda.h"
 #include "cuda/qvg_kernels.cuh"
+#include "qvg/methods.h"
 #include "qvg/qvg.h"
 
 namespace qvg::cuda {
@@ -147,6 +148,7 @@ QvgParts DeviceParts::view() const {
 void check_device_config(const CodecConfig& c) {
   QVG_CHECK(c.method == Method::qvg || c.method == Method::rtn, c.name,
             ": the GPU encoder implements qvg and rtn, not ", method_name(c.method));
+  check_cuda_supported(c);  // code=cq: no kernels yet
 }
 
 QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim) {
