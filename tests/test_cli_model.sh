@@ -198,7 +198,8 @@ line = re.search(r"^best: (\S+), ([\d.]+) dB at [\d.]+ bits, ([\d.]+) dB above t
 assert line and line.group(1) == order[0] and line.group(4) == order[1], (line and line.group(0), order)
 assert abs(float(line.group(3)) - (psnr[order[0]] - psnr[order[1]])) < 0.011, line.group(0)
 base = re.search(r"and ([\d.]+) dB above the best baseline, (\S+) \(", line.group(0))
-qvg = {"qvg", "qvg-pro"}
+qvg = {m for m in psnr if m.startswith("qvg")}  # the presets and the codebook code (qvg:code=cq)
+assert "qvg:code=cq" in psnr, psnr
 if order[0] in qvg and order[1] in qvg:
     best_base = max(("rtn", "quarot"), key=psnr.get)
     assert base and base.group(2) == best_base, line.group(0)
