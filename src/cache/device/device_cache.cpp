@@ -4,7 +4,7 @@
 // live tokens are one int32 buffer kept in token order (rebuilt by each
 // append from the previous one and the new chunk's); the RoPE cos/sin
 // table covers a coordinate range that grows (doubling) when a chunk falls
-// outside it. Built only with CUDA (src/cuda/no_cuda.cpp has the stubs).
+// outside it. Built only with CUDA (no_device_cache.cpp beside it has the stubs).
 //
 // Overlapped encodes: the cache's stream waits for an event recorded on the
 // caller's stream after each append's input is in place (so it also follows
