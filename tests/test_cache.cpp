@@ -2,7 +2,7 @@
 // token order, spans equal the codec on the same tokens (cold and warm
 // start), C clamping, exact memory statistics, RoPE on read, save/load
 // (bit-exact round trip and resume, damaged files), bad input with the cache
-// unchanged, CRC-32 known vectors.
+// unchanged, CRC-32 known vectors; the skeleton both caches share, over plain types.
 #include <gtest/gtest.h>
 
 #include "error_util.h"
@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cache/cache_skeleton.h"
 #include "cache/checksum.h"
 #include "qvg/cache.h"
 #include "qvg/data.h"
@@ -875,6 +876,113 @@ TEST(CacheFile, LoadRejectsImpossibleContent) {
   EXPECT_NE(spans.find("spans encoded from 4 non-sink chunks"), std::string::npos) << spans;
   const std::string evicted = error_of([&] { StreamingKVCache::load(dir + "cache_evicted_without_window.qvgc"); });
   EXPECT_NE(evicted.find("chunk 1: evicted, but the policy has no window"), std::string::npos) << evicted;
+}
+
+// ---- the skeleton both caches share (cache_skeleton.h), over plain types ----
+
+struct PlainChunk {
+  int64_t index = 0, first_token = 0, tokens = 0;
+  bool live = true;
+  int64_t span = -1, span_offset = 0;
+};
+struct PlainSpan {
+  int64_t id = 0, first_chunk = 0, chunks = 0, first_token = 0, tokens = 0;
+};
+struct PlainLayer {
+  std::vector<PlainChunk> chunks;
+  std::vector<PlainSpan> spans;
+  int64_t next_chunk = 0, next_token = 0, next_span = 0;
+};
+
+// Spans of 2 after 1 sink chunk, a window of 2 live chunks, 5 chunks of 3
+// tokens: chunks 1-2 form span 0, chunk 3's append evicts chunk 1, chunk 4's
+// evicts chunk 2 (span 0 then goes) and forms span 1 of chunks 3-4.
+TEST(CacheSkeleton, AppendsFollowThePolicyOverAnyChunkType) {
+  SpanPolicy p;
+  p.quant_factor = 2;
+  p.sink = 1;
+  p.window_chunks = 2;
+  PlainLayer L;
+  std::vector<std::string> hooks;  // commit's hook calls, in order
+  std::vector<AppendReport> reports;
+  for (int i = 0; i < 5; ++i) {
+    PlainChunk nc;
+    LayerAppend<PlainLayer, PlainChunk, PlainSpan> step(p, L, nc, 3);
+    AppendReport rep;
+    rep.chunk = nc.index;
+    std::vector<PlainSpan> spans;
+    for (size_t g = 0; g < step.plan().groups.size(); ++g) {
+      spans.push_back(step.form_span(g));
+      rep.spans.push_back(step.report(7, spans.back()));
+    }
+    rep.evicted = step.evicted();
+    step.reserve(spans.size());
+    step.commit(
+        spans,
+        [&](PlainChunk& ch, const PlainSpan& sp) {
+          hooks.push_back("chunk " + std::to_string(ch.index) + " in span " + std::to_string(sp.id) + " at " +
+                          std::to_string(ch.span_offset));
+        },
+        [&](const PlainSpan& sp) { hooks.push_back("span " + std::to_string(sp.id)); });
+    drop_unreachable(L.chunks, L.spans);
+    reports.push_back(rep);
+  }
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(reports[static_cast<size_t>(i)].chunk, i);
+  ASSERT_EQ(reports[2].spans.size(), 1u);
+  const SpanReport& s0 = reports[2].spans[0];
+  EXPECT_EQ(s0.layer, 7);
+  EXPECT_EQ(s0.span, 0);
+  EXPECT_EQ(s0.first_chunk, 1);
+  EXPECT_EQ(s0.chunks, 2);
+  EXPECT_EQ(s0.first_token, 3);
+  EXPECT_EQ(s0.tokens, 6);
+  EXPECT_EQ(reports[3].evicted, std::vector<int64_t>{1});
+  EXPECT_EQ(reports[4].evicted, std::vector<int64_t>{2});
+  ASSERT_EQ(reports[4].spans.size(), 1u);
+  EXPECT_EQ(reports[4].spans[0].span, 1);
+  EXPECT_EQ(reports[4].spans[0].first_chunk, 3);
+  EXPECT_EQ(reports[4].spans[0].first_token, 9);
+  EXPECT_EQ(hooks, (std::vector<std::string>{"chunk 1 in span 0 at 0", "chunk 2 in span 0 at 3", "span 0",
+                                             "chunk 3 in span 1 at 0", "chunk 4 in span 1 at 3", "span 1"}));
+  EXPECT_EQ(L.next_chunk, 5);
+  EXPECT_EQ(L.next_token, 15);
+  EXPECT_EQ(L.next_span, 2);
+  ASSERT_EQ(L.chunks.size(), 3u);  // sink 0, then 3 and 4 in span 1
+  EXPECT_EQ(L.chunks[1].index, 3);
+  ASSERT_EQ(L.spans.size(), 1u);
+  EXPECT_EQ(L.spans[0].id, 1);
+  EXPECT_EQ(live_token_count(L), 9);
+  EXPECT_EQ(live_chunk_list(L), (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 3}, {4, 3}}));
+
+  CacheConfig c;
+  c.heads = 2;
+  c.dim = 4;
+  const LayerMemory m = count_layer(
+      L, c, [](const PlainChunk& ch, LayerMemory& mem) { mem.k.tail += ch.span < 0 ? ch.tokens : 0; },
+      [](const PlainSpan&, LayerMemory&) { return true; });
+  EXPECT_EQ(m.k.tail, 3u);
+  EXPECT_EQ(m.tokens_live, 9);
+  EXPECT_EQ(m.tokens_held, 9);
+  EXPECT_EQ(m.tokens_encoded, 6);
+  EXPECT_EQ(m.spans, 1);
+  EXPECT_EQ(m.bf16_bytes, 2u * 2 * 9 * 4 * 2);
+  const LayerMemory pending = count_layer(
+      L, c, [](const PlainChunk&, LayerMemory&) {}, [](const PlainSpan&, LayerMemory&) { return false; });
+  EXPECT_EQ(pending.tokens_held, 9);  // a span not encoded yet: held, not encoded
+  EXPECT_EQ(pending.tokens_encoded, 0);
+  const MemoryStats all = sum_layers(3, [&](int) { return m; });
+  EXPECT_EQ(all.layers.size(), 3u);
+  EXPECT_EQ(all.total.tokens_live, 27);
+
+  c.layers = 2;
+  c.chunk_tokens = 3;
+  EXPECT_EQ(test::error_of([&] { check_layer_index(c, 2, "read"); }),
+            "read: layer 2 is out of range (the cache has 2 layers)");
+  EXPECT_EQ(test::error_of([&] { check_chunk_tokens(c, 1, 3, 4); }),
+            "append (layer 1): key chunk has 3 tokens, value chunk 4");
+  EXPECT_EQ(test::error_of([&] { check_chunk_tokens(c, 1, 4, 4); }),
+            "append (layer 1): chunk has 4 tokens, the cache takes chunks of 3");
+  EXPECT_EQ(test::error_of([&] { check_chunk_tokens(c, 1, 3, 3); }), "");
 }
 
 }  // namespace

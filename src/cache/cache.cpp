@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "cache/cache_impl.h"
-#include "cache/span_plan.h"
+#include "cache/cache_skeleton.h"
 #include "cpu/codecs.h"
 #include "qvg/methods.h"
 #include "qvg/half.h"
@@ -218,8 +218,7 @@ void StreamingKVCache::set_options(const CacheOptions& options) {
 }
 
 void check_layer(const StreamingKVCache::Impl& I, int layer, const char* what) {
-  QVG_CHECK(layer >= 0 && layer < I.config.layers, what, ": layer ", layer, " is out of range (the cache has ",
-            I.config.layers, I.config.layers == 1 ? " layer)" : " layers)");
+  check_layer_index(I.config, layer, what);
 }
 
 namespace {
@@ -243,12 +242,8 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
   check_layer(I, layer, "append");
   check_chunk(c, layer, k, "key");
   check_chunk(c, layer, v, "value");
-  QVG_CHECK(k.tokens == v.tokens, "append (layer ", layer, "): key chunk has ", k.tokens,
-            " tokens, value chunk ", v.tokens);
+  check_chunk_tokens(c, layer, k.tokens, v.tokens);
   const int64_t T = k.tokens;
-  if (c.chunk_tokens > 0)
-    QVG_CHECK(T == c.chunk_tokens, "append (layer ", layer, "): chunk has ", T, " tokens, the cache takes chunks of ",
-              c.chunk_tokens);
   const int pd = rope_position_dims(c.rope.mode);
   if (pd > 0)
     QVG_CHECK(positions.size() == static_cast<size_t>(T * pd), "append (layer ", layer, "): RoPE-on-read (",
@@ -274,9 +269,6 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
   L.chunks.reserve(L.chunks.size() + 1);  // capacity only: push_back below cannot throw
 
   CacheChunk nc;
-  nc.index = L.next_chunk;
-  nc.first_token = L.next_token;
-  nc.tokens = T;
   tail_encode(k.data.data(), k.data.size(), c.tail, nc.k);
   tail_encode(v.data.data(), v.data.size(), c.tail, nc.v);
   // Finite floats above BF16's largest value round to infinity there (and a
@@ -286,13 +278,8 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
   if (pd > 0) nc.positions.assign(positions.begin(), positions.end());
 
   // ---- plan: slots index L.chunks; slot L.chunks.size() is the new chunk ----
-  const size_t new_slot = L.chunks.size();
-  auto at = [&](size_t slot) -> const CacheChunk& { return slot == new_slot ? nc : L.chunks[slot]; };
-  std::vector<ChunkSlot> slots;
-  slots.reserve(new_slot + 1);
-  for (size_t s = 0; s <= new_slot; ++s) slots.push_back({at(s).index, at(s).tokens, at(s).live, at(s).span >= 0});
-  const AppendPlan plan = plan_append(p, slots);
-  const std::vector<std::vector<size_t>>& groups = plan.groups;
+  LayerAppend<CacheLayer, CacheChunk, CacheSpan> step(p, L, nc, T);
+  const std::vector<std::vector<size_t>>& groups = step.plan().groups;
 
   // ---- encode the new spans into locals ----
   AppendReport rep;
@@ -303,23 +290,11 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
     warm_k = L.warm_k;
     warm_v = L.warm_v;
   }
-  int64_t span_id = L.next_span;
-  for (const auto& g : groups) {
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
     std::vector<const CacheChunk*> chunks;
-    for (size_t s : g) chunks.push_back(&at(s));
-    CacheSpan sp;
-    sp.id = span_id++;
-    sp.first_chunk = chunks.front()->index;
-    sp.chunks = static_cast<int64_t>(chunks.size());
-    sp.first_token = chunks.front()->first_token;
-    for (const CacheChunk* ch : chunks) sp.tokens += ch->tokens;
-    SpanReport sr;
-    sr.layer = layer;
-    sr.span = sp.id;
-    sr.first_chunk = sp.first_chunk;
-    sr.chunks = sp.chunks;
-    sr.first_token = sp.first_token;
-    sr.tokens = sp.tokens;
+    for (size_t s : groups[gi]) chunks.push_back(&step.at(s));
+    CacheSpan sp = step.form_span(gi);
+    SpanReport sr = step.report(layer, sp);
     const auto t0 = std::chrono::steady_clock::now();
     for (const bool key : {true, false}) {
       const HeadTensor x = gather(chunks, key, c.heads, c.dim, c.tail);
@@ -329,8 +304,7 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
       EncodeOptions eo;
       eo.role = key ? TensorRole::key : TensorRole::value;
       eo.threads = I.options.threads;
-      const bool use_warm = c.warm_start && runs_kmeans(cc) && warm.has_value() &&
-                            warm->config.kmeans.centroids == cc.kmeans.centroids;
+      const bool use_warm = starts_warm(c, cc, warm ? &warm->config : nullptr);
       if (use_warm) eo.warm_start = &*warm;
       EncodeReport er;
       EncodedTensor enc = codec.encode(x, eo, &er);
@@ -350,29 +324,18 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
     new_spans.push_back(std::move(sp));
     rep.spans.push_back(std::move(sr));
   }
-  rep.evicted.reserve(plan.evict.size());
-  for (size_t slot : plan.evict) rep.evicted.push_back(at(slot).index);
-  L.spans.reserve(L.spans.size() + new_spans.size());
+  rep.evicted = step.evicted();
+  step.reserve(new_spans.size());
 
   // ---- commit: no allocation below this line ----
-  L.chunks.push_back(std::move(nc));
-  for (size_t slot : plan.evict) L.chunks[slot].live = false;
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    int64_t off = 0;
-    for (size_t s : groups[gi]) {
-      CacheChunk& ch = L.chunks[s];
-      ch.span = new_spans[gi].id;
-      ch.span_offset = off;
-      off += ch.tokens;
-      std::vector<uint8_t>().swap(ch.k);
-      std::vector<uint8_t>().swap(ch.v);
-      ch.device.reset();
-    }
-    L.spans.push_back(std::move(new_spans[gi]));
-  }
-  L.next_chunk += 1;
-  L.next_token += T;
-  L.next_span = span_id;
+  step.commit(
+      new_spans,
+      [](CacheChunk& ch, const CacheSpan&) {  // its data now lives in the span
+        std::vector<uint8_t>().swap(ch.k);
+        std::vector<uint8_t>().swap(ch.v);
+        ch.device.reset();
+      },
+      [](const CacheSpan&) {});
   if (!groups.empty()) {
     L.warm_k = std::move(warm_k);
     L.warm_v = std::move(warm_v);
@@ -388,9 +351,7 @@ CacheRead StreamingKVCache::read(int layer) const {
   check_layer(I, layer, "read");
   const CacheLayer& L = I.layers[static_cast<size_t>(layer)];
   QVG_CHECK(L.next_chunk > 0, "read: layer ", layer, " is empty (no chunk has been appended to it)");
-  int64_t n = 0;
-  for (const CacheChunk& ch : L.chunks)
-    if (ch.live) n += ch.tokens;
+  const int64_t n = live_token_count(L);
   CacheRead out;
   out.k = HeadTensor(c.heads, n, c.dim);
   out.v = HeadTensor(c.heads, n, c.dim);
@@ -443,20 +404,14 @@ int64_t StreamingKVCache::tokens_appended(int layer) const {
 
 int64_t StreamingKVCache::live_tokens(int layer) const {
   check_layer(*impl_, layer, "live_tokens");
-  int64_t n = 0;
-  for (const CacheChunk& ch : impl_->layers[static_cast<size_t>(layer)].chunks)
-    if (ch.live) n += ch.tokens;
-  return n;
+  return live_token_count(impl_->layers[static_cast<size_t>(layer)]);
 }
 
 std::vector<std::pair<int64_t, int64_t>> StreamingKVCache::live_chunks(int layer) const {
   check_layer(*impl_, layer, "live_chunks");
   const CacheLayer& L = impl_->layers[static_cast<size_t>(layer)];
   QVG_CHECK(L.next_chunk > 0, "live_chunks: layer ", layer, " is empty (no chunk has been appended to it)");
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (const CacheChunk& ch : L.chunks)
-    if (ch.live) out.emplace_back(ch.index, ch.tokens);
-  return out;
+  return live_chunk_list(L);
 }
 
 int64_t StreamingKVCache::spans_encoded(int layer) const {
@@ -469,34 +424,25 @@ LayerMemory StreamingKVCache::layer_memory(int layer) const {
   check_layer(*impl_, layer, "layer_memory");
   const CacheConfig& c = impl_->config;
   const CacheLayer& L = impl_->layers[static_cast<size_t>(layer)];
-  LayerMemory m;
-  for (const CacheChunk& ch : L.chunks) {
-    m.k.tail += ch.k.size();
-    m.v.tail += ch.v.size();
-    m.positions += ch.positions.size() * sizeof(int32_t);
-    if (ch.live) m.tokens_live += ch.tokens;
-    if (ch.span < 0) m.tokens_held += ch.tokens;
-  }
-  for (const CacheSpan& sp : L.spans) {
-    add_parts(m.k.spans, sp.k.bytes());
-    add_parts(m.v.spans, sp.v.bytes());
-    m.tokens_held += sp.tokens;
-    m.tokens_encoded += sp.tokens;
-  }
-  m.spans = static_cast<int64_t>(L.spans.size());
+  LayerMemory m = count_layer(
+      L, c,
+      [](const CacheChunk& ch, LayerMemory& mem) {
+        mem.k.tail += ch.k.size();
+        mem.v.tail += ch.v.size();
+        mem.positions += ch.positions.size() * sizeof(int32_t);
+      },
+      [](const CacheSpan& sp, LayerMemory& mem) {
+        add_parts(mem.k.spans, sp.k.bytes());
+        add_parts(mem.v.spans, sp.v.bytes());
+        return true;
+      });
   if (L.warm_k) m.warm_start += L.warm_k->centroids.size();
   if (L.warm_v) m.warm_start += L.warm_v->centroids.size();
-  m.bf16_bytes = static_cast<size_t>(2 * int64_t{c.heads} * m.tokens_live * c.dim * 2);
   return m;
 }
 
 MemoryStats StreamingKVCache::memory() const {
-  MemoryStats s;
-  for (int l = 0; l < impl_->config.layers; ++l) {
-    s.layers.push_back(layer_memory(l));
-    add_memory(s.total, s.layers.back());
-  }
-  return s;
+  return sum_layers(impl_->config.layers, [&](int l) { return layer_memory(l); });
 }
 
 // ---- state invariants (load) --------------------------------------------------------

@@ -1,8 +1,6 @@
 // The CUDA backend's entry points in builds without CUDA: they say so.
 #include "cpu/codecs.h"
-#include "qvg/cache.h"
 #include "qvg/cuda.h"
-#include "qvg/device_cache.h"
 #include "qvg/device_codec.h"
 
 namespace qvg {
@@ -73,30 +71,6 @@ void DeviceCodec::decode_rows(const DeviceEncodedTensor&, void*, DeviceElement, 
                               int64_t) const {
   no_cuda();
 }
-struct DeviceKVCache::Impl {};
-DeviceKVCache::DeviceKVCache(CacheConfig, DeviceCacheOptions) { no_cuda(); }
-DeviceKVCache::~DeviceKVCache() = default;
-DeviceKVCache::DeviceKVCache(DeviceKVCache&&) noexcept = default;
-DeviceKVCache& DeviceKVCache::operator=(DeviceKVCache&&) noexcept = default;
-const CacheConfig& DeviceKVCache::config() const { no_cuda(); }
-const DeviceCacheOptions& DeviceKVCache::options() const { no_cuda(); }
-int DeviceKVCache::device() const { no_cuda(); }
-AppendReport DeviceKVCache::append(int, const DeviceChunkView&, const DeviceChunkView&, const ChunkPositions&, void*) {
-  no_cuda();
-}
-int64_t DeviceKVCache::read(int, void*, void*, DeviceElement, int64_t, void*) const { no_cuda(); }
-void DeviceKVCache::flush(void*) { no_cuda(); }
-int64_t DeviceKVCache::pending_spans() const { no_cuda(); }
-int64_t DeviceKVCache::chunks_appended(int) const { no_cuda(); }
-int64_t DeviceKVCache::tokens_appended(int) const { no_cuda(); }
-int64_t DeviceKVCache::live_tokens(int) const { no_cuda(); }
-std::vector<std::pair<int64_t, int64_t>> DeviceKVCache::live_chunks(int) const { no_cuda(); }
-int64_t DeviceKVCache::spans_encoded(int) const { no_cuda(); }
-LayerMemory DeviceKVCache::layer_memory(int) const { no_cuda(); }
-MemoryStats DeviceKVCache::memory() const { no_cuda(); }
-int64_t DeviceKVCache::scratch_bytes() const { no_cuda(); }
-int64_t StreamingKVCache::read_device(int, float*, float*, int64_t, void*) const { no_cuda(); }
-int64_t StreamingKVCache::device_bytes() const { return 0; }
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {
   return backend == Backend::cuda ? make_cuda_codec(config) : make_codec(config);
 }

@@ -1,6 +1,6 @@
 // StreamingKVCache::read_device (include/qvg/cache.h): the read of one layer
 // into device memory, for a model whose attention runs on the GPU. Built
-// only with CUDA (src/cuda/no_cuda.cpp has the stub).
+// only with CUDA (no_device_cache.cpp beside it has the stub).
 //
 // Spans and full-precision chunks are copied to the device the first time
 // they are read (a span's encoded parts, not its decode; a chunk's BF16 or

@@ -1,10 +1,11 @@
 // DeviceKVCache (include/qvg/device_cache.h): StreamingKVCache's policy
-// (span_plan.h) over state in device memory. Chunks are BF16 [heads][tokens]
-// [dim] buffers; spans are DeviceEncodedTensors; the positions of a layer's
-// live tokens are one int32 buffer kept in token order (rebuilt by each
-// append from the previous one and the new chunk's); the RoPE cos/sin
-// table covers a coordinate range that grows (doubling) when a chunk falls
-// outside it. Built only with CUDA (src/cuda/no_cuda.cpp has the stubs).
+// (span_plan.h) and append skeleton (cache_skeleton.h) over state in device
+// memory. Chunks are BF16 [heads][tokens][dim] buffers; spans are
+// DeviceEncodedTensors; the positions of a layer's live tokens are one int32
+// buffer kept in token order (rebuilt by each append from the previous one
+// and the new chunk's); the RoPE cos/sin table covers a coordinate range that
+// grows (doubling) when a chunk falls outside it. Built only with CUDA
+// (no_device_cache.cpp beside it has the stubs).
 //
 // Overlapped encodes: the cache's stream waits for an event recorded on the
 // caller's stream after each append's input is in place (so it also follows
@@ -18,7 +19,7 @@
 #include <algorithm>
 
 #include "cache/cache_impl.h"
-#include "cache/span_plan.h"
+#include "cache/cache_skeleton.h"
 #include "cuda/cache_kernels.h"
 #include "cuda/check.h"
 #include "cuda/qvg_cuda.h"
@@ -240,16 +241,9 @@ int DeviceKVCache::device() const { return impl_->device; }
 
 namespace {
 
-void check_layer_index(const CacheConfig& c, int layer, const char* what) {
-  QVG_CHECK(layer >= 0 && layer < c.layers, what, ": layer ", layer, " is out of range (the cache has ", c.layers,
-            c.layers == 1 ? " layer)" : " layers)");
-}
-
-/// Whether a span encoded with cc starts from warm, the centroids kept from
-/// the layer's previous span: the cache keeps them, cc runs k-means and
-/// their C is the span's.
+/// Whether a span encoded with cc starts from warm (starts_warm).
 bool warm_usable(const CacheConfig& c, const CodecConfig& cc, const DeviceEncodedTensor& warm) {
-  return c.warm_start && runs_kmeans(cc) && !warm.empty() && warm.config().kmeans.centroids == cc.kmeans.centroids;
+  return starts_warm(c, cc, warm.empty() ? nullptr : &warm.config());
 }
 
 void check_view(const CacheConfig& c, int layer, const DeviceChunkView& x, const char* what) {
@@ -272,12 +266,8 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   check_layer_index(c, layer, "append");
   check_view(c, layer, k, "key");
   check_view(c, layer, v, "value");
-  QVG_CHECK(k.tokens == v.tokens, "append (layer ", layer, "): key chunk has ", k.tokens, " tokens, value chunk ",
-            v.tokens);
+  check_chunk_tokens(c, layer, k.tokens, v.tokens);
   const int64_t T = k.tokens;
-  if (c.chunk_tokens > 0)
-    QVG_CHECK(T == c.chunk_tokens, "append (layer ", layer, "): chunk has ", T, " tokens, the cache takes chunks of ",
-              c.chunk_tokens);
   const int pd = I.pd();
   int32_t lo[3] = {0, 0, 0}, hi[3] = {-1, -1, -1};
   if (pd > 0) {
@@ -316,9 +306,6 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   }
   L.chunks.reserve(L.chunks.size() + 1);
   DChunk nc;
-  nc.index = L.next_chunk;
-  nc.first_token = L.next_token;
-  nc.tokens = T;
   const size_t values = static_cast<size_t>(c.heads) * static_cast<size_t>(T) * static_cast<size_t>(c.dim);
   nc.k = pooled<uint16_t>(values, s);
   nc.v = pooled<uint16_t>(values, s);
@@ -332,34 +319,20 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
     I.input.wait(es);
   }
 
-  // ---- plan ----
-  const size_t new_slot = L.chunks.size();
-  auto at = [&](size_t slot) -> const DChunk& { return slot == new_slot ? nc : L.chunks[slot]; };
-  std::vector<ChunkSlot> slots;
-  slots.reserve(new_slot + 1);
-  for (size_t sl = 0; sl <= new_slot; ++sl) slots.push_back({at(sl).index, at(sl).tokens, at(sl).live, at(sl).span >= 0});
-  const AppendPlan plan = plan_append(c.policy, slots);
+  // ---- plan: slots index L.chunks; slot new_slot is the new chunk ----
+  LayerAppend<DLayer, DChunk, DSpan> step(c.policy, L, nc, T);
+  const AppendPlan& plan = step.plan();
+  const size_t new_slot = step.new_slot();
 
   // ---- encode the new spans into locals ----
   AppendReport rep;
   rep.chunk = nc.index;
   std::vector<DSpan> new_spans;
   DeviceEncodedTensor warm_k = L.warm_k, warm_v = L.warm_v;
-  int64_t span_id = L.next_span;
-  for (const auto& g : plan.groups) {
-    DSpan sp;
-    sp.id = span_id++;
-    sp.first_chunk = at(g.front()).index;
-    sp.chunks = static_cast<int64_t>(g.size());
-    sp.first_token = at(g.front()).first_token;
-    for (size_t sl : g) sp.tokens += at(sl).tokens;
-    SpanReport sr;
-    sr.layer = layer;
-    sr.span = sp.id;
-    sr.first_chunk = sp.first_chunk;
-    sr.chunks = sp.chunks;
-    sr.first_token = sp.first_token;
-    sr.tokens = sp.tokens;
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    const std::vector<size_t>& g = plan.groups[gi];
+    DSpan sp = step.form_span(gi);
+    SpanReport sr = step.report(layer, sp);
     if (I.options.batch_encodes) {  // encoded by flush(); the report says what it will hold
       // A span waiting before this one leaves its centroids for it.
       const bool pending_before = !new_spans.empty() || std::any_of(L.spans.begin(), L.spans.end(),
@@ -382,7 +355,7 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
     for (const bool key : {true, false}) {
       int64_t off = 0;
       for (size_t sl : g) {
-        const DChunk& ch = at(sl);
+        const DChunk& ch = step.at(sl);
         copy_bf16_rows((key ? ch.k : ch.v).get(), ch.tokens, 0, ch.tokens, c.heads, c.dim, x, DeviceElement::bf16,
                        sp.tokens, off, es);
         off += ch.tokens;
@@ -403,7 +376,7 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
     new_spans.push_back(std::move(sp));
     rep.spans.push_back(std::move(sr));
   }
-  for (size_t sl : plan.evict) rep.evicted.push_back(at(sl).index);
+  rep.evicted = step.evicted();
   if (overlap && !plan.groups.empty()) L.encoded.record(es);
 
   // The live positions after this append, in token order: the old buffer's
@@ -412,7 +385,7 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   if (pd > 0) {
     int64_t n = T;
     for (size_t sl = 0; sl < new_slot; ++sl) n += L.chunks[sl].live ? L.chunks[sl].tokens : 0;
-    for (size_t sl : plan.evict) n -= at(sl).tokens;
+    for (size_t sl : plan.evict) n -= step.at(sl).tokens;
     live_pos = pooled<int32_t>(static_cast<size_t>(n * pd), s);
     int64_t from = 0, to = 0;
     for (size_t sl = 0; sl < new_slot; ++sl) {
@@ -433,29 +406,20 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
       cuda::grid_positions(live_pos.get() + to * pd, T, pd, positions.first, positions.height, positions.width, s);
     I.cover(lo, hi, s);
   }
-  L.spans.reserve(L.spans.size() + new_spans.size());
+  step.reserve(new_spans.size());
 
   // ---- commit ----
-  L.chunks.push_back(std::move(nc));
-  for (size_t sl : plan.evict) L.chunks[sl].live = false;
-  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
-    int64_t off = 0;
-    for (size_t sl : plan.groups[gi]) {
-      DChunk& ch = L.chunks[sl];
-      ch.span = new_spans[gi].id;
-      ch.span_offset = off;
-      off += ch.tokens;
-      if (!overlap && !new_spans[gi].pending) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
-    }
-    if (new_spans[gi].pending) {
-      ++I.pending;
-      I.pending_last_chunk = std::max(I.pending_last_chunk, new_spans[gi].first_chunk + new_spans[gi].chunks - 1);
-    }
-    L.spans.push_back(std::move(new_spans[gi]));
-  }
-  L.next_chunk += 1;
-  L.next_token += T;
-  L.next_span = span_id;
+  step.commit(
+      new_spans,
+      [&](DChunk& ch, const DSpan& sp) {  // encoded now: its BF16 copies go (overlapped / batched: later)
+        if (!overlap && !sp.pending) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
+      },
+      [&](const DSpan& sp) {
+        if (sp.pending) {
+          ++I.pending;
+          I.pending_last_chunk = std::max(I.pending_last_chunk, sp.first_chunk + sp.chunks - 1);
+        }
+      });
   L.awaiting = overlap && !plan.groups.empty();
   if (!plan.groups.empty() && !I.options.batch_encodes) {
     L.warm_k = std::move(warm_k);
@@ -649,17 +613,12 @@ int64_t DeviceKVCache::tokens_appended(int layer) const {
 
 int64_t DeviceKVCache::live_tokens(int layer) const {
   check_layer_index(impl_->config, layer, "live_tokens");
-  int64_t n = 0;
-  for (const DChunk& ch : impl_->layers[static_cast<size_t>(layer)].chunks) n += ch.live ? ch.tokens : 0;
-  return n;
+  return live_token_count(impl_->layers[static_cast<size_t>(layer)]);
 }
 
 std::vector<std::pair<int64_t, int64_t>> DeviceKVCache::live_chunks(int layer) const {
   check_layer_index(impl_->config, layer, "live_chunks");
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (const DChunk& ch : impl_->layers[static_cast<size_t>(layer)].chunks)
-    if (ch.live) out.emplace_back(ch.index, ch.tokens);
-  return out;
+  return live_chunk_list(impl_->layers[static_cast<size_t>(layer)]);
 }
 
 int64_t DeviceKVCache::spans_encoded(int layer) const {
@@ -671,35 +630,26 @@ LayerMemory DeviceKVCache::layer_memory(int layer) const {
   check_layer_index(impl_->config, layer, "layer_memory");
   const CacheConfig& c = impl_->config;
   const DLayer& L = impl_->layers[static_cast<size_t>(layer)];
-  LayerMemory m;
-  for (const DChunk& ch : L.chunks) {
-    m.k.tail += ch.k.bytes();
-    m.v.tail += ch.v.bytes();
-    if (ch.live) m.tokens_live += ch.tokens;
-    if (ch.span < 0) m.tokens_held += ch.tokens;
-  }
+  LayerMemory m = count_layer(
+      L, c,
+      [](const DChunk& ch, LayerMemory& mem) {
+        mem.k.tail += ch.k.bytes();
+        mem.v.tail += ch.v.bytes();
+      },
+      [](const DSpan& sp, LayerMemory& mem) {
+        if (sp.pending) return false;  // its chunks are counted as BF16
+        add_parts(mem.k.spans, sp.k.bytes());
+        add_parts(mem.v.spans, sp.v.bytes());
+        return true;
+      });
   m.positions += L.live_positions.bytes();
-  for (const DSpan& sp : L.spans) {
-    m.tokens_held += sp.tokens;
-    if (sp.pending) continue;  // its chunks are counted as BF16 above
-    add_parts(m.k.spans, sp.k.bytes());
-    add_parts(m.v.spans, sp.v.bytes());
-    m.tokens_encoded += sp.tokens;
-  }
-  m.spans = static_cast<int64_t>(L.spans.size());
   if (!L.warm_k.empty()) m.warm_start += L.warm_k.bytes().total();
   if (!L.warm_v.empty()) m.warm_start += L.warm_v.bytes().total();
-  m.bf16_bytes = static_cast<size_t>(2 * int64_t{c.heads} * m.tokens_live * c.dim * 2);
   return m;
 }
 
 MemoryStats DeviceKVCache::memory() const {
-  MemoryStats s;
-  for (int l = 0; l < impl_->config.layers; ++l) {
-    s.layers.push_back(layer_memory(l));
-    add_memory(s.total, s.layers.back());
-  }
-  return s;
+  return sum_layers(impl_->config.layers, [&](int l) { return layer_memory(l); });
 }
 
 int64_t DeviceKVCache::scratch_bytes() const {
