@@ -12,5 +12,6 @@ for pkg in nlohmann_json:nlohmann CLI11:CLI dlpack:dlpack; do
   cp -r "/usr/include/$inc" .deps/include/
   [ -d "/usr/share/cmake/$cmake_dir" ] && cp -r "/usr/share/cmake/$cmake_dir" .deps/share/cmake/
 done
-grep -qx '.deps/' .git/info/exclude 2>/dev/null || echo '.deps/' >>.git/info/exclude
+exclude=$(git rev-parse --git-common-dir)/info/exclude  # a worktree's .git is a file
+grep -qx '.deps/' "$exclude" 2>/dev/null || echo '.deps/' >>"$exclude"
 echo "make_deps.sh: .deps holds $(ls .deps/include | tr '\n' ' ')"
