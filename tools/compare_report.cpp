@@ -155,7 +155,8 @@ void print_table(const Outcome& o, double budget) {
 }
 
 /// Rows: methods; columns: budgets; cells: measured bits / PSNR.
-void print_rd_table(const Outcome& o, const std::vector<double>& all) {
+void print_rd_table(const Outcome& o, std::vector<double> all) {
+  std::sort(all.begin(), all.end());  // columns in increasing budget (the tables' budgets run first)
   std::printf("\nrate-distortion: measured bits of the spans / PSNR against BF16 at each budget");
   if (o.rd_chunks < o.gen_chunks) std::printf(", over the first %d chunks", o.rd_chunks);
   std::printf(" (CSV and plot: --rd-csv, --rd-plot)\n");

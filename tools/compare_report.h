@@ -68,7 +68,7 @@ std::string psnr_text(double x, const char* fmt = "%.2f");
 void print_table(const Outcome& o, double budget);
 
 /// Methods by budgets: measured bits / PSNR, or "cannot reach".
-void print_rd_table(const Outcome& o, const std::vector<double>& budgets);
+void print_rd_table(const Outcome& o, std::vector<double> budgets);
 
 /// One JSON row for BF16 and one per method and budget (unreachable ones
 /// without measurements).
