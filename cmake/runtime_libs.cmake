@@ -15,7 +15,7 @@ function(qvg_runtime_libraries out)
       continue()
     endif()
     get_filename_component(real "${lib}" REALPATH)
-    get_filename_component(dir "${real}" DIRECTORY)
+    get_filename_component(dir "${lib}" DIRECTORY)  # as given: /usr/local/cuda/lib, not the toolkit's versioned folder
     set(soname "")
     if(CMAKE_OBJDUMP)
       execute_process(COMMAND "${CMAKE_OBJDUMP}" -p "${real}" OUTPUT_VARIABLE dump ERROR_QUIET RESULT_VARIABLE rc)
