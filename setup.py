@@ -84,6 +84,7 @@ class CMakeBuild(build_ext):
         except ImportError:
             pass
         args += shlex.split(os.environ.get("QVG_CMAKE_ARGS", ""))
+        args.append("-DBUILD_SHARED_LIBS=OFF")  # the wheel holds the module alone: libqvg linked into it
         say(f"qvg: configuring the C++ extension with CMake in {build}")
         subprocess.run(args, check=True)
         jobs = str(os.cpu_count() or 1)

@@ -7,6 +7,7 @@
 //   <dir>/cache_file      small caches: every codec, RoPE modes, tails, policies
 //   <dir>/codec_spec      every preset and spec with overrides, canonical forms
 //   <dir>/encoded_tensor  encoded tensors of every method (encoded_input.h)
+//   <dir>/encoded_record  the same tensors as records (serialize_encoded)
 // Deterministic (fixed seeds). Small: a few hundred KiB in all.
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "qvg/io.h"
 #include "qvg/model.h"
 #include "qvg/rope.h"
+#include "qvg/serialize.h"
 
 namespace {
 
@@ -197,7 +199,7 @@ void spec_seeds(const fs::path& dir) {
   }
 }
 
-void encoded_seeds(const fs::path& dir) {
+void encoded_seeds(const fs::path& dir, const fs::path& record_dir) {
   const char* const specs[] = {
       "bf16", "rtn:block=32", "rtn-int4:block=16,scale=fp16", "kivi:group=8,residual=8", "kivi-int4:group=8,residual=4",
       "quarot", "quarot-int4", "qvg:block=32,centroids=8", "qvg-pro:centroids=4",
@@ -218,6 +220,7 @@ void encoded_seeds(const fs::path& dir) {
       in.tokens = e.tokens;
       in.dim = e.dim;
       for (size_t p = 0; p < std::size(qvg::kPartFields); ++p) in.parts[p] = e.*qvg::kPartFields[p].data;
+      write_bytes(record_dir / ("r" + std::to_string(i)), qvg::serialize_encoded(e));
       write_bytes(dir / ("e" + std::to_string(i++)), qvg::fuzz::to_bytes(in));
     }
 }
@@ -231,14 +234,15 @@ int main(int argc, char** argv) {
   }
   const fs::path root = argv[1];
   try {
-    for (const char* d : {"npy", "safetensors", "model_weights", "cache_file", "codec_spec", "encoded_tensor"})
+    for (const char* d : {"npy", "safetensors", "model_weights", "cache_file", "codec_spec", "encoded_tensor",
+                          "encoded_record"})
       fs::create_directories(root / d);
     npy_seeds(root / "npy");
     safetensors_seeds(root / "safetensors");
     model_seeds(root / "model_weights");
     cache_seeds(root / "cache_file");
     spec_seeds(root / "codec_spec");
-    encoded_seeds(root / "encoded_tensor");
+    encoded_seeds(root / "encoded_tensor", root / "encoded_record");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_seeds: %s\n", e.what());
     return 1;

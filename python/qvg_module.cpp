@@ -13,7 +13,9 @@
 
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "qvg/config.h"
 #include "qvg/cuda.h"
 #include "qvg/metrics.h"
+#include "qvg/serialize.h"
 
 namespace py = pybind11;
 using namespace qvg::python;
@@ -167,6 +170,25 @@ PYBIND11_MODULE(_qvg, m) {
                                   py::make_tuple(e.heads, e.tokens, e.dim), parts(e));
           },
           &encoded_from_state))
+      .def(
+          "to_bytes",
+          [](const qvg::EncodedTensor& e) {
+            const std::vector<uint8_t> b = qvg::serialize_encoded(e);
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          "The tensor as an encoded tensor record (docs/FORMAT.md): the pickled state's fields and parts, as C++'s "
+          "qvg::serialize_encoded writes them and qvg::deserialize_encoded reads them.")
+      .def_static(
+          "from_bytes",
+          [](const py::bytes& data) {
+            const std::string_view b = data;
+            py::gil_scoped_release unlocked;
+            return qvg::deserialize_encoded(
+                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size()));
+          },
+          py::arg("data"),
+          "An EncodedTensor from an encoded tensor record (to_bytes, or C++'s qvg::serialize_encoded), checked as "
+          "unpickling checks a state; a damaged record raises ValueError naming the problem.")
       .def("__repr__", [](const qvg::EncodedTensor& e) {
         return "<qvg.EncodedTensor " + qvg::describe(e.config) + " [" + std::to_string(e.heads) + ", " +
                std::to_string(e.tokens) + ", " + std::to_string(e.dim) + "] " +

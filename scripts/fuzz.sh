@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # libFuzzer runs of every parser and decoder of untrusted bytes (fuzz/, issue 27).
-#   scripts/fuzz.sh [SECONDS] [TARGET...]   (default: 30 s for each of the six targets)
+#   scripts/fuzz.sh [SECONDS] [TARGET...]   (default: 30 s for each of the seven targets)
 # Builds build-fuzz with clang (ASan + UBSan + libFuzzer coverage; no CUDA, FFmpeg,
 # Python, tests or benchmarks), writes the seed corpora (make_seeds, and the cache
 # files of tests/data), then runs each target for SECONDS of one core, as many at
@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_npy fuzz_safetensors fuzz_model_weights fuzz_cache_file fuzz_codec_spec fuzz_encoded_tensor)
+((${#targets[@]})) || targets=(fuzz_npy fuzz_safetensors fuzz_model_weights fuzz_cache_file fuzz_codec_spec fuzz_encoded_tensor
+  fuzz_encoded_record)
 command -v clang++ >/dev/null || {
   echo "fuzz: clang++ not found (Debian: apt-get install clang)" >&2
   exit 1
@@ -30,6 +31,7 @@ cmake --build $b -j"$(nproc)" --target make_seeds "${targets[@]}"
 
 rm -rf $b/seeds && $b/fuzz/make_seeds $b/seeds
 cp tests/data/*.qvgc $b/seeds/cache_file/
+cp tests/data/*.qvgt $b/seeds/encoded_record/
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 mkdir -p $b/logs

@@ -195,12 +195,18 @@ class StreamingKVCache {
   /// Adds one chunk to a layer and applies the span policy.
   /// @param layer      0 .. layers-1
   /// @param k, v       [heads, T, dim], T > 0 (= chunk_tokens when set), finite;
-  ///                   keys before RoPE when config().rope.mode != none
+  ///                   keys before RoPE when config().rope.mode != none; a
+  ///                   HeadTensor or a view of the caller's buffer (e.g.
+  ///                   HeadTensorView::thd of a model's [T][heads][dim] K),
+  ///                   read in place
   /// @param positions  T * rope_position_dims(rope.mode) int32 (t, y, x) or (p)
   ///                   per token; required with RoPE-on-read, ignored without
   /// Throws qvg::Error (cache unchanged) on any invalid argument.
-  AppendReport append(int layer, const HeadTensor& k, const HeadTensor& v,
+  AppendReport append(int layer, const HeadTensorView& k, const HeadTensorView& v,
                       std::span<const int32_t> positions = {});
+  /// The same for HeadTensors; a tensor whose data does not hold its
+  /// shape's values is refused naming the layer and the chunk.
+  AppendReport append(int layer, const HeadTensor& k, const HeadTensor& v, std::span<const int32_t> positions = {});
 
   /// The live tokens of a layer: decoded spans and full-precision chunks, in
   /// the order they were appended; keys rotated with the stored positions when

@@ -88,8 +88,10 @@ class Codec {
  public:
   virtual ~Codec() = default;
   virtual const CodecConfig& config() const = 0;
-  /// x: [heads, tokens, dim], finite. Throws qvg::Error on invalid input.
-  virtual EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt = {},
+  /// x: [heads, tokens, dim], finite: a HeadTensor, or a view of the
+  /// caller's buffer in any layout HeadTensorView takes, read in place (the
+  /// same bytes either way). Throws qvg::Error on invalid input.
+  virtual EncodedTensor encode(const HeadTensorView& x, const EncodeOptions& opt = {},
                                EncodeReport* report = nullptr) const = 0;
   /// Writes the reconstruction into out (resized to [heads, tokens, dim]).
   virtual void decode(const EncodedTensor& e, HeadTensor& out, int threads = 0) const = 0;

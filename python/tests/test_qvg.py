@@ -17,6 +17,7 @@ import numpy as np
 import qvg
 
 CLI = os.environ.get("QVG_CLI", "")
+TEST_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data")
 SPECS = ["bf16", "rtn", "rtn-int4", "kivi", "quarot", "qvg", "qvg-pro:iters=3", "qvg-int4:levels=midrise"]
 
 
@@ -179,6 +180,39 @@ class Pickling(unittest.TestCase):
             self.load_state((spec, role, (2, 64), parts))
         with self.assertRaisesRegex(TypeError, "part 'codes' is a str, not bytes"):
             self.load_state((spec, role, shape, dict(parts, codes="abc")))
+
+    def test_bytes_records_hold_the_pickled_state(self):
+        # EncodedTensor.to_bytes / from_bytes: the C++ library's encoded tensor
+        # record (qvg::serialize_encoded), holding what the pickle holds.
+        import pickle
+        for spec in SPECS:
+            with self.subTest(spec=spec):
+                e = qvg.Codec(spec).encode(random_kv(tokens=320), role="value")
+                b = e.to_bytes()
+                back = qvg.EncodedTensor.from_bytes(b)
+                self.assertEqual(back.__getstate__(), e.__getstate__())
+                self.assertEqual(back.to_bytes(), b)
+                self.assertEqual(pickle.loads(pickle.dumps(back)).to_bytes(), b)
+        with self.assertRaisesRegex(ValueError, "encoded tensor record: .*runs past the end"):
+            qvg.EncodedTensor.from_bytes(b[:-1])
+        with self.assertRaisesRegex(ValueError, "checksum mismatch"):
+            qvg.EncodedTensor.from_bytes(b[:40] + bytes([b[40] ^ 1]) + b[41:])
+
+    @unittest.skipUnless(os.path.isdir(TEST_DATA), "the source tree's tests/data is not at hand")
+    def test_golden_records_written_by_the_cpp_tests(self):
+        # tests/data/encoded_*.qvgt (tests/test_embed.cpp, EncodedRecord.GoldenFiles):
+        # records of the same input, read here and encoded here to the same bytes.
+        i = np.arange(2 * 40 * 32, dtype=np.uint64)
+        h = (i * np.uint64(2654435761)) % np.uint64(2**32)
+        x = (((h >> np.uint64(7)) % np.uint64(129)).astype(np.int64) - 64).astype(np.float32).reshape(2, 40, 32) / 64
+        for name, role in (("encoded_qvg.qvgt", "key"), ("encoded_kivi.qvgt", "value")):
+            with self.subTest(name=name):
+                with open(os.path.join(TEST_DATA, name), "rb") as f:
+                    golden = f.read()
+                e = qvg.EncodedTensor.from_bytes(golden)
+                self.assertEqual((e.shape, e.role), ((2, 40, 32), role))
+                self.assertEqual(e.to_bytes(), golden)
+                self.assertEqual(qvg.Codec(e.spec).encode(x, role=role).to_bytes(), golden)
 
     @staticmethod
     def load_state(state):

@@ -84,14 +84,17 @@ void check_same_config(const CacheConfig& a, const CacheConfig& b, const std::st
 
 // ---- helpers ---------------------------------------------------------------------
 
-void tail_encode(const float* x, size_t n, TailFormat f, std::vector<uint8_t>& out) {
-  if (f == TailFormat::bf16) {
-    out.resize(n * 2);
-    for (size_t i = 0; i < n; ++i) put_u16(out, i, bf16_from_float(x[i]));
-  } else {
-    out.resize(n * 4);
-    for (size_t i = 0; i < n; ++i) put_f32(out, i, x[i]);
-  }
+void tail_encode(const HeadTensorView& x, TailFormat f, std::vector<uint8_t>& out) {
+  out.resize(static_cast<size_t>(x.numel()) * (f == TailFormat::bf16 ? 2 : 4));
+  size_t i = 0;
+  for (int64_t h = 0; h < x.heads; ++h)
+    for (int64_t n = 0; n < x.tokens; ++n) {
+      const float* r = x.row(h, n);
+      if (f == TailFormat::bf16)
+        for (int64_t d = 0; d < x.dim; ++d) put_u16(out, i++, bf16_from_float(r[d]));
+      else
+        for (int64_t d = 0; d < x.dim; ++d) put_f32(out, i++, r[d]);
+    }
 }
 
 void tail_decode(const uint8_t* bytes, size_t n, TailFormat f, float* out) {
@@ -223,17 +226,32 @@ void check_layer(const StreamingKVCache::Impl& I, int layer, const char* what) {
 
 namespace {
 
-void check_chunk(const CacheConfig& c, int layer, const HeadTensor& x, const char* what) {
-  QVG_CHECK(x.heads == c.heads && x.dim == c.dim && x.tokens > 0, "append (layer ", layer, "): the ", what,
-            " chunk has shape [", x.heads, ", ", x.tokens, ", ", x.dim, "], the cache needs [", c.heads,
-            ", T > 0, ", c.dim, "]");
-  QVG_CHECK(x.data.size() == static_cast<size_t>(x.numel()), "append (layer ", layer, "): the ", what,
-            " chunk holds ", x.data.size(), " values, its shape needs ", x.numel());
+void check_chunk_shape(const CacheConfig& c, int layer, int64_t heads, int64_t tokens, int64_t dim, const char* what) {
+  QVG_CHECK(heads == c.heads && dim == c.dim && tokens > 0, "append (layer ", layer, "): the ", what, " chunk has shape [",
+            heads, ", ", tokens, ", ", dim, "], the cache needs [", c.heads, ", T > 0, ", c.dim, "]");
+}
+
+void check_chunk(const CacheConfig& c, int layer, const HeadTensorView& x, const char* what) {
+  check_chunk_shape(c, layer, x.heads, x.tokens, x.dim, what);
+  x.check((std::string("append (layer ") + std::to_string(layer) + "): the " + what + " chunk").c_str());
 }
 
 }  // namespace
 
 AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const HeadTensor& v,
+                                      std::span<const int32_t> positions) {
+  // The checks the view overload makes first, in its order, then the data's size.
+  check_layer(*impl_, layer, "append");
+  for (const HeadTensor* x : {&k, &v}) {
+    const char* what = x == &k ? "key" : "value";
+    check_chunk_shape(impl_->config, layer, x->heads, x->tokens, x->dim, what);
+    QVG_CHECK(x->data.size() == static_cast<size_t>(x->numel()), "append (layer ", layer, "): the ", what,
+              " chunk holds ", x->data.size(), " values, its shape needs ", x->numel());
+  }
+  return append(layer, HeadTensorView(k), HeadTensorView(v), positions);
+}
+
+AppendReport StreamingKVCache::append(int layer, const HeadTensorView& k, const HeadTensorView& v,
                                       std::span<const int32_t> positions) {
   Impl& I = *impl_;
   const CacheConfig& c = I.config;
@@ -269,8 +287,8 @@ AppendReport StreamingKVCache::append(int layer, const HeadTensor& k, const Head
   L.chunks.reserve(L.chunks.size() + 1);  // capacity only: push_back below cannot throw
 
   CacheChunk nc;
-  tail_encode(k.data.data(), k.data.size(), c.tail, nc.k);
-  tail_encode(v.data.data(), v.data.size(), c.tail, nc.v);
+  tail_encode(k, c.tail, nc.k);
+  tail_encode(v, c.tail, nc.v);
   // Finite floats above BF16's largest value round to infinity there (and a
   // saved file holding them would not load); f32 keeps them as they are.
   QVG_CHECK(c.tail != TailFormat::bf16 || (tail_finite(nc.k, c.tail) && tail_finite(nc.v, c.tail)), "append (layer ", layer,

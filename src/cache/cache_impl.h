@@ -72,8 +72,9 @@ struct StreamingKVCache::Impl {
 /// Whether a codec config runs k-means (smoothing stages > 0).
 inline bool runs_kmeans(const CodecConfig& c) { return smoothing_stages(c) > 0; }
 
-/// Full-precision bytes <-> float32 (tail format of the cache).
-void tail_encode(const float* x, size_t n, TailFormat f, std::vector<uint8_t>& out);
+/// Full-precision bytes <-> float32 (tail format of the cache); encode
+/// writes x's values in [heads][tokens][dim] order.
+void tail_encode(const HeadTensorView& x, TailFormat f, std::vector<uint8_t>& out);
 void tail_decode(const uint8_t* bytes, size_t n, TailFormat f, float* out);
 
 /// Checks the invariants of a layer's state against the config (used by load;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cache/byte_io.h"
 #include "cache/cache_impl.h"
 #include "cache/checksum.h"
 #include "cpu/codecs.h"
@@ -15,6 +16,8 @@ namespace qvg {
 namespace {
 
 using nlohmann::json;
+using byte_io::Reader;
+using byte_io::Writer;
 
 constexpr char kMagic[8] = {'Q', 'V', 'G', 'C', 'A', 'C', 'H', 'E'};
 constexpr uint32_t kVersion = 2;     // written; 2: codecs stored as canonical specs
@@ -22,92 +25,6 @@ constexpr uint32_t kOldestVersion = 1;  // read: 1 stored each codec field as a 
 constexpr size_t kHeaderBytes = 20;         // magic, version, section count, header CRC
 constexpr size_t kSectionHeadBytes = 16;    // tag, flags, payload length
 constexpr uint64_t kMaxConfigBytes = 1u << 20;
-
-// ---- little-endian byte buffers ------------------------------------------------------
-
-class Writer {
- public:
-  std::vector<uint8_t> buf;
-  void u8(uint8_t v) { buf.push_back(v); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) buf.push_back(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) buf.push_back(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
-  void raw(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    buf.insert(buf.end(), b, b + n);
-  }
-  void bytes(const std::vector<uint8_t>& v) {  // u64 length, then the bytes
-    u64(v.size());
-    raw(v.data(), v.size());
-  }
-  void i32s(const std::vector<int32_t>& v) {
-    for (int32_t x : v) u32(static_cast<uint32_t>(x));
-  }
-};
-
-/// Bounds-checked reader over one section's payload; errors name the file,
-/// the section and what was being read.
-class Reader {
- public:
-  Reader(const std::vector<uint8_t>& b, std::string where) : b_(b), where_(std::move(where)) {}
-  const std::string& where() const { return where_; }
-  size_t left() const { return b_.size() - pos_; }
-  void need(size_t n, const char* what) const {
-    QVG_CHECK(n <= left(), where_, ": truncated (", what, " needs ", n, " bytes, ", left(), " left)");
-  }
-  uint32_t u32(const char* what) {
-    need(4, what);
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(b_[pos_ + i]) << (8 * i);
-    pos_ += 4;
-    return v;
-  }
-  uint64_t u64(const char* what) {
-    need(8, what);
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(b_[pos_ + i]) << (8 * i);
-    pos_ += 8;
-    return v;
-  }
-  int64_t i64(const char* what) { return static_cast<int64_t>(u64(what)); }
-  /// An i64 in [lo, hi].
-  int64_t i64_in(const char* what, int64_t lo, int64_t hi) {
-    const int64_t v = i64(what);
-    QVG_CHECK(v >= lo && v <= hi, where_, ": ", what, " = ", v, " is out of range [", lo, ", ", hi, "]");
-    return v;
-  }
-  std::vector<uint8_t> bytes(const char* what) {
-    const uint64_t n = u64(what);
-    QVG_CHECK(n <= left(), where_, ": truncated (", what, " claims ", n, " bytes, ", left(), " left)");
-    std::vector<uint8_t> v(b_.begin() + static_cast<std::ptrdiff_t>(pos_),
-                           b_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
-    pos_ += n;
-    return v;
-  }
-  std::vector<uint8_t> raw(size_t n, const char* what) {
-    need(n, what);
-    std::vector<uint8_t> v(b_.begin() + static_cast<std::ptrdiff_t>(pos_),
-                           b_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
-    pos_ += n;
-    return v;
-  }
-  std::vector<int32_t> i32s(size_t n, const char* what) {
-    QVG_CHECK(n <= left() / 4, where_, ": truncated (", what, " needs ", n, " int32 values)");
-    std::vector<int32_t> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(u32(what));
-    return v;
-  }
-  void end() const { QVG_CHECK(left() == 0, where_, ": ", left(), " unexpected bytes at the end of the section"); }
-
- private:
-  const std::vector<uint8_t>& b_;
-  size_t pos_ = 0;
-  std::string where_;
-};
 
 // ---- config as JSON ----------------------------------------------------------------
 
@@ -228,10 +145,6 @@ CacheConfig config_from_json(const json& j, const std::string& where) {
 
 // ---- layer payload -------------------------------------------------------------------
 
-void write_encoded(Writer& w, const EncodedTensor& e) {
-  w.i64(e.config.kmeans.centroids);
-  for (const PartField& p : kPartFields) w.bytes(e.*p.data);
-}
 
 std::vector<uint8_t> layer_payload(const StreamingKVCache::Impl& I, int layer) {
   const CacheLayer& L = I.layers[static_cast<size_t>(layer)];
@@ -249,8 +162,8 @@ std::vector<uint8_t> layer_payload(const StreamingKVCache::Impl& I, int layer) {
     w.i64(sp.chunks);
     w.i64(sp.first_token);
     w.i64(sp.tokens);
-    write_encoded(w, sp.k);
-    write_encoded(w, sp.v);
+    byte_io::write_encoded_record(w, sp.k, sp.k.config.kmeans.centroids);
+    byte_io::write_encoded_record(w, sp.v, sp.v.config.kmeans.centroids);
   }
   for (const CacheChunk& ch : L.chunks) {
     w.i64(ch.index);
@@ -286,7 +199,7 @@ EncodedTensor read_encoded(Reader& r, const StreamingKVCache::Impl& I, bool key,
   e.heads = I.config.heads;
   e.tokens = tokens;
   e.dim = I.config.dim;
-  for (const PartField& p : kPartFields) e.*p.data = r.bytes(what);
+  byte_io::read_encoded_parts(r, e, what);
   return e;
 }
 

@@ -11,11 +11,14 @@ class Bf16Codec final : public Codec {
   explicit Bf16Codec(CodecConfig c) : config_(std::move(c)) {}
   const CodecConfig& config() const override { return config_; }
 
-  EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport*) const override {
+  EncodedTensor encode(const HeadTensorView& x, const EncodeOptions& opt, EncodeReport*) const override {
     check_encode_input(config_, x);
     EncodedTensor e = encoded_header(config_, x, opt.role);
     e.full_precision.resize(static_cast<size_t>(x.numel()) * 2);
-    for (size_t i = 0; i < x.data.size(); ++i) put_u16(e.full_precision, i, bf16_from_float(x.data[i]));
+    size_t i = 0;
+    for (int64_t h = 0; h < x.heads; ++h)
+      for (int64_t n = 0; n < x.tokens; ++n)
+        for (int64_t d = 0; d < x.dim; ++d) put_u16(e.full_precision, i++, bf16_from_float(x.row(h, n)[d]));
     return e;
   }
 

@@ -52,7 +52,7 @@ void check_magnitude(const CodecConfig& c, double max_abs, const std::string& wh
             "); multiply the tensor by a power of two first (docs/RELIABILITY.md, \"Hostile numbers\")");
 }
 
-void check_encode_input(const CodecConfig& c, const HeadTensor& x) {
+void check_encode_input(const CodecConfig& c, const HeadTensorView& x) {
   validate(c, x.dim);
   QVG_CHECK(x.heads > 0, c.name, ": the tensor has no heads");
   QVG_CHECK(x.tokens > 0, c.name, ": the tensor has no tokens (N = 0)");

@@ -30,7 +30,7 @@ PartBytes qvg_expected_bytes(const CodecConfig& c, int64_t heads, int64_t tokens
 /// Checks shared by every encoder: the config is valid for x.dim, x has at
 /// least one token and head, its data matches its shape, all values finite,
 /// the largest magnitude inside the codec's range (check_magnitude).
-void check_encode_input(const CodecConfig& c, const HeadTensor& x);
+void check_encode_input(const CodecConfig& c, const HeadTensorView& x);
 
 /// Checks shared by every decoder, in two halves. The header: e was made by
 /// a codec of config c's method, its shape is not empty and e.config is
@@ -64,7 +64,7 @@ void check_bf16_finite(const std::vector<uint8_t>& bytes, const std::string& wha
 std::string residual_overflow_hint(int stages);
 
 /// An EncodedTensor carrying c, role and x's shape, its parts still empty.
-inline EncodedTensor encoded_header(const CodecConfig& c, const HeadTensor& x, TensorRole role) {
+inline EncodedTensor encoded_header(const CodecConfig& c, const HeadTensorView& x, TensorRole role) {
   EncodedTensor e;
   e.config = c;
   e.role = role;

@@ -46,7 +46,7 @@ class KiviCodec final : public Codec {
   explicit KiviCodec(CodecConfig c) : config_(std::move(c)) {}
   const CodecConfig& config() const override { return config_; }
 
-  EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
+  EncodedTensor encode(const HeadTensorView& x, const EncodeOptions& opt, EncodeReport* report) const override {
     check_encode_input(config_, x);
     QVG_CHECK(opt.role == TensorRole::key || opt.role == TensorRole::value, config_.name,
               ": unknown tensor role ", static_cast<int>(opt.role));
@@ -94,30 +94,31 @@ class KiviCodec final : public Codec {
     pack_codes(tmp, static_cast<size_t>(n), bits, e.codes.data() + gi * gb);
   }
 
-  void encode_head(const HeadTensor& x, int64_t h, EncodedTensor& e) const {
+  void encode_head(const HeadTensorView& x, int64_t h, EncodedTensor& e) const {
     const int64_t n = x.tokens, d = x.dim, g = config_.group;
     const int bits = config_.bits;
     const int64_t nq = kivi_quantized_tokens(config_, e.role, n);
-    const float* xh = x.head(h);
+    const int64_t ts = x.token_stride;
     std::vector<uint8_t> tmp(static_cast<size_t>(g));
     if (e.role == TensorRole::key) {
       // Group (k, c): channel c of tokens k*G .. k*G+G-1.
       const int64_t ng = nq / g;
       for (int64_t k = 0; k < ng; ++k)
         for (int64_t c = 0; c < d; ++c)
-          encode_group(xh + k * g * d + c, g, d, bits, static_cast<size_t>((h * ng + k) * d + c), e,
+          encode_group(x.row(h, k * g) + c, g, ts, bits, static_cast<size_t>((h * ng + k) * d + c), e,
                        tmp.data(), "key", h, k * g, c);
     } else {
       // Group (t, j): channels j*G .. j*G+G-1 of token t.
       const int64_t gpr = d / g;
       for (int64_t t = 0; t < nq; ++t)
         for (int64_t j = 0; j < gpr; ++j)
-          encode_group(xh + t * d + j * g, g, 1, bits, static_cast<size_t>((h * nq + t) * gpr + j), e,
+          encode_group(x.row(h, t) + j * g, g, 1, bits, static_cast<size_t>((h * nq + t) * gpr + j), e,
                        tmp.data(), "value", h, t, j * g);
     }
     const size_t base = static_cast<size_t>(h * (n - nq) * d);
-    for (int64_t i = 0; i < (n - nq) * d; ++i)
-      put_u16(e.full_precision, base + static_cast<size_t>(i), bf16_from_float(xh[nq * d + i]));
+    for (int64_t t = nq; t < n; ++t)
+      for (int64_t c = 0; c < d; ++c)
+        put_u16(e.full_precision, base + static_cast<size_t>((t - nq) * d + c), bf16_from_float(x.row(h, t)[c]));
   }
 
   static void decode_group(const EncodedTensor& e, size_t gi, int64_t n, int64_t stride, uint8_t* tmp,

@@ -31,7 +31,7 @@ class QuarotCodec final : public Codec {
   explicit QuarotCodec(CodecConfig c) : config_(std::move(c)) {}
   const CodecConfig& config() const override { return config_; }
 
-  EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
+  EncodedTensor encode(const HeadTensorView& x, const EncodeOptions& opt, EncodeReport* report) const override {
     check_encode_input(config_, x);
     if (report) *report = EncodeReport{};
     EncodedTensor e = encoded_header(config_, x, opt.role);
@@ -46,7 +46,7 @@ class QuarotCodec final : public Codec {
       std::vector<float> y(static_cast<size_t>(d));
       std::vector<uint8_t> q(static_cast<size_t>(d));
       for (int64_t t = 0; t < n; ++t) {
-        const float* row = x.head(h) + t * d;
+        const float* row = x.row(h, t);
         std::copy(row, row + d, y.begin());
         wht_normalized_ref(y.data(), d);
         const auto [mn, mx] = std::minmax_element(y.begin(), y.end());

@@ -108,7 +108,7 @@ PartBytes qvg_expected_bytes(const CodecConfig& config, int64_t h, int64_t n, in
 
 namespace {
 
-EncodedTensor empty_encoding(const CodecConfig& c, const HeadTensor& x, TensorRole role) {
+EncodedTensor empty_encoding(const CodecConfig& c, const HeadTensorView& x, TensorRole role) {
   EncodedTensor e = encoded_header(c, x, role);
   const PartBytes b = qvg_expected_bytes(c, x.heads, x.tokens, x.dim);
   e.codes.resize(b.codes);
@@ -117,6 +117,13 @@ EncodedTensor empty_encoding(const CodecConfig& c, const HeadTensor& x, TensorRo
   e.centroids.resize(b.centroids);
   e.ids.resize(b.ids);
   return e;
+}
+
+/// Head h of x as tokens x dim floats: the working copy every stage updates.
+std::vector<float> head_rows(const HeadTensorView& x, int64_t h) {
+  std::vector<float> r(static_cast<size_t>(x.tokens * x.dim));
+  for (int64_t n = 0; n < x.tokens; ++n) std::copy(x.row(h, n), x.row(h, n) + x.dim, r.begin() + n * x.dim);
+  return r;
 }
 
 /// r -= stage s's stored centroids of head h (as decode adds them), by e's
@@ -173,7 +180,7 @@ class QvgCodec final : public Codec {
   explicit QvgCodec(CodecConfig c) : config_(std::move(c)) {}
   const CodecConfig& config() const override { return config_; }
 
-  EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
+  EncodedTensor encode(const HeadTensorView& x, const EncodeOptions& opt, EncodeReport* report) const override {
     check_encode_input(config_, x);
     // centroids=auto: the span's C, chosen from its length; the encoding holds it.
     if (config_.auto_centroids && smoothing_stages(config_) > 0)
@@ -201,7 +208,7 @@ class QvgCodec final : public Codec {
     parallel_for(x.heads, opt.threads, [&](int64_t h) {
       // r: the points stage s clusters (P_0 = X, then P_s + 1 = bf16(P_s -
       // bf16(c_s)[ids])); after the last stage, the residual R it leaves.
-      std::vector<float> r(x.head(h), x.head(h) + n * d);
+      std::vector<float> r = head_rows(x, h);
       std::vector<float> init;
       for (int s = 0; s < s_count; ++s) {
         KMeansParams kp = config_.kmeans;
@@ -328,7 +335,7 @@ EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecCon
   e.ids = std::move(ids);
   const int s_count = smoothing_stages(c);
   parallel_for(x.heads, threads, [&](int64_t h) {
-    std::vector<float> r(x.head(h), x.head(h) + x.tokens * x.dim);
+    std::vector<float> r = head_rows(x, h);
     for (int s = 0; s < s_count; ++s) advance_stage(e, h, s, s_count, r);
     quantize_residual(e, h, r);
   });

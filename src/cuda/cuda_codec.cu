@@ -64,7 +64,7 @@ class CudaCodec final : public Codec {
   }
   const CodecConfig& config() const override { return config_; }
 
-  EncodedTensor encode(const HeadTensor& x, const EncodeOptions& opt, EncodeReport* report) const override {
+  EncodedTensor encode(const HeadTensorView& x, const EncodeOptions& opt, EncodeReport* report) const override {
     if (reference_) return reference_->encode(x, opt, report);
     check_magnitude(config_, check_finite(x, "input tensor"));
     return encode_on_device(nullptr, DeviceElement::f32, x, opt, report);
@@ -72,7 +72,7 @@ class CudaCodec final : public Codec {
 
   /// The encode of x (on the device, of dtype; or null: upload `host`'s
   /// values), whose shape `host` carries. The input is finite (checked).
-  EncodedTensor encode_on_device(const void* x, DeviceElement dtype, const HeadTensor& host, const EncodeOptions& opt,
+  EncodedTensor encode_on_device(const void* x, DeviceElement dtype, const HeadTensorView& host, const EncodeOptions& opt,
                                  EncodeReport* report) const {
     // centroids=auto: the span's C, chosen from its length; the encoding holds it.
     if (config_.auto_centroids && smoothing_stages(config_) > 0)
@@ -101,8 +101,7 @@ class CudaCodec final : public Codec {
     // cache encodes every span with the same codec.
     std::lock_guard<std::mutex> lock(mutex_);
     if (!x) {
-      xd_.resize(host.data.size());
-      xd_.upload(host.data.data(), host.data.size());
+      upload_view(host);
       x = xd_.get();
     }
     std::vector<KMeansStats> stats;
@@ -135,6 +134,22 @@ class CudaCodec final : public Codec {
   mutable std::mutex mutex_;          // guards the scratch below (encode is const and may be called from threads)
   mutable cuda::Encoder encoder_;
   mutable DeviceBuffer<float> xd_;
+
+  /// x's values into xd_ as [heads][tokens][dim]: one copy when contiguous,
+  /// else one strided copy per head (its rows, token_stride apart).
+  void upload_view(const HeadTensorView& x) const {
+    const size_t n = static_cast<size_t>(x.numel());
+    if (x.contiguous()) {
+      xd_.upload(x.data, n);
+      return;
+    }
+    xd_.resize(n);
+    const size_t row = static_cast<size_t>(x.dim) * sizeof(float);
+    for (int64_t h = 0; h < x.heads; ++h)
+      QVG_CUDA_CHECK(cudaMemcpy2DAsync(xd_.get() + h * x.tokens * x.dim, row, x.row(h, 0),
+                                       static_cast<size_t>(x.token_stride) * sizeof(float), row,
+                                       static_cast<size_t>(x.tokens), cudaMemcpyHostToDevice, nullptr));
+  }
   mutable DeviceParts parts_;
 };
 
@@ -230,7 +245,7 @@ EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, Devic
   CudaCodec codec(config);
   if (!encodes_on_device(config.method))  // the CPU reference's encode
     return codec.encode(cuda::download_as_float(x, type, heads, tokens, dim, nullptr), opt, nullptr);
-  HeadTensor shape;  // the shape only: encode_on_device reads x
+  HeadTensorView shape;  // the shape only: encode_on_device reads x
   shape.heads = heads;
   shape.tokens = tokens;
   shape.dim = dim;

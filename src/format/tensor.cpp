@@ -1,25 +1,91 @@
+#include "qvg/tensor.h"
+
 #include <algorithm>
 #include <cmath>
 
-#include "qvg/tensor.h"
-
 namespace qvg {
+
+HeadTensorView::HeadTensorView(const HeadTensor& x)
+    : data(x.data.data()), heads(x.heads), tokens(x.tokens), dim(x.dim), head_stride(x.tokens * x.dim),
+      token_stride(x.dim) {
+  QVG_CHECK(static_cast<int64_t>(x.data.size()) == x.numel(), "tensor: data holds ", x.data.size(),
+            " values but the shape [", x.heads, ", ", x.tokens, ", ", x.dim, "] needs ", x.numel());
+}
+
+HeadTensorView HeadTensorView::htd(const float* p, int64_t heads, int64_t tokens, int64_t dim) {
+  return rows(p, heads, tokens, dim, tokens);
+}
+
+HeadTensorView HeadTensorView::thd(const float* p, int64_t tokens, int64_t heads, int64_t dim) {
+  HeadTensor::checked_numel(heads, tokens, dim);  // bounds heads * dim
+  HeadTensorView v;
+  v.data = p;
+  v.heads = heads;
+  v.tokens = tokens;
+  v.dim = dim;
+  v.head_stride = dim;
+  v.token_stride = heads * dim;
+  v.check("thd view");
+  return v;
+}
+
+HeadTensorView HeadTensorView::rows(const float* p, int64_t heads, int64_t tokens, int64_t dim, int64_t row_stride) {
+  HeadTensor::checked_numel(heads, tokens, dim);
+  QVG_CHECK(row_stride >= tokens, "rows view: row_stride (", row_stride, ") is below tokens (", tokens, ")");
+  HeadTensorView v;
+  v.data = p;
+  v.heads = heads;
+  v.tokens = tokens;
+  v.dim = dim;
+  v.token_stride = dim;
+  QVG_CHECK(!__builtin_mul_overflow(row_stride, dim, &v.head_stride), "rows view: row_stride ", row_stride,
+            " x dim ", dim, " overflows 64 bits");
+  v.check("rows view");
+  return v;
+}
+
+void HeadTensorView::check(const char* what) const {
+  const int64_t n = HeadTensor::checked_numel(heads, tokens, dim);
+  QVG_CHECK(token_stride >= dim && head_stride >= 0, what, ": strides (head ", head_stride, ", token ", token_stride,
+            ") must be >= 0 and the token stride >= dim (", dim, ")");
+  if (n == 0) return;
+  QVG_CHECK(data != nullptr, what, ": null data for a shape [", heads, ", ", tokens, ", ", dim, "] with values");
+  // The last value's offset, in bytes, fits int64: every row(h, n) pointer is computed without overflow.
+  int64_t last = 0, term = 0;
+  const bool overflow = __builtin_mul_overflow(heads - 1, head_stride, &last) ||
+                        __builtin_mul_overflow(tokens - 1, token_stride, &term) ||
+                        __builtin_add_overflow(last, term, &last) || __builtin_add_overflow(last, dim, &last) ||
+                        __builtin_mul_overflow(last, int64_t{sizeof(float)}, &last);
+  QVG_CHECK(!overflow, what, ": shape [", heads, ", ", tokens, ", ", dim, "] with strides (head ", head_stride,
+            ", token ", token_stride, ") reaches beyond 2^63 bytes");
+}
+
+HeadTensor HeadTensorView::to_tensor() const {
+  check("view");
+  HeadTensor x(heads, tokens, dim);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t n = 0; n < tokens; ++n) std::copy(row(h, n), row(h, n) + dim, x.head(h) + n * dim);
+  return x;
+}
 
 float check_finite(const HeadTensor& x, const char* what) {
   QVG_CHECK(static_cast<int64_t>(x.data.size()) == x.numel(), what, ": data holds ", x.data.size(),
             " values but the shape [", x.heads, ", ", x.tokens, ", ", x.dim, "] needs ", x.numel());
+  return check_finite(HeadTensorView(x), what);
+}
+
+float check_finite(const HeadTensorView& x, const char* what) {
+  x.check(what);
   float largest = 0.0f;
-  for (size_t i = 0; i < x.data.size(); ++i) {
-    largest = std::max(largest, std::fabs(x.data[i]));  // NaN leaves it; the test below throws for it
-    if (!std::isfinite(x.data[i])) {
-      const int64_t per_head = x.tokens * x.dim;
-      const int64_t h = static_cast<int64_t>(i) / per_head;
-      const int64_t n = (static_cast<int64_t>(i) % per_head) / x.dim;
-      const int64_t d = static_cast<int64_t>(i) % x.dim;
-      QVG_CHECK(false, what, " holds a non-finite value (", x.data[i], ") at head ", h, ", token ", n,
-                ", channel ", d);
+  for (int64_t h = 0; h < x.heads; ++h)
+    for (int64_t n = 0; n < x.tokens; ++n) {
+      const float* r = x.row(h, n);
+      for (int64_t d = 0; d < x.dim; ++d) {
+        largest = std::max(largest, std::fabs(r[d]));  // NaN leaves it; the test below throws for it
+        if (!std::isfinite(r[d]))
+          QVG_CHECK(false, what, " holds a non-finite value (", r[d], ") at head ", h, ", token ", n, ", channel ", d);
+      }
     }
-  }
   return largest;
 }
 
