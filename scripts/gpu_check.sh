@@ -9,13 +9,7 @@
 # QVG-over-BF16 overhead runs), QVG_SKIP_PYTHON (the Python module's tests,
 # device="cuda" included), QVG_RACECHECK_PP_S (time limit of the k-means++
 # racecheck, 0 skips it).
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/qvg-gpu-out}
-mkdir -p "$OUT"
-step() { echo "== $(date +%T) $*"; }
-step "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/device.log"
+source "$(dirname "$0")/gpu_start.sh"
 step "configure + build"
 scripts/gpu_build.sh "$OUT/build.log" test_cuda test_cuda_baselines test_model_cuda test_assign_kernel test_kmeans \
   test_codecs test_formats test_group_quant test_device_codec test_reseed_kernel test_device_cache test_hostile_numbers \

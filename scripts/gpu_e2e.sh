@@ -6,13 +6,7 @@
 # Logs under $OUT. Needs the carried .deps (scripts/gpu_build.sh).
 # Environment: QVG_E2E_REPS (bench_cuda repetitions, default 5), QVG_WAN_ARGS
 # (bench_wan.py's arguments), QVG_SKIP_WAN, QVG_SKIP_WARM.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/qvg-gpu-out}
-mkdir -p "$OUT"
-step() { echo "== $(date +%T) $*"; }
-step "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.log"
+source "$(dirname "$0")/gpu_start.sh"
 step "build"
 scripts/gpu_build.sh "$OUT/build.log" test_cuda test_kmeans test_device_codec test_device_cache test_assign_kernel bench_cuda || exit 1
 rc=0

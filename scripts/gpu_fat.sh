@@ -6,13 +6,7 @@
 # sm_90a build's, in the same call. Logs under $OUT. Needs the carried .deps.
 # Environment: QVG_FAT_REPS (bench_cuda repetitions, default 5), QVG_FAT_SKIP_HOPPER (no sm_90a
 # build or bench), QVG_FAT_TESTS (the test binaries).
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/qvg-gpu-out}
-mkdir -p "$OUT"
-step() { echo "== $(date +%T) $*"; }
-step "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.log"
+source "$(dirname "$0")/gpu_start.sh"
 tests=${QVG_FAT_TESTS:-"test_kmeans test_cuda test_assign_kernel test_reseed_kernel test_device_codec test_device_cache
   test_cuda_baselines test_model_cuda test_hostile_numbers"}
 step "build for sm_80 (PTX)"
