@@ -22,6 +22,7 @@
 #include "qvg/methods.h"
 #include "qvg/metrics.h"
 #include "qvg/qvg.h"
+#include "qvg/video.h"
 #include "util/rng.h"
 
 namespace qvg {
@@ -392,6 +393,7 @@ TEST(CqCache, FileRoundTripIsBitExactAndResumes) {
 // ---- quality and the budget ---------------------------------------------------------------
 
 TEST(CqQuality, BeatsInt2AtEqualBitsAndMoreCodewordsLessError) {
+  if (!video_support()) GTEST_SKIP() << "built without FFmpeg (the clip's frames are read through it)";
   ClipKVParams p;
   p.frames = 2;
   p.heads = 2;
