@@ -109,6 +109,33 @@ std::string on_span(const CodecConfig& c, int64_t n) { return describe(span_conf
 // limit has a lower expected distortion; unreachable exactly when no member
 // is within the limit, and then the choice is the family's cheapest; the
 // library's bits are the reference formula's.
+// The budget rule's fields come from the field table (one source): every
+// field a method row searches has hooks; each value the rule tries is one
+// the field's own check accepts, and set / get round-trip it.
+TEST(Budget, SearchedFieldsAreTheTablesWithValidValues) {
+  for (const MethodTraits& row : method_table())
+    for (const std::string& key : row.budget_fields) {
+      SCOPED_TRACE(std::string(row.name) + "." + key);
+      const CodecField* field = nullptr;
+      for (const CodecField& f : codec_fields())
+        if (key == f.key) field = &f;
+      ASSERT_NE(field, nullptr);
+      ASSERT_NE(field->budget, nullptr);
+      CodecConfig c = parse_codec_spec(row.name);
+      if (key == "cq_dim" || key == "cq_codewords") c.code = ResidualCode::codebook;
+      const std::vector<int> values = budget_field_values(c, key, 1000, 128);
+      ASSERT_FALSE(values.empty());
+      EXPECT_EQ(values, field->budget->values(c, 1000, 128));
+      for (int v : values) {
+        field->budget->set(c, v);
+        EXPECT_EQ(field->budget->get(c), v);
+        EXPECT_NO_THROW(field->check(c, 128)) << v;
+      }
+    }
+  EXPECT_NE(error_of([] { budget_field_values(CodecConfig{}, "iters", 100, 128); }).find("not a budget field"),
+            std::string::npos);
+}
+
 TEST(Budget, LowestExpectedDistortionOfItsFamilyAgainstBruteForce) {
   const std::vector<std::string> specs = {"rtn", "rtn:scale=fp16", "kivi", "kivi:residual=0", "kivi-int4",
                                           "quarot", "qvg", "qvg-pro", "qvg:centroid_format=fp8",

@@ -100,6 +100,14 @@ struct CodecConfig {
 /// One configuration field as the spec string, the cache file, reports and
 /// the help text name it. The table (codec_fields) is the only place that
 /// spells a field's key and its values.
+/// A field the budget rule searches (qvg/budget.h): the values it tries for
+/// a config of head dim `dim` on spans of `tokens`, and the field as an int.
+struct BudgetHooks {
+  std::vector<int> (*values)(const CodecConfig& c, int64_t tokens, int64_t dim);
+  int (*get)(const CodecConfig& c);
+  void (*set)(CodecConfig& c, int v);
+};
+
 struct CodecField {
   const char* key;     ///< spec key: "bits"
   const char* values;  ///< accepted values, for help: "2|4"
@@ -115,6 +123,8 @@ struct CodecField {
   /// specs and files written before the field existed stay byte for byte
   /// the same); null: always written.
   const char* omitted = nullptr;
+  /// Where the budget rule searches the field; null: it never does.
+  const BudgetHooks* budget = nullptr;
 };
 
 /// Every configuration field, in spec order.

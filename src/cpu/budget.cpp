@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 
@@ -25,52 +26,26 @@ double span_bits_per_value(const CodecConfig& c, int64_t tokens, int64_t dim) {
   return 8.0 * static_cast<double>(k + v) / (2.0 * static_cast<double>(tokens) * static_cast<double>(dim));
 }
 
+namespace {
+
+/// The budget hooks of field `key` (codec_fields), or an error naming it.
+const BudgetHooks& budget_hooks(const std::string& key) {
+  for (const CodecField& f : codec_fields())
+    if (key == f.key && f.budget) return *f.budget;
+  QVG_CHECK(false, "budget: field '", key, "' is not a budget field");
+  std::abort();  // not reached: QVG_CHECK threw
+}
+
+}  // namespace
+
 std::vector<int> budget_field_values(const CodecConfig& c, const std::string& key, int64_t tokens, int64_t dim) {
-  std::vector<int> v;
-  if (key == "bits") {
-    v = {2, 4};
-  } else if (key == "block") {
-    for (int b : {16, 32, 64, 128})
-      if (dim % b == 0) v.push_back(b);
-  } else if (key == "group") {
-    for (int64_t g = 1; g <= std::min<int64_t>(dim, 4096); ++g)
-      if (dim % g == 0) v.push_back(static_cast<int>(g));
-  } else if (key == "stages") {
-    for (int s = std::min(c.stages, 1); s <= c.stages; ++s) v.push_back(s);
-  } else if (key == "centroids") {
-    for (int64_t n = 1; n <= std::min<int64_t>(256, tokens); ++n) v.push_back(static_cast<int>(n));
-  } else if (key == "cq_dim") {
-    for (int g : {1, 2, 4, 8})
-      if (dim % g == 0) v.push_back(g);
-  } else if (key == "cq_codewords") {
-    for (int k = 2; k <= 256; k *= 2) v.push_back(k);
-  } else {
-    QVG_CHECK(false, "budget: field '", key, "' is not a budget field");
-  }
-  return v;
+  return budget_hooks(key).values(c, tokens, dim);
 }
 
 namespace {
 
-int get_field(const CodecConfig& c, const std::string& key) {
-  if (key == "bits") return c.bits;
-  if (key == "block") return c.block;
-  if (key == "group") return c.group;
-  if (key == "stages") return c.stages;
-  if (key == "cq_dim") return c.cq_dim;
-  if (key == "cq_codewords") return c.cq_codewords;
-  return c.kmeans.centroids;  // "centroids" (budget_field_values rejects other keys)
-}
-
-void set_field(CodecConfig& c, const std::string& key, int v) {
-  if (key == "bits") c.bits = v;
-  else if (key == "block") c.block = v;
-  else if (key == "group") c.group = v;
-  else if (key == "stages") c.stages = v;
-  else if (key == "cq_dim") c.cq_dim = v;
-  else if (key == "cq_codewords") c.cq_codewords = v;
-  else c.kmeans.centroids = v;
-}
+int get_field(const CodecConfig& c, const std::string& key) { return budget_hooks(key).get(c); }
+void set_field(CodecConfig& c, const std::string& key, int v) { budget_hooks(key).set(c, v); }
 
 /// The family within a budget (qvg/budget.h's budget_candidates): every
 /// combination of the budget fields but centroids, and for each the most

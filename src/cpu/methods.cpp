@@ -3,7 +3,9 @@
 // and its test).
 #include "qvg/methods.h"
 
+#include <algorithm>
 #include <charconv>
+#include <initializer_list>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -113,14 +115,62 @@ void check_residual(const CodecConfig& c, int64_t) {
 }
 void check_nothing(const CodecConfig&, int64_t) {}
 
+// ---- the budget rule's fields: the values it tries ------------------------------------
+
+std::vector<int> divisors_of(int64_t dim, std::initializer_list<int> candidates) {
+  std::vector<int> v;
+  for (int x : candidates)
+    if (dim % x == 0) v.push_back(x);
+  return v;
+}
+const BudgetHooks kBitsBudget{[](const CodecConfig&, int64_t, int64_t) { return std::vector<int>{2, 4}; },
+                              [](const CodecConfig& c) { return c.bits; }, [](CodecConfig& c, int v) { c.bits = v; }};
+const BudgetHooks kBlockBudget{
+    [](const CodecConfig&, int64_t, int64_t dim) { return divisors_of(dim, {16, 32, 64, 128}); },
+    [](const CodecConfig& c) { return c.block; }, [](CodecConfig& c, int v) { c.block = v; }};
+const BudgetHooks kStagesBudget{[](const CodecConfig& c, int64_t, int64_t) {  // 1 .. the config's (0 if it has 0)
+                                  std::vector<int> v;
+                                  for (int s = std::min(c.stages, 1); s <= c.stages; ++s) v.push_back(s);
+                                  return v;
+                                },
+                                [](const CodecConfig& c) { return c.stages; },
+                                [](CodecConfig& c, int v) { c.stages = v; }};
+const BudgetHooks kCentroidsBudget{[](const CodecConfig&, int64_t tokens, int64_t) {
+                                     std::vector<int> v;
+                                     for (int64_t n = 1; n <= std::min<int64_t>(256, tokens); ++n)
+                                       v.push_back(static_cast<int>(n));
+                                     return v;
+                                   },
+                                   [](const CodecConfig& c) { return c.kmeans.centroids; },
+                                   [](CodecConfig& c, int v) { c.kmeans.centroids = v; }};
+const BudgetHooks kCqDimBudget{[](const CodecConfig&, int64_t, int64_t dim) { return divisors_of(dim, {1, 2, 4, 8}); },
+                               [](const CodecConfig& c) { return c.cq_dim; },
+                               [](CodecConfig& c, int v) { c.cq_dim = v; }};
+const BudgetHooks kCqCodewordsBudget{[](const CodecConfig&, int64_t, int64_t) {
+                                       std::vector<int> v;
+                                       for (int k = 2; k <= 256; k *= 2) v.push_back(k);
+                                       return v;
+                                     },
+                                     [](const CodecConfig& c) { return c.cq_codewords; },
+                                     [](CodecConfig& c, int v) { c.cq_codewords = v; }};
+const BudgetHooks kGroupBudget{[](const CodecConfig&, int64_t, int64_t dim) {
+                                 std::vector<int> v;
+                                 for (int64_t g = 1; g <= std::min<int64_t>(dim, 4096); ++g)
+                                   if (dim % g == 0) v.push_back(static_cast<int>(g));
+                                 return v;
+                               },
+                               [](const CodecConfig& c) { return c.group; },
+                               [](CodecConfig& c, int v) { c.group = v; }};
+
 }  // namespace
 
 const std::vector<CodecField>& codec_fields() {
   static const std::vector<CodecField> table = {
       {"bits", "2|4", true, [](const CodecConfig& c) { return int_text(c.bits); },
-       [](CodecConfig& c, const std::string& v) { c.bits = parse_int("bits", v); }, check_bits},
+       [](CodecConfig& c, const std::string& v) { c.bits = parse_int("bits", v); }, check_bits, nullptr, &kBitsBudget},
       {"block", "16|32|64|128", true, [](const CodecConfig& c) { return int_text(c.block); },
-       [](CodecConfig& c, const std::string& v) { c.block = parse_int("block", v); }, check_block},
+       [](CodecConfig& c, const std::string& v) { c.block = parse_int("block", v); }, check_block, nullptr,
+       &kBlockBudget},
       {"scale", "fp8|fp16", false,
        [](const CodecConfig& c) { return std::string(kScaleNames[static_cast<int>(c.scale_format)]); },
        [](CodecConfig& c, const std::string& v) {
@@ -134,14 +184,15 @@ const std::vector<CodecField>& codec_fields() {
        },
        check_nothing},
       {"stages", "0..8", true, [](const CodecConfig& c) { return int_text(c.stages); },
-       [](CodecConfig& c, const std::string& v) { c.stages = parse_int("stages", v); }, check_stages},
+       [](CodecConfig& c, const std::string& v) { c.stages = parse_int("stages", v); }, check_stages, nullptr,
+       &kStagesBudget},
       {"centroids", "1..256|auto", true,
        [](const CodecConfig& c) { return c.auto_centroids ? std::string("auto") : int_text(c.kmeans.centroids); },
        [](CodecConfig& c, const std::string& v) {
          c.auto_centroids = v == "auto";
          c.kmeans.centroids = c.auto_centroids ? 256 : parse_int("centroids", v);  // auto: at most 256
        },
-       check_centroids},
+       check_centroids, nullptr, &kCentroidsBudget},
       {"iters", "0..10000", true, [](const CodecConfig& c) { return int_text(c.kmeans.max_iter); },
        [](CodecConfig& c, const std::string& v) { c.kmeans.max_iter = parse_int("iters", v); }, check_iters},
       {"tol", "X", true,
@@ -187,12 +238,14 @@ const std::vector<CodecField>& codec_fields() {
        },
        check_nothing, "int"},
       {"cq_dim", "1|2|4|8", true, [](const CodecConfig& c) { return int_text(c.cq_dim); },
-       [](CodecConfig& c, const std::string& v) { c.cq_dim = parse_int("cq_dim", v); }, check_cq_dim},
+       [](CodecConfig& c, const std::string& v) { c.cq_dim = parse_int("cq_dim", v); }, check_cq_dim, nullptr,
+       &kCqDimBudget},
       {"cq_codewords", "2|4|8|16|32|64|128|256", true, [](const CodecConfig& c) { return int_text(c.cq_codewords); },
        [](CodecConfig& c, const std::string& v) { c.cq_codewords = parse_int("cq_codewords", v); },
-       check_cq_codewords},
+       check_cq_codewords, nullptr, &kCqCodewordsBudget},
       {"group", "1..4096", true, [](const CodecConfig& c) { return int_text(c.group); },
-       [](CodecConfig& c, const std::string& v) { c.group = parse_int("group", v); }, check_group},
+       [](CodecConfig& c, const std::string& v) { c.group = parse_int("group", v); }, check_group, nullptr,
+       &kGroupBudget},
       {"residual", "0..2147483647", true, [](const CodecConfig& c) { return int_text(c.residual); },
        [](CodecConfig& c, const std::string& v) { c.residual = parse_int("residual", v); }, check_residual},
   };
