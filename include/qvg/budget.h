@@ -74,8 +74,9 @@ struct BudgetCandidate {
 /// centroids (the model's error falls with C). With any_format, methods
 /// with stages and centroids among their budget fields also take FP8
 /// centroids where, for the same other fields, they buy more centroids than
-/// BF16 (twice the centroids for the same bytes measured +1.4 to +4.6 dB
-/// at 2.5 and 3 bits: docs/BENCHMARKS.md); else c's format is kept. Equal
+/// BF16 (twice the centroids for the same bytes: on three clips +0.9 dB on
+/// average at 2.5 bits and +3.2 dB at 3 bits, not on every clip;
+/// docs/archive/BENCHMARKS-2026-12-07-history.md); else c's format is kept. Equal
 /// distortion (within 1e-12 relative): more code bits first, then fewer of
 /// c's budget fields changed, then fewer bits. Empty when nothing is within
 /// the limit. Throws as choose_for_budget does.
