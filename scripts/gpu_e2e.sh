@@ -8,7 +8,7 @@
 # (bench_wan.py's arguments), QVG_SKIP_WAN, QVG_SKIP_WARM.
 source "$(dirname "$0")/gpu_start.sh"
 step "build"
-scripts/gpu_build.sh "$OUT/build.log" test_cuda test_kmeans test_device_codec test_device_cache test_assign_kernel bench_cuda || exit 1
+scripts/gpu_build.sh "$OUT/build.log" test_cuda test_kmeans test_device_codec test_device_cache test_assign_kernel test_embed bench_cuda || exit 1
 rc=0
 # The Python module needs pybind11 and Python.h for python3 (scripts/gpu_build.sh); an H100 machine
 # on 2026-12-07 had neither target nor module ("unknown target qvg_python"): say why and go on.
@@ -20,7 +20,7 @@ if ! cmake --build build-gpu -j16 --target qvg_python >>"$OUT/build.log" 2>&1; t
   echo "DLPack: $(ls .deps/include/dlpack/dlpack.h 2>&1); $(grep -m1 'no DLPack' "$OUT/build.log")"
 fi
 step "tests"
-for t in test_kmeans test_device_codec test_device_cache test_assign_kernel test_cuda; do
+for t in test_kmeans test_device_codec test_device_cache test_assign_kernel test_embed test_cuda; do
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests.log" | head -40
