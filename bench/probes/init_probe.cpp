@@ -155,20 +155,14 @@ struct Setting {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string data = "clip", tensor, cands = "pp64,pp16,pp8,pp4,pp3,pp2,rand,par8.8,par8.16,par4.8,par4.16,mb4.3,mb8.3";
-  int heads = 4, c = 256;
-  int64_t tokens = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
-    if (a == "--data") data = next();
-    else if (a == "--tensor") tensor = next();
-    else if (a == "--heads") heads = std::atoi(next().c_str());
-    else if (a == "--centroids") c = std::atoi(next().c_str());
-    else if (a == "--tokens") tokens = std::atoll(next().c_str());
-    else if (a == "--candidates") cands = next();
-    else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
-  }
+  probe::Args args;
+  args.candidates = "pp64,pp16,pp8,pp4,pp3,pp2,rand,par8.8,par8.16,par4.8,par4.16,mb4.3,mb8.3";
+  if (!probe::parse(argc, argv, args, true)) return 2;
+  const std::string& data = args.data;
+  const std::string& tensor = args.tensor;
+  const std::string& cands = args.candidates;
+  const int heads = args.heads, c = args.centroids;
+  const int64_t tokens = args.tokens;
   auto xs = probe::load(data, tensor);
   const std::vector<std::string> names = probe::split(cands, ',');
   const Setting settings[] = {{"start", 0, 0}, {"it2", 2, 0}, {"it3", 3, 0}, {"it10", 10, 1e-4}};

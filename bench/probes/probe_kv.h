@@ -1,7 +1,9 @@
 // The K/V the CPU probes (init_probe, residual_vq_probe) run on, and their
-// list arguments.
+// arguments.
 #pragma once
 
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -11,6 +13,34 @@
 #include "qvg/io.h"
 
 namespace probe {
+
+/// The probes' common arguments: --data, --tensor, --heads, --centroids,
+/// --candidates, and --tokens where a probe takes it.
+struct Args {
+  std::string data = "clip", tensor, candidates;
+  int heads = 4, centroids = 256;
+  int64_t tokens = 0;
+};
+
+/// Parses argv into a (its fields hold the defaults); false, after naming
+/// it, for an unknown argument (--tokens unless with_tokens).
+inline bool parse(int argc, char** argv, Args& a, bool with_tokens) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
+    if (arg == "--data") a.data = next();
+    else if (arg == "--tensor") a.tensor = next();
+    else if (arg == "--heads") a.heads = std::atoi(next().c_str());
+    else if (arg == "--centroids") a.centroids = std::atoi(next().c_str());
+    else if (arg == "--tokens" && with_tokens) a.tokens = std::atoll(next().c_str());
+    else if (arg == "--candidates") a.candidates = next();
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
+      return false;
+    }
+  }
+  return true;
+}
 
 /// s cut at every `sep`.
 inline std::vector<std::string> split(const std::string& s, char sep) {

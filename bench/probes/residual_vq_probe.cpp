@@ -105,18 +105,13 @@ Result vq_head(const std::vector<float>& r, int64_t n, int64_t d, int g, int k, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string data = "clip", tensor, cands = "qvg:centroids=256,block=64;qvg:centroids=256,block=128;vq4.256;vq8.256;vq4.64;vq2.16";
-  int heads = 4, c = 256;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
-    if (a == "--data") data = next();
-    else if (a == "--tensor") tensor = next();
-    else if (a == "--heads") heads = std::atoi(next().c_str());
-    else if (a == "--centroids") c = std::atoi(next().c_str());
-    else if (a == "--candidates") cands = next();
-    else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
-  }
+  probe::Args args;
+  args.candidates = "qvg:centroids=256,block=64;qvg:centroids=256,block=128;vq4.256;vq8.256;vq4.64;vq2.16";
+  if (!probe::parse(argc, argv, args, false)) return 2;
+  const std::string& data = args.data;
+  const std::string& tensor = args.tensor;
+  const std::string& cands = args.candidates;
+  const int heads = args.heads, c = args.centroids;
   auto xs = probe::load(data, tensor);
   const std::vector<std::string> names = probe::split(cands, ';');
   for (auto& [label, full] : xs) {

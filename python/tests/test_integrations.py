@@ -326,14 +326,12 @@ class LingBotWorld(unittest.TestCase):
 
     def generate(self, spec, chunks, local_attn_size, sink_size, max_attention_size, keep_recent=0, steps=2):
         import qvg.lingbot
-        from test_torch import TinyCausalStack, dict_update
+        from test_torch import TinyCausalStack, bf16_dicts, dict_update
         torch.manual_seed(0)
         stack = TinyCausalStack(self.BLOCKS, self.H, self.D)
         t = self.FS * self.FPC
         size = (local_attn_size if local_attn_size != -1 else chunks * self.FPC) * self.FS
-        dicts = [{"k": torch.zeros(1, size, self.H, self.D, device="cuda", dtype=torch.bfloat16),
-                  "v": torch.zeros(1, size, self.H, self.D, device="cuda", dtype=torch.bfloat16),
-                  "global_end_index": 0, "local_end_index": 0} for _ in range(self.BLOCKS)]
+        dicts = bf16_dicts(self.BLOCKS, size, self.H, self.D)
 
         def ref_update(d, k, v, st):  # CausalWanSelfAttention: write / roll, then read the last rows
             ka, va = dict_update(d, k, v, st, sink_size * self.FS, size)

@@ -253,6 +253,13 @@ class TinyCausalStack(torch.nn.Module if torch else object):
         return x
 
 
+def bf16_dicts(blocks, size, heads, dim):
+    """Self-Forcing's BF16 dict cache of every block: K/V buffers of `size` tokens, empty."""
+    return [{"k": torch.zeros(1, size, heads, dim, device="cuda", dtype=torch.bfloat16),
+             "v": torch.zeros(1, size, heads, dim, device="cuda", dtype=torch.bfloat16),
+             "global_end_index": 0, "local_end_index": 0} for _ in range(blocks)]
+
+
 def dict_update(cache, k, v, current_start, sink_tokens, size):
     """Self-Forcing's BF16 dict cache: write the chunk at its local position (rolling the
     non-sink tokens left when it does not fit), attend to the whole buffer up to the chunk."""
@@ -285,9 +292,7 @@ class SelfForcingAdapter(unittest.TestCase):
         stack = TinyCausalStack(self.BLOCKS, self.H, self.D)
         t = self.FS * self.FPC
         size = (local_attn_size if local_attn_size != -1 else chunks * self.FPC) * self.FS
-        dicts = [{"k": torch.zeros(1, size, self.H, self.D, device="cuda", dtype=torch.bfloat16),
-                  "v": torch.zeros(1, size, self.H, self.D, device="cuda", dtype=torch.bfloat16),
-                  "global_end_index": 0, "local_end_index": 0} for _ in range(self.BLOCKS)]
+        dicts = bf16_dicts(self.BLOCKS, size, self.H, self.D)
         ours = qvg.torch.SelfForcingKVCache(self.BLOCKS, self.H, self.D, frame_seqlen=self.FS,
                                             frames_per_chunk=self.FPC, local_attn_size=local_attn_size,
                                             sink_size=sink_size, key=spec, value=spec, quant_factor=2)
