@@ -7,6 +7,9 @@
 # then a wheel (pip wheel) installed into a clean environment imports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One CUDA target where nvcc is found, as in scripts/test.sh (the default is a fat binary of six,
+# which takes most of an hour on two cores): QVG_CMAKE_ARGS set by the caller wins.
+export QVG_CMAKE_ARGS="${QVG_CMAKE_ARGS:--DCMAKE_CUDA_ARCHITECTURES=${QVG_TEST_CUDA_ARCHS:-90a}}"
 src=$PWD
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
