@@ -3,6 +3,8 @@
 // validation of weight files.
 #include <gtest/gtest.h>
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -184,6 +186,39 @@ TEST(Model, ThreadsGiveIdenticalBytes) {
                           {&l1[i].v, &ln[i].v}})
         EXPECT_TRUE(bytes_equal(a->data, b->data)) << "layer " << i << ", " << threads << " threads";
   }
+}
+
+// The bytes do not depend on the CPU: Eigen sizes its product panels from
+// the L1 cache it queries (32 KiB on many x86-64 CPUs, 48 KiB on this project's
+// development machine), which changed the rounding of the MLP's depth-1,024
+// products and the attention over the history (a demo's PSNR moved by 0.4 dB
+// between two machines). The forward under three L1 sizes gives the same bytes.
+TEST(Model, CpuCacheSizeGivesIdenticalBytes) {
+  const qvg::Model& m = model();
+  const qvg::ModelConfig& c = m.config();
+  const std::vector<float> ctx = golden_f32("context");
+  const std::vector<float> noise = golden_f32("noise");
+  const size_t fv = static_cast<size_t>(c.chunk_frames * c.frame_values());
+  const size_t cv = static_cast<size_t>(c.tokens_per_chunk()) * c.patch_dim();
+  qvg::StreamingKVCache cache(qvg::model_cache_config(c, "none", "none"));
+  qvg::Sampler s(m, cache);
+  s.add_context(std::span<const float>(ctx).first(fv));
+  const qvg::KVContext kv = qvg::read_context(cache, c);
+  std::ptrdiff_t l1 = 0, l2 = 0, l3 = 0;
+  Eigen::internal::manage_caching_sizes(Eigen::GetAction, &l1, &l2, &l3);
+  auto run = [&](std::ptrdiff_t l1_bytes) {
+    Eigen::setCpuCacheSizes(l1_bytes, l2, l3);
+    qvg::ForwardOptions fo;
+    fo.threads = 1;
+    return m.forward(std::span<const float>(noise).first(cv), 0.75f, c.chunk_frames, kv, nullptr, fo);
+  };
+  const std::vector<float> v32 = run(32 * 1024);
+  for (std::ptrdiff_t kib : {48, 64}) {
+    const std::vector<float> v = run(kib * 1024);
+    ASSERT_EQ(v.size(), v32.size());
+    EXPECT_EQ(0, std::memcmp(v.data(), v32.data(), v.size() * sizeof(float))) << "L1 " << kib << " KiB";
+  }
+  Eigen::setCpuCacheSizes(l1, l2, l3);
 }
 
 // The same on a tiny random model (2 layers, dim 32, 192 tokens per chunk: two

@@ -13,6 +13,7 @@
 #include "qvg/common.h"
 #include "qvg/fixed_sum.h"
 #include "qvg/half.h"
+#include "util/fixed_product.h"
 #include "util/rng.h"
 
 namespace qvg {
@@ -44,7 +45,7 @@ double kmeans_assign_ref(const float* x, int64_t n, int64_t d, const float* cent
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
     const ConstMap xm(x + r0 * d, rows, d);
-    dots.noalias() = xm * cm.transpose();  // (rows, c)
+    fixed_product(xm, cm.transpose(), dots);  // (rows, c)
     for (int64_t i = 0; i < rows; ++i) {
       float best = std::numeric_limits<float>::infinity();
       int64_t arg = 0;
@@ -136,7 +137,7 @@ std::vector<float> d2_rounds_init(const float* sample, int64_t d, int c, const K
     const auto k = static_cast<int64_t>(fresh.size());
     fresh_rows.resize(k, d);
     for (int64_t j = 0; j < k; ++j) fresh_rows.row(j) = xs.row(fresh[j]);
-    dots.noalias() = xs * fresh_rows.transpose();  // (m, k)
+    fixed_product(xs, fresh_rows.transpose(), dots);  // (m, k)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < k; ++j)
         best[i] = std::min(best[i], std::max(0.0f, xnorm[i] - 2.0f * dots(i, j) + xnorm[fresh[j]]));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "util/fixed_product.h"
 #include "util/parallel.h"
 
 namespace qvg {
@@ -58,7 +59,7 @@ HeadTensor attention_ref(const HeadTensor& q, const HeadTensor& k, const HeadTen
         s.row(i) *= static_cast<float>(1.0 / sum);
       }
       Eigen::Map<RowMat> o(out.head(h) + r0 * q.dim, rows, q.dim);
-      o.noalias() = s * vm;
+      fixed_product(s, vm, o);
     }
   });
   return out;

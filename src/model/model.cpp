@@ -11,6 +11,7 @@
 
 #include "qvg/half.h"
 #include "qvg/io.h"
+#include "util/fixed_product.h"
 #include "util/parallel.h"
 
 namespace qvg {
@@ -168,7 +169,7 @@ void linear(const float* x, int64_t n, const Linear& l, float* y) {
   MapRowC X(x, n, l.in);
   MapRowC W(l.w.data(), l.out, l.in);
   MapRow Y(y, n, l.out);
-  Y.noalias() = X * W.transpose();
+  fixed_product(X, W.transpose(), Y);
   const Eigen::Map<const Eigen::RowVectorXf> b(l.b.data(), l.out);
   Y.rowwise() += b;
 }
@@ -456,7 +457,8 @@ std::vector<float> Model::forward(std::span<const float> tokens, float t, int64_
         row = (row - row.maxCoeff()).exp();
         row /= row.sum();
       }
-      const RowMat O = S * Vall[static_cast<size_t>(hh)];
+      RowMat O;
+      fixed_product(S, Vall[static_cast<size_t>(hh)], O);
       for (int64_t i = 0; i < n; ++i)
         std::copy_n(O.data() + i * hd, hd, o.data() + (r0 + i) * d + static_cast<int64_t>(hh) * hd);
     });
