@@ -542,8 +542,8 @@ TEST(MethodTable, RowsAreInEnumOrderAndNameKnownFields) {
     EXPECT_NE(row.expected_bytes, nullptr);
     EXPECT_NE(row.describe, nullptr);
     EXPECT_NE(row.check_values, nullptr);
-    // The GPU encoder writes the group-quantized format only.
-    if (row.device_encode) EXPECT_TRUE(row.group_quantized);
+    // The GPU encoder writes the group-quantized format only, which the GPU decodes.
+    if (row.device_encode) EXPECT_TRUE(row.group_quantized && row.device_decode);
     for (const std::string& k : row.fields) EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
     // The clustered flag and the smoothing stages say the same thing.
     CodecConfig c;

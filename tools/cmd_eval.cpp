@@ -243,7 +243,7 @@ void list_methods() {
     std::string keys;
     for (const auto& k : t.fields) keys += (keys.empty() ? "" : " ") + k;
     std::printf("  %-8s %s\n           keys: %s%s\n", t.name, t.summary, keys.empty() ? "(none)" : keys.c_str(),
-                t.make_cuda ? "" : "  (CPU only)");
+                t.device_decode ? "" : "  (CPU only)");
   }
   std::printf("\npresets (give as PRESET or PRESET:key=value,...):\n");
   for (const auto& p : qvg::codec_presets())

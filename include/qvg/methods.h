@@ -48,6 +48,9 @@ struct MethodTraits {
   /// The CUDA backend encodes it on the GPU (cuda::Encoder); else the CUDA
   /// codec runs the CPU reference's encode and uploads the parts.
   bool device_encode = false;
+  /// The CUDA backend decodes it on the GPU (make_cuda_codec, DeviceCodec,
+  /// the device cache); false: the method is CPU only.
+  bool device_decode = false;
   /// Checks beyond the fields' own (e.g. QuaRot's power-of-two dim); may be
   /// null. Throws qvg::Error prefixed with c.name.
   void (*validate)(const CodecConfig& c, int64_t dim) = nullptr;
@@ -58,8 +61,6 @@ struct MethodTraits {
   std::string (*describe)(const CodecConfig& c) = nullptr;
   /// The CPU reference codec (the specification).
   std::unique_ptr<Codec> (*make_cpu)(const CodecConfig& c) = nullptr;
-  /// The CUDA codec; null where the method has none.
-  std::unique_ptr<Codec> (*make_cuda)(const CodecConfig& c) = nullptr;
   /// check_encoded_tensor's checks of the stored values, once the header,
   /// the role and every part's size are right; decoded (optional) is e's
   /// decode. Throws qvg::Error naming the part and the position.

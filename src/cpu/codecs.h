@@ -16,10 +16,6 @@ std::unique_ptr<Codec> make_qvg_codec(const CodecConfig& c);  // also RTN (S = 0
 std::unique_ptr<Codec> make_kivi_codec(const CodecConfig& c);
 std::unique_ptr<Codec> make_quarot_codec(const CodecConfig& c);
 
-/// The CUDA codec of every method (src/cuda/cuda_codec.cu; in builds without
-/// CUDA it throws qvg::Error).
-std::unique_ptr<Codec> make_cuda_method_codec(const CodecConfig& c);
-
 /// The method rows' check_values (encoded_check.cpp): the values of an
 /// encoding whose header, role and part sizes are right, as
 /// check_encoded_tensor checks them. The group-quantized format (qvg, rtn):
