@@ -541,6 +541,9 @@ TEST(MethodTable, RowsAreInEnumOrderAndNameKnownFields) {
     EXPECT_NE(row.make_cpu, nullptr);
     EXPECT_NE(row.expected_bytes, nullptr);
     EXPECT_NE(row.describe, nullptr);
+    EXPECT_NE(row.check_values, nullptr);
+    // The GPU encoder writes the group-quantized format only, which the GPU decodes.
+    if (row.device_encode) EXPECT_TRUE(row.group_quantized && row.device_decode);
     for (const std::string& k : row.fields) EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
     // The clustered flag and the smoothing stages say the same thing.
     CodecConfig c;
@@ -548,6 +551,22 @@ TEST(MethodTable, RowsAreInEnumOrderAndNameKnownFields) {
     EXPECT_EQ(row.clustered, smoothing_stages(c) > 0);
   }
   EXPECT_NE(error_of([] { method_from_name("nope"); }).find("qvg"), std::string::npos);
+}
+
+// The table's flags as the CPU code reads them: codebooks only where the
+// method reads `code`; the uncompressed method has 16 code bits; the list of
+// names that messages print.
+TEST(MethodTable, FlagsAnswerForConfigs) {
+  EXPECT_TRUE(uses_codebooks(parse_codec_spec("qvg:code=cq")));
+  EXPECT_FALSE(uses_codebooks(parse_codec_spec("qvg")));
+  CodecConfig rtn = parse_codec_spec("rtn");
+  rtn.code = ResidualCode::codebook;  // a field rtn does not read
+  EXPECT_FALSE(uses_codebooks(rtn));
+  EXPECT_EQ(code_bits(parse_codec_spec("bf16")), 16.0);
+  EXPECT_EQ(code_bits(parse_codec_spec("rtn-int4")), 4.0);
+  EXPECT_EQ(method_names_where([](const MethodTraits& t) { return t.group_quantized; }), "rtn and qvg");
+  EXPECT_EQ(method_names_where([](const MethodTraits& t) { return !t.group_quantized; }), "bf16, kivi and quarot");
+  EXPECT_EQ(method_names_where([](const MethodTraits& t) { return t.uncompressed; }), "bf16");
 }
 
 // Every preset, both roles, an odd token count: the CPU encoding has exactly

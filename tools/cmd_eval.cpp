@@ -180,20 +180,27 @@ void run_eval(const EvalArgs& a) {
   }
 }
 
+/// Whether r's method is plain round-to-nearest quantization (RTN): the
+/// group-quantized format without smoothing stages.
+bool plain_quantizer(const qvg::EvalRow& r) {
+  const qvg::MethodTraits& t = qvg::method_traits(r.config.method);
+  return t.group_quantized && !t.clustered;
+}
+
 /// One line per method against the first RTN row: how much lower its errors are.
 void print_summary(const std::vector<qvg::EvalRow>& rows) {
   const qvg::EvalRow* rk = nullptr;
   const qvg::EvalRow* rv = nullptr;
   for (const auto& r : rows)
-    if (r.config.method == qvg::Method::rtn && !rk && r.tensor == "k") rk = &r;
+    if (plain_quantizer(r) && !rk && r.tensor == "k") rk = &r;
   for (const auto& r : rows)
-    if (r.config.method == qvg::Method::rtn && !rv && r.tensor == "v") rv = &r;
+    if (plain_quantizer(r) && !rv && r.tensor == "v") rv = &r;
   if (!rk || !rv) return;
   std::printf("\nagainst %s (%.2fx smaller than BF16):\n", rk->method.c_str(), rk->ratio);
   for (size_t i = 0; i + 1 < rows.size(); i += 2) {
     const auto& k = rows[i];
     const auto& v = rows[i + 1];
-    if (&k == rk || k.config.method == qvg::Method::bf16) continue;
+    if (&k == rk || qvg::method_traits(k.config.method).uncompressed) continue;
     std::printf("  %-10s %.2fx smaller than BF16; key MSE %6.2fx lower, value MSE %5.2fx lower", k.method.c_str(),
                 k.ratio, rk->error.mse / k.error.mse, rv->error.mse / v.error.mse);
     if (k.attn_rel_l2 && rk->attn_rel_l2) std::printf(", attention error %5.2fx lower", *rk->attn_rel_l2 / *k.attn_rel_l2);
@@ -236,7 +243,7 @@ void list_methods() {
     std::string keys;
     for (const auto& k : t.fields) keys += (keys.empty() ? "" : " ") + k;
     std::printf("  %-8s %s\n           keys: %s%s\n", t.name, t.summary, keys.empty() ? "(none)" : keys.c_str(),
-                t.make_cuda ? "" : "  (CPU only)");
+                t.device_decode ? "" : "  (CPU only)");
   }
   std::printf("\npresets (give as PRESET or PRESET:key=value,...):\n");
   for (const auto& p : qvg::codec_presets())

@@ -130,11 +130,13 @@ void print_table(const Outcome& o, double budget) {
     }
   }
   auto bits_of = [&](const PlannedMethod* p) { return o.runs[o.run_of.at(p->canonical)].span_bits; };
-  // Where QVG methods rank first and second: the margin over the best baseline (RTN, KIVI, QuaRot) too.
-  auto is_qvg = [](const PlannedMethod* p) { return p->config.method == qvg::Method::qvg; };
+  // Where QVG methods (the clustered ones) rank first and second: the margin over the best baseline (every
+  // other compressing method: RTN, KIVI, QuaRot) too.
+  auto is_qvg = [](const PlannedMethod* p) { return qvg::method_traits(p->config.method).clustered; };
+  auto is_reference = [](const PlannedMethod* p) { return qvg::method_traits(p->config.method).uncompressed; };
   const PlannedMethod* baseline = nullptr;
   for (const PlannedMethod* p : rows)
-    if (p->reachable && std::isfinite(psnr_of(p)) && !is_qvg(p) && p->config.method != qvg::Method::bf16 &&
+    if (p->reachable && std::isfinite(psnr_of(p)) && !is_qvg(p) && !is_reference(p) &&
         (!baseline || psnr_of(p) > psnr_of(baseline)))
       baseline = p;
   if (best && next) {

@@ -28,6 +28,29 @@ struct MethodTraits {
   /// (span_config), and a streaming cache warm-starts the next span from the
   /// last span's centroids.
   bool clustered = false;
+  /// Stores every value as BF16, uncompressed: the reference the others are
+  /// measured against (16 code bits, no error, no size warning).
+  bool uncompressed = false;
+  /// Stores the group-quantized format (codes, block scales, span scales,
+  /// centroids, ids: docs/FORMAT.md) that the QVG reference codec writes;
+  /// the CUDA backend's fused decode, range decode and pack/unpack read it.
+  bool group_quantized = false;
+  /// Quantizes asymmetrically (min/max) with an FP16 scale and zero point per
+  /// group and no span scale above them (cpu/baselines.h): an input whose
+  /// largest magnitude is below 2^-20 would make the scales subnormal.
+  bool asymmetric_fp16 = false;
+  /// Lays keys and values out differently (KIVI: keys per channel, values per
+  /// token): the part sizes and the decode depend on the tensor's role.
+  bool role_layout = false;
+  /// Quantizes token rows rotated by the normalized Walsh-Hadamard transform
+  /// (one scale per token); the decode rotates them back.
+  bool rotated = false;
+  /// The CUDA backend encodes it on the GPU (cuda::Encoder); else the CUDA
+  /// codec runs the CPU reference's encode and uploads the parts.
+  bool device_encode = false;
+  /// The CUDA backend decodes it on the GPU (make_cuda_codec, DeviceCodec,
+  /// the device cache); false: the method is CPU only.
+  bool device_decode = false;
   /// Checks beyond the fields' own (e.g. QuaRot's power-of-two dim); may be
   /// null. Throws qvg::Error prefixed with c.name.
   void (*validate)(const CodecConfig& c, int64_t dim) = nullptr;
@@ -38,8 +61,10 @@ struct MethodTraits {
   std::string (*describe)(const CodecConfig& c) = nullptr;
   /// The CPU reference codec (the specification).
   std::unique_ptr<Codec> (*make_cpu)(const CodecConfig& c) = nullptr;
-  /// The CUDA codec; null where the method has none.
-  std::unique_ptr<Codec> (*make_cuda)(const CodecConfig& c) = nullptr;
+  /// check_encoded_tensor's checks of the stored values, once the header,
+  /// the role and every part's size are right; decoded (optional) is e's
+  /// decode. Throws qvg::Error naming the part and the position.
+  void (*check_values)(const EncodedTensor& e, const HeadTensor* decoded) = nullptr;
   /// Whether config c reads field `key` (one of `fields`), where c's own
   /// fields switch some off (qvg's code); null: every field of `fields`.
   bool (*reads)(const CodecConfig& c, const std::string& key) = nullptr;
@@ -47,6 +72,14 @@ struct MethodTraits {
 
 /// Every method, in Method's order.
 const std::vector<MethodTraits>& method_table();
+
+/// The names of the methods whose row `keep` accepts, in the table's order,
+/// for messages: "bf16, kivi and quarot".
+std::string method_names_where(bool (*keep)(const MethodTraits& t));
+
+/// Whether config c codes its residual with codebooks: qvg's code=cq (c's
+/// method reads the `code` field and c's is cq).
+bool uses_codebooks(const CodecConfig& c);
 
 /// The row of method m.
 const MethodTraits& method_traits(Method m);

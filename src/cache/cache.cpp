@@ -127,7 +127,7 @@ bool tail_finite(const std::vector<uint8_t>& bytes, TailFormat f) {
 /// (E4M3 has no infinity; 0x7F, 0xFF are NaN) or FP16 code. The decoders
 /// trust them (the span scales they check, and load decodes every span).
 void check_block_scales(const EncodedTensor& t, const std::string& where) {
-  if (method_traits(t.config.method).make_cpu != make_qvg_codec) return;  // the group-quantized format
+  if (!method_traits(t.config.method).group_quantized) return;
   if (t.config.scale_format == ScaleFormat::fp8 || t.config.code == ResidualCode::codebook) {  // cq: FP8 a token
     for (size_t i = 0; i < t.scales.size(); ++i)
       QVG_CHECK((t.scales[i] & 0x7F) != 0x7F, where, ": block scale ", i, " is NaN (FP8 byte ", int(t.scales[i]), ")");

@@ -234,7 +234,7 @@ CodecConfig budget_config_as_spec(const CodecConfig& spec, const CodecConfig& ch
 }
 
 double bits_warning_limit(const CodecConfig& c) {
-  if (c.method == Method::bf16) return std::numeric_limits<double>::infinity();
+  if (method_traits(c.method).uncompressed) return std::numeric_limits<double>::infinity();
   return code_bits(c) <= 2 ? 4.0 : 6.0;
 }
 

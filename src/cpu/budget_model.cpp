@@ -29,7 +29,7 @@ double normal_quantizer_error(const CodecConfig& c, TensorRole role, int64_t dim
   q.name = method_name(c.method);
   // Every field a quantizer without stages or window reads (config.h's table: rtn, kivi, quarot; qvg's
   // code=cq: its dim, codewords and the codewords' format).
-  const bool cq = q.method == Method::qvg && q.code == ResidualCode::codebook;
+  const bool cq = uses_codebooks(q);
   using Key = std::tuple<int, int, int, int, int, int, int, int64_t, int, int, int>;
   const Key key{static_cast<int>(q.method), q.bits,       q.block,   q.group,
                 static_cast<int>(q.scale_format), static_cast<int>(q.levels), static_cast<int>(role), dim,
@@ -78,7 +78,7 @@ double smoothing_left(int stages, int centroids, int64_t tokens) {
 double expected_distortion(const CodecConfig& c, int64_t tokens, int64_t dim) {
   QVG_CHECK(tokens >= 1, "expected distortion: a span needs at least one token, got ", tokens);
   validate(c, dim);
-  if (c.method == Method::bf16) return 0.0;
+  if (method_traits(c.method).uncompressed) return 0.0;
   const CodecConfig s = span_config(c, tokens);
   const double r = smoothing_left(smoothing_stages(s), s.kmeans.centroids, tokens);
   double sum = 0;

@@ -34,9 +34,8 @@ std::unique_ptr<Codec> make_codec(const std::string& spec) { return make_codec(p
 MagnitudeRange encodable_magnitudes(const CodecConfig& c) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   // code=cq without stages too: its decode multiplies token scales by codewords of up to sqrt(D).
-  if (smoothing_stages(c) > 0 || (c.method == Method::qvg && c.code == ResidualCode::codebook))
-    return {std::ldexp(1.0, -60), std::ldexp(1.0, 56)};
-  if (c.method == Method::kivi || c.method == Method::quarot) return {std::ldexp(1.0, -20), kInf};
+  if (smoothing_stages(c) > 0 || uses_codebooks(c)) return {std::ldexp(1.0, -60), std::ldexp(1.0, 56)};
+  if (method_traits(c.method).asymmetric_fp16) return {std::ldexp(1.0, -20), kInf};
   return {0.0, kInf};
 }
 

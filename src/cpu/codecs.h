@@ -16,9 +16,16 @@ std::unique_ptr<Codec> make_qvg_codec(const CodecConfig& c);  // also RTN (S = 0
 std::unique_ptr<Codec> make_kivi_codec(const CodecConfig& c);
 std::unique_ptr<Codec> make_quarot_codec(const CodecConfig& c);
 
-/// The CUDA codec of every method (src/cuda/cuda_codec.cu; in builds without
-/// CUDA it throws qvg::Error).
-std::unique_ptr<Codec> make_cuda_method_codec(const CodecConfig& c);
+/// The method rows' check_values (encoded_check.cpp): the values of an
+/// encoding whose header, role and part sizes are right, as
+/// check_encoded_tensor checks them. The group-quantized format (qvg, rtn):
+/// span scales, block scales, codebooks, centroids, ids, and where the parts
+/// allow a decode beyond the float range, the decode (decoded, or e's own).
+/// kivi, quarot: FP16 scales and zero points; kivi, bf16: the BF16 rows.
+void check_group_quantized_values(const EncodedTensor& e, const HeadTensor* decoded);
+void check_kivi_values(const EncodedTensor& e, const HeadTensor* decoded);
+void check_quarot_values(const EncodedTensor& e, const HeadTensor* decoded);
+void check_bf16_values(const EncodedTensor& e, const HeadTensor* decoded);
 
 /// The config of preset `name` (methods.cpp's table); throws qvg::Error
 /// listing the presets for an unknown name.

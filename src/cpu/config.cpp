@@ -25,6 +25,16 @@ const char* method_name(Method m) {
   return "?";
 }
 
+std::string method_names_where(bool (*keep)(const MethodTraits& t)) {
+  std::vector<const char*> names;
+  for (const auto& t : method_table())
+    if (keep(t)) names.push_back(t.name);
+  std::string list;
+  for (size_t i = 0; i < names.size(); ++i)
+    list += std::string(i == 0 ? "" : (i + 1 == names.size() ? " and " : ", ")) + names[i];
+  return list;
+}
+
 Method method_from_name(const std::string& name) {
   std::string list;
   for (const auto& t : method_table()) {
@@ -63,15 +73,16 @@ std::vector<std::string> budget_fields_of(const CodecConfig& c) {
   return out;
 }
 
+bool uses_codebooks(const CodecConfig& c) { return reads_field(c, "code") && c.code == ResidualCode::codebook; }
+
 double code_bits(const CodecConfig& c) {
-  if (c.method == Method::bf16) return 16.0;
-  if (c.method == Method::qvg && c.code == ResidualCode::codebook)
-    return std::log2(static_cast<double>(c.cq_codewords)) / c.cq_dim;
+  if (method_traits(c.method).uncompressed) return 16.0;
+  if (uses_codebooks(c)) return std::log2(static_cast<double>(c.cq_codewords)) / c.cq_dim;
   return c.bits;
 }
 
 void check_cuda_supported(const CodecConfig& c) {
-  QVG_CHECK(!(c.method == Method::qvg && c.code == ResidualCode::codebook), c.name,
+  QVG_CHECK(!uses_codebooks(c), c.name,
             ": code=cq (codebook residual code) has no CUDA encode or decode yet; encode and decode it with the CPU "
             "codec");
 }

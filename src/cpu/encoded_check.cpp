@@ -13,6 +13,7 @@
 #include "qvg/fp8.h"
 #include "qvg/group_quant.h"
 #include "qvg/half.h"
+#include "qvg/methods.h"
 
 namespace qvg {
 namespace {
@@ -76,7 +77,9 @@ double max_level(const CodecConfig& c) {
   return c.levels == LevelRule::symmetric ? std::ldexp(1.0, c.bits - 1) : (std::ldexp(1.0, c.bits) - 1) / 2;
 }
 
-void check_qvg_values(const EncodedTensor& e, const HeadTensor* decoded) {
+}  // namespace
+
+void check_group_quantized_values(const EncodedTensor& e, const HeadTensor* decoded) {
   const CodecConfig& c = e.config;
   const int64_t H = e.heads, N = e.tokens, D = e.dim;
   const int64_t S = smoothing_stages(c), C = S > 0 ? c.kmeans.centroids : 0;
@@ -181,6 +184,8 @@ void check_qvg_values(const EncodedTensor& e, const HeadTensor* decoded) {
 
 // ---- kivi, quarot, bf16 ---------------------------------------------------------------
 
+namespace {
+
 /// FP16 scales (finite, >= 0) and zero points (finite), group gi of `groups_per_head`.
 void check_fp16_params(const EncodedTensor& e, int64_t groups_per_head, const char* unit) {
   const size_t n = e.scales.size() / 2;
@@ -197,37 +202,27 @@ void check_fp16_params(const EncodedTensor& e, int64_t groups_per_head, const ch
 
 }  // namespace
 
+void check_kivi_values(const EncodedTensor& e, const HeadTensor*) {
+  const CodecConfig& c = e.config;
+  const int64_t nq = kivi_quantized_tokens(c, e.role, e.tokens);
+  const int64_t groups = e.role == TensorRole::key ? nq / c.group * e.dim : nq * (e.dim / c.group);
+  if (groups > 0) check_fp16_params(e, groups, "group");
+  check_bf16_rows(e.full_precision, "full_precision", e.tokens - nq, e.dim, nq);
+}
+
+void check_quarot_values(const EncodedTensor& e, const HeadTensor*) { check_fp16_params(e, e.tokens, "token"); }
+
+void check_bf16_values(const EncodedTensor& e, const HeadTensor*) {
+  check_bf16_rows(e.full_precision, "full_precision", e.tokens, e.dim, 0);
+}
+
 void check_encoded_tensor(const EncodedTensor& e, const HeadTensor* decoded) {
   const CodecConfig& c = e.config;
   check_decode_header(c, e);
   QVG_CHECK(e.role == TensorRole::key || e.role == TensorRole::value, "encoded tensor has an unknown role ",
             static_cast<int>(e.role));
-  switch (c.method) {
-    case Method::qvg:
-    case Method::rtn:
-      check_decode_parts(e, qvg_expected_bytes(c, e.heads, e.tokens, e.dim));
-      check_qvg_values(e, decoded);
-      return;
-    case Method::kivi: {
-      check_decode_parts(e, kivi_expected_bytes(c, e.role, e.heads, e.tokens, e.dim));
-      const int64_t nq = kivi_quantized_tokens(c, e.role, e.tokens);
-      const int64_t groups = e.role == TensorRole::key ? nq / c.group * e.dim : nq * (e.dim / c.group);
-      if (groups > 0) check_fp16_params(e, groups, "group");
-      check_bf16_rows(e.full_precision, "full_precision", e.tokens - nq, e.dim, nq);
-      return;
-    }
-    case Method::quarot:
-      check_decode_parts(e, quarot_expected_bytes(c, e.heads, e.tokens, e.dim));
-      check_fp16_params(e, e.tokens, "token");
-      return;
-    case Method::bf16: {
-      PartBytes need;
-      need.full_precision = static_cast<size_t>(e.values()) * 2;
-      check_decode_parts(e, need);
-      check_bf16_rows(e.full_precision, "full_precision", e.tokens, e.dim, 0);
-      return;
-    }
-  }
+  check_decode_parts(e, expected_part_bytes(c, e.role, e.heads, e.tokens, e.dim));
+  method_traits(c.method).check_values(e, decoded);
 }
 
 }  // namespace qvg

@@ -192,7 +192,7 @@ class QvgCodec final : public Codec {
                 x.tokens, ")");
     const EncodedTensor* warm = opt.warm_start;
     if (warm && s_count > 0) {
-      QVG_CHECK(warm->config.method == Method::qvg && warm->config.stages == s_count &&
+      QVG_CHECK(method_traits(warm->config.method).clustered && warm->config.stages == s_count &&
                     warm->config.kmeans.centroids == cn && warm->heads == x.heads && warm->dim == x.dim &&
                     warm->config.centroid_format == config_.centroid_format &&
                     warm->centroids.size() == qvg_expected_bytes(warm->config, x.heads, 0, x.dim).centroids,
@@ -322,7 +322,7 @@ double qvg_bits_per_value_formula(const CodecConfig& config, int64_t tokens, int
 EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecConfig& c,
                                              std::vector<uint8_t> centroids, std::vector<uint8_t> ids,
                                              TensorRole role, int threads) {
-  QVG_CHECK(c.method == Method::qvg || c.method == Method::rtn, c.name, ": not a QVG/RTN config");
+  QVG_CHECK(method_traits(c.method).group_quantized, c.name, ": not a QVG/RTN config");
   check_encode_input(c, x);
   EncodedTensor e = empty_encoding(c, x, role);
   QVG_CHECK(c.centroid_format == CentroidFormat::bf16, c.name, ": given centroids are BF16 (centroid_format=bf16)");

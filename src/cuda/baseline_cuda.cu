@@ -1,13 +1,13 @@
-// The GPU decode of KIVI, QuaRot and BF16 tensors: the encoded tensor is
-// checked on the host exactly as the CPU decoder checks it, its parts are
-// uploaded and src/cuda/baseline_kernels.cuh decodes them.
+// The GPU decode of the methods decoded on the GPU outside the group-quantized
+// format (KIVI, QuaRot, BF16; MethodTraits says which and how): the encoded
+// tensor is checked on the host exactly as the CPU decoder checks it, its
+// parts are uploaded and src/cuda/baseline_kernels.cuh decodes them.
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cmath>
 #include <string>
 
-#include "cpu/baselines.h"
 #include "cpu/codecs.h"
 #include "cuda/baseline_cuda.h"
 #include "cuda/baseline_kernels.cuh"
@@ -22,59 +22,60 @@ namespace {
 const char* role_name(TensorRole r) { return r == TensorRole::key ? "key" : "value"; }
 
 /// Every FP16 scale finite and >= 0, every zero point finite (the CPU
-/// decoders' corruption check, same message). Group gi belongs to head
+/// decoders' corruption check, same message: a token's scale where t
+/// quantizes rotated token rows, else a group's). Group gi belongs to head
 /// gi / groups_per_head.
-void check_scales(const EncodedTensor& e, int64_t groups_per_head) {
+void check_scales(const EncodedTensor& e, const MethodTraits& t, int64_t groups_per_head) {
   const size_t groups = e.scales.size() / 2;
   for (size_t gi = 0; gi < groups; ++gi) {
     const float s = fp16_to_float(get_u16(e.scales, gi));
     const float z = fp16_to_float(get_u16(e.zero_points, gi));
     if (std::isfinite(s) && s >= 0 && std::isfinite(z)) continue;
     const int64_t h = static_cast<int64_t>(gi) / groups_per_head;
-    if (e.config.method == Method::quarot)
-      QVG_CHECK(false, "encoded quarot tensor is corrupt: token ", static_cast<int64_t>(gi) - h * e.tokens,
+    if (t.rotated)
+      QVG_CHECK(false, "encoded ", t.name, " tensor is corrupt: token ", static_cast<int64_t>(gi) - h * e.tokens,
                 " of head ", h, " has scale ", s, " and zero point ", z);
-    QVG_CHECK(false, "encoded kivi ", role_name(e.role), " tensor is corrupt: group ", gi, " (head ", h,
+    QVG_CHECK(false, "encoded ", t.name, " ", role_name(e.role), " tensor is corrupt: group ", gi, " (head ", h,
               ") has scale ", s, " and zero point ", z);
   }
 }
+
+/// The methods this decoder serves: decoded on the GPU, not in the
+/// group-quantized format (qvg_cuda.cu decodes that).
+bool served(const MethodTraits& t) { return t.device_decode && !t.group_quantized; }
 
 /// Everything the CPU decoder checks, in its order, then the GPU kernels'
 /// limits; returns the kernels' shape.
 BaselineShape checked_shape(const EncodedTensor& e) {
   const CodecConfig& c = e.config;
-  QVG_CHECK(c.method == Method::kivi || c.method == Method::quarot || c.method == Method::bf16, c.name,
-            ": the GPU baseline decoder serves kivi, quarot and bf16, not ", method_name(c.method));
+  const MethodTraits& t = method_traits(c.method);
+  QVG_CHECK(served(t), c.name, ": the GPU baseline decoder serves ", method_names_where(served), ", not ", t.name);
   check_decode_header(c, e);  // non-empty shape, valid config: before the sizes, which divide by the group
-  if (c.method == Method::kivi)
-    QVG_CHECK(e.role == TensorRole::key || e.role == TensorRole::value, "encoded kivi tensor has an unknown role ",
-              static_cast<int>(e.role));
+  if (t.role_layout)
+    QVG_CHECK(e.role == TensorRole::key || e.role == TensorRole::value, "encoded ", t.name,
+              " tensor has an unknown role ", static_cast<int>(e.role));
   const PartBytes need = expected_part_bytes(c, e.role, e.heads, e.tokens, e.dim);
   check_decode_parts(e, need);  // every part's size
 
   QVG_CHECK(e.dim % kBaselineVals == 0, c.name, ": the CUDA backend needs dim a multiple of ",
             kBaselineVals, ", got ", e.dim);
-  QVG_CHECK(c.method != Method::quarot || e.dim <= 32 * kBaselineVals, c.name,
+  QVG_CHECK(!t.rotated || e.dim <= 32 * kBaselineVals, c.name,
             ": the CUDA QuaRot decoder supports dim up to ", 32 * kBaselineVals, ", got ", e.dim);
   QVG_CHECK(e.heads <= INT_MAX && e.dim <= INT_MAX, c.name, ": tensor too large for the CUDA backend");
 
   BaselineShape sh;
-  sh.method = c.method;
+  sh.rotated = t.rotated;
   sh.role = e.role;
   sh.heads = static_cast<int>(e.heads);
   sh.tokens = e.tokens;
   sh.dim = static_cast<int>(e.dim);
   sh.bits = c.bits;
   sh.group = c.group;
-  if (c.method == Method::kivi) {
-    sh.quantized = kivi_quantized_tokens(c, e.role, e.tokens);
-    const int64_t ng = sh.quantized / c.group;
-    check_scales(e, e.role == TensorRole::key ? ng * e.dim : sh.quantized * (e.dim / c.group));
-  } else if (c.method == Method::quarot) {
-    // The reference's constant, by the reference's expression (wht_normalized_ref).
-    sh.norm = static_cast<float>(1.0 / sqrt(static_cast<double>(e.dim)));
-    check_scales(e, e.tokens);
-  }
+  // The tokens after the quantized ones are BF16 rows [H][N - Nq][D]: their part's size says how many.
+  sh.quantized = e.tokens - static_cast<int64_t>(need.full_precision / 2) / (e.heads * e.dim);
+  // The reference's constant, by the reference's expression (wht_normalized_ref).
+  if (t.rotated) sh.norm = static_cast<float>(1.0 / sqrt(static_cast<double>(e.dim)));
+  check_scales(e, t, static_cast<int64_t>(need.scales / 2) / e.heads);
   return sh;
 }
 

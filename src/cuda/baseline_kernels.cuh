@@ -38,14 +38,14 @@ constexpr int kBaselineVals = 16;
 
 /// Shape and format of one encoded KIVI / QuaRot / BF16 tensor.
 struct BaselineShape {
-  Method method = Method::kivi;      ///< kivi, quarot or bf16
+  bool rotated = false;              ///< token rows rotated back (quarot_decode_kernel); else kivi_decode_kernel
   TensorRole role = TensorRole::key; ///< kivi: keys per channel, values per token
   int heads = 0;
   int64_t tokens = 0;                ///< N
   int dim = 0;                       ///< D, a multiple of 16 (quarot: a power of two, 16..512)
   int bits = 2;                      ///< b: 2 or 4 (kivi, quarot)
   int group = 32;                    ///< G (kivi)
-  int64_t quantized = 0;             ///< Nq: tokens 0..Nq-1 quantized, Nq..N-1 BF16 (kivi; bf16: 0)
+  int64_t quantized = 0;             ///< Nq: tokens 0..Nq-1 quantized, Nq..N-1 BF16 (kivi; bf16: 0; quarot: N)
   float norm = 1.0f;                 ///< fp32(1 / sqrt(D)) (quarot)
 };
 
@@ -255,15 +255,15 @@ cudaError_t launch_baseline_decode(const BaselineShape& sh, const BaselineParts&
   const int64_t threads = static_cast<int64_t>(sh.heads) * sh.tokens * (sh.dim / kBaselineVals);
   if (threads == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
-  if (sh.method == Method::quarot) {
+  if (sh.rotated) {
     if (sh.bits == 2)
       quarot_decode_kernel<2, OutT><<<blocks, kThreads, 0, stream>>>(sh, p, out);
     else
       quarot_decode_kernel<4, OutT><<<blocks, kThreads, 0, stream>>>(sh, p, out);
-  } else if (sh.bits == 4 && sh.method == Method::kivi) {
+  } else if (sh.bits == 4) {
     kivi_decode_kernel<4, OutT><<<blocks, kThreads, 0, stream>>>(sh, p, out);
   } else {
-    // kivi INT2, or bf16 (Nq = 0: the codes are never read, BITS is moot)
+    // INT2, or bf16 (Nq = 0: the codes are never read, BITS is moot)
     kivi_decode_kernel<2, OutT><<<blocks, kThreads, 0, stream>>>(sh, p, out);
   }
   return cudaGetLastError();

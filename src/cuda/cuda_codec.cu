@@ -1,9 +1,11 @@
 // The one front of the CUDA backend: the Codec of every method on the GPU
 // and the public functions of qvg/cuda.h. One set of checks (a usable
-// device, the tensor's method, its parts); the device-level work is
-// qvg_cuda.cu / kmeans_cuda.cu (qvg, rtn: encode and decode) and
-// baseline_cuda.cu (kivi, quarot, bf16: decode; their encode is the CPU
-// reference's, the same bytes by definition).
+// device, the tensor's method, its parts); the method's row says where the
+// work runs (MethodTraits::device_encode, group_quantized): qvg_cuda.cu /
+// kmeans_cuda.cu encode and decode the group-quantized format (qvg, rtn),
+// baseline_cuda.cu decodes the others (kivi, quarot, bf16); a method not
+// encoded on the device is encoded by the CPU reference, the same bytes by
+// definition.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -25,7 +27,13 @@ namespace {
 using cuda::check_device;
 using cuda::DeviceBuffer;
 using cuda::DeviceParts;
-using cuda::encodes_on_device;
+
+/// Whether the GPU encoder encodes c (else the CPU reference does).
+bool encodes_on_device(const CodecConfig& c) { return method_traits(c.method).device_encode; }
+
+/// Whether e's parts are the group-quantized format (the fused decode reads
+/// them; else the baseline decoder).
+bool group_quantized(const EncodedTensor& e) { return method_traits(e.config.method).group_quantized; }
 
 /// Near FLT_MAX the residual can overflow (the CPU reference checks each
 /// stage's points): its max, hence a head's span scale, is then inf or NaN
@@ -44,7 +52,7 @@ void check_span_scales(const EncodedTensor& e) {
 /// checked on the host first, as the CPU decode checks them. Returns once the
 /// decode is done (the uploaded parts live until then).
 void decode_into(const EncodedTensor& e, void* out, DeviceElement type) {
-  if (!encodes_on_device(e.config.method)) return cuda::baseline_decode(e, out, type, nullptr);
+  if (!group_quantized(e)) return cuda::baseline_decode(e, out, type, nullptr);
   const cuda::QvgShape sh = cuda::make_shape(e.config, e.heads, e.tokens, e.dim);
   DeviceParts parts;
   upload_parts(e, sh, parts, nullptr);
@@ -57,7 +65,7 @@ class CudaCodec final : public Codec {
  public:
   explicit CudaCodec(CodecConfig c) : config_(std::move(c)) {
     check_device();
-    if (encodes_on_device(config_.method))
+    if (encodes_on_device(config_))
       cuda::check_device_config(config_);
     else
       reference_ = make_codec(config_);
@@ -83,7 +91,7 @@ class CudaCodec final : public Codec {
     DeviceBuffer<uint16_t> warm;
     if (opt.warm_start && sh.stages > 0) {
       const EncodedTensor& w = *opt.warm_start;
-      QVG_CHECK(w.config.method == Method::qvg && w.config.stages == sh.stages &&
+      QVG_CHECK(method_traits(w.config.method).clustered && w.config.stages == sh.stages &&
                     w.config.kmeans.centroids == sh.centroids && w.heads == host.heads && w.dim == host.dim &&
                     w.config.centroid_format == config_.centroid_format &&
                     w.centroids.size() == static_cast<size_t>(cuda::centroid_part_bytes(sh)),
@@ -173,14 +181,10 @@ bool cuda_available(std::string* why) {
   return true;
 }
 
-std::unique_ptr<Codec> make_cuda_method_codec(const CodecConfig& config) {
-  return std::make_unique<CudaCodec>(config);
-}
-
 std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config) {
   const MethodTraits& t = method_traits(config.method);
-  QVG_CHECK(t.make_cuda != nullptr, config.name, ": method ", t.name, " has no CUDA codec");
-  return t.make_cuda(config);
+  QVG_CHECK(t.device_decode, config.name, ": method ", t.name, " has no CUDA codec");
+  return std::make_unique<CudaCodec>(config);
 }
 
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {
@@ -243,7 +247,7 @@ EncodedTensor cuda_encode_device(const CodecConfig& config, const void* x, Devic
             (at % (tokens * dim)) / dim, ", channel ", at % dim);
   check_magnitude(config, max_abs);
   CudaCodec codec(config);
-  if (!encodes_on_device(config.method))  // the CPU reference's encode
+  if (!encodes_on_device(config))  // the CPU reference's encode
     return codec.encode(cuda::download_as_float(x, type, heads, tokens, dim, nullptr), opt, nullptr);
   HeadTensorView shape;  // the shape only: encode_on_device reads x
   shape.heads = heads;

@@ -1,8 +1,9 @@
 // Device-resident encoded tensors and the stream-ordered DeviceCodec
-// (qvg/device_codec.h). qvg / rtn parts: cuda::DeviceParts, written by the
-// Encoder and read by the decode kernels in place; kivi / quarot / bf16
-// parts: cuda::BaselineDeviceParts. Part memory comes from the device's
-// stream-ordered pool (DeviceBuffer::use_pool).
+// (qvg/device_codec.h). The group-quantized format's parts (qvg, rtn):
+// cuda::DeviceParts, written by the Encoder and read by the decode kernels in
+// place; the other methods' (kivi, quarot, bf16): cuda::BaselineDeviceParts.
+// Part memory comes from the device's stream-ordered pool
+// (DeviceBuffer::use_pool).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -21,7 +22,6 @@ namespace qvg {
 namespace {
 
 using cuda::check_device;
-using cuda::encodes_on_device;
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
@@ -53,7 +53,8 @@ struct DeviceEncodedTensor::Impl {
     parts.use_pool(s);
     base.use_pool(s);
   }
-  bool qvg_parts() const { return encodes_on_device(config.method); }
+  /// Whether the parts are the group-quantized format's (`parts`; else `base`).
+  bool qvg_parts() const { return method_traits(config.method).group_quantized; }
   bool centroids_only = false;  // a warm_state()
 };
 
@@ -161,7 +162,7 @@ void DeviceEncodedTensor::pack(void* out, void* stream) const {
 DeviceEncodedTensor DeviceEncodedTensor::unpack(const CodecConfig& config, TensorRole role, int64_t heads,
                                                 int64_t tokens, int64_t dim, const void* packed, void* stream) {
   check_device();
-  QVG_CHECK(encodes_on_device(config.method), "unpack: ", method_name(config.method),
+  QVG_CHECK(method_traits(config.method).group_quantized, "unpack: ", method_name(config.method),
             " tensors are encoded on the host; rebuild them with from_host()");
   QVG_CHECK(packed != nullptr, "unpack: null input buffer");
   const CodecConfig c = config.auto_centroids ? span_config(config, tokens) : config;
@@ -191,7 +192,7 @@ namespace {
 /// Checks that warm start w fits an encode of shape sh (heads, dim) with config c.
 void check_warm(const DeviceEncodedTensor::Impl& w, const CodecConfig& c, const cuda::QvgShape& sh, int64_t heads,
                 int64_t dim) {
-  QVG_CHECK(w.config.method == Method::qvg && smoothing_stages(w.config) == sh.stages &&
+  QVG_CHECK(method_traits(w.config.method).clustered && smoothing_stages(w.config) == sh.stages &&
                 w.shape.centroids == sh.centroids && w.heads == heads && w.dim == dim &&
                 w.config.centroid_format == c.centroid_format && w.device == cuda_current_device(),
             c.name,
@@ -235,7 +236,7 @@ void copy_centroid_heads(void* group_part, const cuda::QvgShape& group, void* on
 DeviceCodec::DeviceCodec(const CodecConfig& config) : impl_(std::make_unique<Impl>()) {
   check_device();
   impl_->config = config;
-  if (encodes_on_device(config.method))
+  if (method_traits(config.method).device_encode)
     cuda::check_device_config(config);
   else
     impl_->reference = make_codec(config);

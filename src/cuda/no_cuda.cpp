@@ -14,7 +14,6 @@ bool cuda_available(std::string* why) {
   return false;
 }
 std::unique_ptr<Codec> make_cuda_codec(const CodecConfig&) { no_cuda(); }
-std::unique_ptr<Codec> make_cuda_method_codec(const CodecConfig&) { no_cuda(); }
 EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor&, const CodecConfig&, const std::vector<uint8_t>&,
                                               const std::vector<uint8_t>&, TensorRole) {
   no_cuda();

@@ -146,8 +146,9 @@ QvgParts DeviceParts::view() const {
 }
 
 void check_device_config(const CodecConfig& c) {
-  QVG_CHECK(c.method == Method::qvg || c.method == Method::rtn, c.name,
-            ": the GPU encoder implements qvg and rtn, not ", method_name(c.method));
+  QVG_CHECK(method_traits(c.method).group_quantized, c.name, ": the GPU encoder implements ",
+            method_names_where([](const MethodTraits& t) { return t.group_quantized; }), ", not ",
+            method_name(c.method));
   check_cuda_supported(c);  // code=cq: no kernels yet
 }
 

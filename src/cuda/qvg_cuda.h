@@ -68,8 +68,9 @@ void upload_parts(const EncodedTensor& e, const QvgShape& sh, DeviceParts& d, cu
 /// on the host (synchronises s).
 void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s);
 
-/// Throws qvg::Error unless the GPU encoder takes c's method and formats
-/// (qvg and rtn with BF16 centroids).
+/// Throws qvg::Error unless the GPU kernels of the group-quantized format
+/// (the encoder, the fused decode) take c's method and formats
+/// (MethodTraits::group_quantized; not code=cq).
 void check_device_config(const CodecConfig& c);
 
 /// The shape struct of a config and tensor dims; validates (qvg::Error).
@@ -160,10 +161,6 @@ uint64_t fp8_e4m3_rule_mismatches(uint32_t* first, cudaStream_t stream);
 
 /// Throws qvg::Error ("CUDA backend: <reason>") when no device is usable.
 void check_device();
-
-/// Whether method m encodes on the device (QVG's kernels: qvg and rtn); the
-/// others encode with the CPU reference and decode on the device.
-inline bool encodes_on_device(Method m) { return m == Method::qvg || m == Method::rtn; }
 
 /// x ([heads, tokens, dim] of `type` in device memory) as a host float
 /// tensor, copied on `stream` (waits for it); bf16 / f16 widened exactly.

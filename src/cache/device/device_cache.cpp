@@ -547,7 +547,7 @@ int64_t DeviceKVCache::read(int layer, void* k_out, void* v_out, DeviceElement t
   auto read_role = [&](const DeviceEncodedTensor& e, TensorRole role, int64_t begin, int64_t count, void* dst,
                        DeviceElement t, int64_t stride, int64_t off) {
     const DeviceCodec& codec = I.read_codec(role);
-    if (cuda::encodes_on_device(e.config().method)) {
+    if (method_traits(e.config().method).group_quantized) {  // the range decode reads this format
       codec.decode_rows(e, dst, t, stride, off, stream, begin, count);
       return;
     }

@@ -5,10 +5,10 @@
 // Spans and full-precision chunks are copied to the device the first time
 // they are read (a span's encoded parts, not its decode; a chunk's BF16 or
 // F32 bytes, dropped when it joins a span) and read from there into the
-// destination rows: qvg / rtn spans by the fused decode, BF16 spans and
-// chunks widened, F32 chunks copied; spans of other codecs (kivi, quarot)
-// are decoded by the host codec and copied. RoPE-on-read runs on the device
-// with the host's angle table.
+// destination rows: spans of the group-quantized format (qvg, rtn) by the
+// fused decode, uncompressed (BF16) spans and chunks widened, F32 chunks
+// copied; spans of other codecs (kivi, quarot) are decoded by the host codec
+// and copied. RoPE-on-read runs on the device with the host's angle table.
 // Every step reproduces read()'s arithmetic, so the bytes are the same.
 #include <cuda_runtime.h>
 
@@ -19,6 +19,7 @@
 #include "cuda/qvg_cuda.h"
 #include "cuda/rope_cuda.h"
 #include "qvg/cuda.h"
+#include "qvg/methods.h"
 
 namespace qvg {
 
@@ -28,14 +29,15 @@ using cuda::DeviceBuffer;
 
 /// How one role (K or V) of a span is read on the device.
 enum class DeviceKind {
-  fused,  ///< qvg / rtn: encoded parts on the device, the fused decode
-  bf16,   ///< bf16 codec: its BF16 bytes on the device, widened
+  fused,  ///< the group-quantized format: encoded parts on the device, the fused decode
+  bf16,   ///< uncompressed: its BF16 bytes on the device, widened
   host,   ///< other codecs: decoded on the host, copied
 };
 
 DeviceKind kind_of(const CodecConfig& c) {
-  if (c.method == Method::qvg || c.method == Method::rtn) return DeviceKind::fused;
-  if (c.method == Method::bf16) return DeviceKind::bf16;
+  const MethodTraits& t = method_traits(c.method);
+  if (t.group_quantized) return DeviceKind::fused;
+  if (t.uncompressed) return DeviceKind::bf16;
   return DeviceKind::host;
 }
 
