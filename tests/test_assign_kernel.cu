@@ -180,9 +180,11 @@ void check_float_rows_from_global(int c_count, bool off_grid) {
     o.next = next.p;
     o.cent_bf16 = cb.p;
     if (in_smem)
-      QVG_CUDA_CHECK((launch_assign_tc_as<D, T, kAssignWarps, 0, true, true>(xd.p, kN, cd.p, c_count, kH, nullptr, o, 0)));
+      QVG_CUDA_CHECK(
+          (launch_assign_tc_as<D, T, kAssignWarps, true, true>(xd.p, kN, cd.p, c_count, kH, nullptr, o, 0)));
     else
-      QVG_CUDA_CHECK((launch_assign_tc_as<D, T, kAssignWarps, 0, true, false>(xd.p, kN, cd.p, c_count, kH, nullptr, o, 0)));
+      QVG_CUDA_CHECK(
+          (launch_assign_tc_as<D, T, kAssignWarps, true, false>(xd.p, kN, cd.p, c_count, kH, nullptr, o, 0)));
     QVG_CUDA_CHECK(cudaDeviceSynchronize());
     Got g{std::vector<uint8_t>(x.size() / D), std::vector<float>(x.size() / D), std::vector<uint16_t>(x.size()),
           std::vector<uint16_t>(cent.size()), std::vector<unsigned>(kH), std::vector<unsigned>(kH)};

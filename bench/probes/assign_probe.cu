@@ -5,6 +5,8 @@
 // shapes (warps per block), and both kinds of products (wgmma, the default,
 // and mma.sync). Every variant's ids and distances
 // are checked against the default's (they compute the same function).
+// Then the kernel with one phase left out (assign_phases.cuh), timed: the
+// phases' cost by difference.
 // Then the k-means update's cluster sums on the default's ids (C = 256):
 // the bucket kernel (the encoder's) against the shared-atomic one, bf16 and
 // float input, time and whether their sums and counts are the same bits.
@@ -17,8 +19,10 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "assign_phases.cuh"
 #include "bench_data.h"
 #include "cuda/assign_tc.cuh"
 #include "cuda/qvg_cuda.h"
@@ -98,48 +102,66 @@ int main(int argc, char** argv) {
       bad += !same;
       std::printf("  %-34s %-20s %9.4f %9.1f  %s\n", mode, block, ms, flop / (ms * 1e9), same ? "yes" : "NO");
     };
-    auto bfk = [&](auto warps, auto probe, auto wg) {
-      return [&, warps, probe, wg](const AssignOutputs& o) {
-        return launch_assign_tc<kD, __nv_bfloat16, decltype(warps)::value, decltype(probe)::value,
-                                decltype(wg)::value>(xp, kN, cd.get(), kC, kH, nullptr, o, 0);
+    auto bfk = [&](auto warps, auto wg) {
+      return [&, warps, wg](const AssignOutputs& o) {
+        return launch_assign_tc<kD, __nv_bfloat16, decltype(warps)::value, decltype(wg)::value>(xp, kN, cd.get(), kC,
+                                                                                                 kH, nullptr, o, 0);
       };
     };
     using Wg = std::true_type;
     using Sync = std::false_type;
-    auto bf = [&](auto warps, auto probe) { return bfk(warps, probe, Wg{}); };
+    auto bf = [&](auto warps) { return bfk(warps, Wg{}); };
     using W8 = std::integral_constant<int, 8>;
     using W12 = std::integral_constant<int, 12>;
     using W16 = std::integral_constant<int, 16>;
-    using P0 = std::integral_constant<int, 0>;
-    run("bf16: ids", "16 warps (default)", false, false, false, bf(W16{}, P0{}));
-    run("bf16: ids", "8 warps", false, false, false, bf(W8{}, P0{}));
-    run("bf16: ids", "12 warps", false, false, false, bf(W12{}, P0{}));
-    run("bf16: ids, mma.sync", "16 warps", false, false, false, bfk(W16{}, P0{}, Sync{}));
-    run("bf16: ids, mma.sync", "8 warps", false, false, false, bfk(W8{}, P0{}, Sync{}));
-    run("bf16: ids + max|x - c| (last)", "16 warps (default)", false, true, false, bf(W16{}, P0{}));
-    run("bf16: ids + max|x| (first)", "16 warps (default)", false, false, true, bf(W16{}, P0{}));
-    run("bf16: ids + dist (convergence)", "16 warps (default)", true, false, false, bf(W16{}, P0{}));
-    // Phases left out (timing by difference only: the outputs are wrong).
-    std::printf("  phases left out (ids mode, 16 warps; outputs not checked):\n");
-    const char* probe_names[] = {"", "no exact phase", "no top-two epilogue", "no tensor-core products",
-                                 "no loads of x (made-up rows)"};
-    auto probe = [&](int k, auto&& launch) {
-      const double ms = timer.median_ms(reps, [&] { QVG_CUDA_CHECK(launch(got.view(false, false, false))); });
-      std::printf("  %-34s %-20s %9.4f %9.1f\n", probe_names[k], "16 warps", ms, flop / (ms * 1e9));
+    run("bf16: ids", "16 warps (default)", false, false, false, bf(W16{}));
+    run("bf16: ids", "8 warps", false, false, false, bf(W8{}));
+    run("bf16: ids", "12 warps", false, false, false, bf(W12{}));
+    run("bf16: ids, mma.sync", "16 warps", false, false, false, bfk(W16{}, Sync{}));
+    run("bf16: ids, mma.sync", "8 warps", false, false, false, bfk(W8{}, Sync{}));
+    run("bf16: ids + max|x - c| (last)", "16 warps (default)", false, true, false, bf(W16{}));
+    run("bf16: ids + max|x| (first)", "16 warps (default)", false, false, true, bf(W16{}));
+    run("bf16: ids + dist (convergence)", "16 warps (default)", true, false, false, bf(W16{}));
+    // Phases left out (assign_phases.cuh; timing by difference only: the
+    // outputs are wrong). Its kernel with nothing left out must give the
+    // product kernel's ids and distances (else the copy has drifted).
+    using probe::PhaseOut;
+    auto phase = [&](auto out, auto wg) {
+      return [&, out, wg](const AssignOutputs& o) {
+        return probe::launch_assign_phase_probe<kD, decltype(wg)::value, decltype(out)::value>(xp, kN, cd.get(), kC,
+                                                                                               kH, nullptr, o, 0);
+      };
     };
-    probe(1, bf(W16{}, std::integral_constant<int, 1>{}));
-    probe(2, bf(W16{}, std::integral_constant<int, 2>{}));
-    probe(3, bf(W16{}, std::integral_constant<int, 3>{}));
-    probe(4, bf(W16{}, std::integral_constant<int, 4>{}));
+    using None = std::integral_constant<PhaseOut, PhaseOut::none>;
+    using NoExact = std::integral_constant<PhaseOut, PhaseOut::exact>;
+    using NoTopTwo = std::integral_constant<PhaseOut, PhaseOut::top_two>;
+    using NoProducts = std::integral_constant<PhaseOut, PhaseOut::products>;
+    using NoLoads = std::integral_constant<PhaseOut, PhaseOut::loads>;
+    run("phase probe (none left out)", "16 warps", true, true, true, phase(None{}, Wg{}));
+    run("phase probe (none), mma.sync", "16 warps", true, true, true, phase(None{}, Sync{}));
+    std::printf("  phases left out (ids mode, 16 warps; outputs not checked):\n");
+    const char* probe_names[] = {"nothing left out", "no exact phase", "no top-two epilogue",
+                                 "no tensor-core products", "no loads of x (made-up rows)"};
+    auto time_phase = [&](auto out, auto&& launch) {
+      const double ms = timer.median_ms(reps, [&] { QVG_CUDA_CHECK(launch(got.view(false, false, false))); });
+      std::printf("  %-34s %-20s %9.4f %9.1f\n", probe_names[static_cast<int>(decltype(out)::value)], "16 warps", ms,
+                  flop / (ms * 1e9));
+    };
+    time_phase(None{}, phase(None{}, Wg{}));
+    time_phase(NoExact{}, phase(NoExact{}, Wg{}));
+    time_phase(NoTopTwo{}, phase(NoTopTwo{}, Wg{}));
+    time_phase(NoProducts{}, phase(NoProducts{}, Wg{}));
+    time_phase(NoLoads{}, phase(NoLoads{}, Wg{}));
     std::printf("  the same for the mma.sync products:\n");
-    probe(1, bfk(W16{}, std::integral_constant<int, 1>{}, Sync{}));
-    probe(2, bfk(W16{}, std::integral_constant<int, 2>{}, Sync{}));
-    probe(3, bfk(W16{}, std::integral_constant<int, 3>{}, Sync{}));
+    time_phase(None{}, phase(None{}, Sync{}));
+    time_phase(NoExact{}, phase(NoExact{}, Sync{}));
+    time_phase(NoTopTwo{}, phase(NoTopTwo{}, Sync{}));
+    time_phase(NoProducts{}, phase(NoProducts{}, Sync{}));
     // How many rows the exact phase re-ranks (the rest keep the bf16 pick).
     {
       Outs p1;
-      QVG_CUDA_CHECK((launch_assign_tc<kD, __nv_bfloat16, 16, 1>(xp, kN, cd.get(), kC, kH, nullptr,
-                                                                    p1.view(false, false, false), 0)));
+      QVG_CUDA_CHECK((probe::launch_assign_phase_probe<kD, true, PhaseOut::exact>(xp, kN, cd.get(), kC, kH, nullptr,
+                                                                                  p1.view(false, false, false), 0)));
       std::vector<uint8_t> bf16_pick(ids_ref.size());
       p1.ids.download(bf16_pick.data(), bf16_pick.size());
       int64_t moved = 0;
@@ -161,8 +183,8 @@ int main(int argc, char** argv) {
     }
     {
       const double ms = timer.median_ms(reps, [&] {
-        QVG_CUDA_CHECK((launch_assign_tc<kD, float, 16, 0, false>(xf.get(), kN, cd.get(), kC, kH, nullptr,
-                                                                  got.view(false, false, false), 0)));
+        QVG_CUDA_CHECK((launch_assign_tc<kD, float, 16, false>(xf.get(), kN, cd.get(), kC, kH, nullptr,
+                                                               got.view(false, false, false), 0)));
       });
       std::printf("  %-34s %-20s %9.4f %9.1f\n", "float: ids, mma.sync", "16 warps", ms, flop / (ms * 1e9));
     }

@@ -46,12 +46,12 @@ if [ -n "${QVG_NCU_ASSIGN:-}" ]; then  # where the k-means assignment's time goe
   echo "stall reasons (warps per issued instruction):"
   grep -E "issue_stalled" "$OUT/ncu_assign.log" | awk '{print $NF, $1}' | sort -gr | head -12
   cuobjdump -sass build-gpu/bench/probes/bench_assign_probe 2>/dev/null | awk '/Function :/ { keep = index($0, \
-    "assign_tc_kernelILi128E13__nv_bfloat16Li16ELi0ELb1E") > 0 } keep' >"$OUT/assign_sass.txt"  # the default kernel
+    "assign_tc_kernelILi128E13__nv_bfloat16Li16ELb1ELb1E") > 0 } keep' >"$OUT/assign_sass.txt"  # the default kernel
   grep -vE "^ *-+ *$|^==PROF==|^ *$|Section:|Metric Name" "$OUT/ncu_assign.log" | grep -E "^    [A-Z]" | cut -c1-110 | head -75
 fi
 if [ -n "${QVG_NCU_SASS:-}" ]; then  # instruction-level stalls and mix of one kernel (a regex on mangled names)
   # e.g. QVG_NCU_SASS=decode_tile_kernelILi2ELi128ELi4ELi4E (QVG-Pro's tile decode, from bench_decode_probe)
-  #      QVG_NCU_SASS=assign_tc_kernelILi128E13__nv_bfloat16Li16ELi0ELb1E (from bench_assign_variants)
+  #      QVG_NCU_SASS=assign_tc_kernelILi128E13__nv_bfloat16Li16ELb1ELb1E (from bench_assign_variants)
   step "ncu source-level profile: ${QVG_NCU_SASS}"
   case "$QVG_NCU_SASS" in
     *assign*) prog=(build-gpu/bench/probes/bench_assign_variants --reps 1) ;;

@@ -45,6 +45,12 @@
 // bf16 x is exact in the A fragments; f16 and float rows are read again.
 // So ids equal an exact assignment (ties to the lowest index) unless three
 // or more centroids of different values lie within the bound.
+//
+// Code. assign_tc_kernel (after its helpers, in the order it calls them):
+// stage_centroids (into StagedCentroids); per unit of rows load_unit_rows,
+// then per group of centroids the products (wgmma_group_products or
+// mma_pass_products) ranked into a TopTwo; per row quad_best_two,
+// within_error_bound and exact_phase; at the end flush_head_maxima.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -191,91 +197,108 @@ template <bool kWg>
 constexpr int kUnitRows = kWg ? 64 : 32;
 template <bool kWg>
 constexpr int kUnitWarps = kWg ? 4 : 1;
+/// m16 tiles (16 rows) of a unit per warp.
+template <bool kWg>
+constexpr int kUnitTiles = kWg ? 1 : 2;
+/// Independent (best, second) chains per row while ranking the products,
+/// merged after them: with two (wgmma: registers to spare), twice the
+/// independent FMNMX a lane has in flight.
+template <bool kWg>
+constexpr int kRankChains = kWg ? 2 : 1;
 
-/// Grid (blocks per head, H); block kWarps * 32 (one block per SM: the
-/// shared memory holds a head's centroids twice); dynamic smem assign_tc_smem<D>(C). C <= 256.
-/// The loop units (kUnitRows rows) go to the block's warps (warpgroups for
-/// wgmma) in turn across the head's blocks.
-/// Heads with active[h] == 0 are skipped. cent: float centroids [H][C][D].
-/// kWg: wgmma products (else mma.sync). kFloatInSmem: the float centroids
-/// staged in shared memory (else read from cent through L1: the form for
-/// devices with less than assign_tc_smem<D>(C) of shared memory a block;
-/// the same bits either way). kProbe != 0 leaves one phase out,
-/// for timing by difference only (bench_assign_probe; the outputs are then
-/// wrong): 1 = the exact phase, 2 = the top-two epilogue, 3 = the
-/// tensor-core products, 4 = the loads of x (bf16 only: made-up values).
-template <int D, typename T, int kWarps, int kProbe = 0, bool kWg = true, bool kFloatInSmem = true>
-__global__ void __launch_bounds__(kWarps * 32, 1)
-    assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens, const float* __restrict__ cent, int c_count,
-                     const int* __restrict__ active, AssignOutputs out) {
-  static_assert(D == 64 || D == 128, "tensor-core assignment: D = 64 or 128");
-  static_assert(kWarps % kUnitWarps<kWg> == 0, "wgmma: whole warpgroups");
-  constexpr int kFStride = kFloatInSmem ? D + 4 : D;  // floats per float row
-  constexpr int kSteps = D / 16;       // k-steps of the products
-  constexpr int kLaneChunks = D / 32;  // 8-dim chunks per lane per row
-  constexpr int kMT = kWg ? 1 : 2;     // m16 tiles (16 rows) per warp
-  constexpr bool kExactInA = std::is_same_v<T, __nv_bfloat16>;
-  const int h = blockIdx.y;
-  if (active && !active[h]) return;
-  extern __shared__ __align__(128) unsigned char tc_smem[];
-  const int c_pad = assign_c_pad(c_count);
-  __nv_bfloat16* cs = reinterpret_cast<__nv_bfloat16*>(tc_smem);  // core matrices, logical order
-  float* cf = reinterpret_cast<float*>(cs + c_pad * D);           // (c_pad, kFStride), dim order (kFloatInSmem)
-  float* c_init = cf + (kFloatInSmem ? c_pad * kFStride : 0);      // (c_pad): -||c||^2 / 2; -FLT_MAX past C
-  float* c_len = c_init + c_pad;                                   // (c_pad): ||c||
-  float* c_dev = c_len + c_pad;                                    // (c_pad): ||c - bf16(c)||
-  uint32_t* c_hash = reinterpret_cast<uint32_t*>(c_dev + c_pad);   // (c_pad): hash of the values
-  float* zero_row = reinterpret_cast<float*>(c_hash + c_pad);      // (D): zeros (not kFloatInSmem)
-  // The warp index through a shuffle: the compiler then knows it is the
-  // same across the warp (the loop over units stays uniform for wgmma).
-  const int lane = threadIdx.x & 31, warp = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x >> 5), 0);
-  const int g = lane >> 2, t = lane & 3;
-  const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
-  // Centroid c's float row (kFStride apart): in shared memory, or in cent
-  // with the padded rows (c >= C) reading zeros.
-  auto crow = [&](int c) -> const float* {
+// ---------------------------------------------------------------------------
+// The head's centroids in shared memory
+
+/// A head's centroids as assign_tc_kernel stages them in its dynamic shared
+/// memory (assign_tc_smem; the arrays in this order), and where each
+/// centroid's float row is read.
+template <int D, bool kFloatInSmem>
+struct StagedCentroids {
+  static constexpr int kFStride = kFloatInSmem ? D + 4 : D;  ///< floats per float row
+  int c_count;         ///< C
+  int c_pad;           ///< assign_c_pad(C)
+  const float* ch;     ///< (C, D) the head's float centroids in global memory
+  __nv_bfloat16* cs;   ///< (c_pad / 8, D / 8) core matrices of bf16 values, logical order (core_chunk)
+  float* cf;           ///< (c_pad, kFStride) float rows, dim order (kFloatInSmem only)
+  float* c_init;       ///< (c_pad): -||c||^2 / 2; -FLT_MAX past C and for duplicates
+  float* c_len;        ///< (c_pad): ||c||
+  float* c_dev;        ///< (c_pad): ||c - bf16(c)||; 0 exactly for a row of BF16 values
+  uint32_t* c_hash;    ///< (c_pad): a hash of the values
+  float* zero_row;     ///< (D): zeros, the padded rows' float row (not kFloatInSmem)
+
+  __device__ __forceinline__ StagedCentroids(unsigned char* smem, const float* head_cent, int c)
+      : c_count(c), c_pad(assign_c_pad(c)), ch(head_cent) {
+    cs = reinterpret_cast<__nv_bfloat16*>(smem);
+    cf = reinterpret_cast<float*>(cs + c_pad * D);
+    c_init = cf + (kFloatInSmem ? c_pad * kFStride : 0);
+    c_len = c_init + c_pad;
+    c_dev = c_len + c_pad;
+    c_hash = reinterpret_cast<uint32_t*>(c_dev + c_pad);
+    zero_row = reinterpret_cast<float*>(c_hash + c_pad);
+  }
+
+  /// Centroid c's float row (kFStride apart): in shared memory, or in global
+  /// memory with the padded rows (c >= C) reading zeros.
+  __device__ __forceinline__ const float* row(int c) const {
     if constexpr (kFloatInSmem)
       return cf + c * kFStride;
     else
       return c < c_count ? ch + static_cast<int64_t>(c) * D : zero_row;
-  };
+  }
+};
 
-  // Stage the head's centroids: float (16-byte pieces, padded rows), then
-  // bf16 in logical order from it (the pairs at logical k = 8 m + 2 i sit
-  // at dims logical_dim(k), logical_dim(k) + 1), and the norms.
+/// Staging, step 1: the float rows (16-byte pieces; padded rows zero) where
+/// kFloatInSmem, else the row of zeros. Block 0 of head h also writes the
+/// stored centroids (the encoder's: BF16 values) to cent_bf16 ([H][C][D];
+/// null: not written).
+template <int D, bool kFloatInSmem>
+__device__ __forceinline__ void stage_float_rows(const StagedCentroids<D, kFloatInSmem>& sc, uint16_t* cent_bf16,
+                                                 int h) {
 #pragma unroll 8
-  for (int i = threadIdx.x; i < c_pad * (D / 4); i += blockDim.x) {
+  for (int i = threadIdx.x; i < sc.c_pad * (D / 4); i += blockDim.x) {
     const int c = i / (D / 4), q = i % (D / 4);  // q: 16-byte piece of the row
-    const float4 v = c < c_count ? __ldg(reinterpret_cast<const float4*>(ch + static_cast<int64_t>(c) * D + 4 * q))
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if constexpr (kFloatInSmem) *reinterpret_cast<float4*>(cf + c * kFStride + 4 * q) = v;
-    if (out.cent_bf16 && blockIdx.x == 0 && c < c_count)  // the stored centroids (the encoder's: BF16 values)
-      *reinterpret_cast<uint2*>(out.cent_bf16 + (static_cast<int64_t>(h) * c_count + c) * D + 4 * q) =
+    const float4 v = c < sc.c_count
+                         ? __ldg(reinterpret_cast<const float4*>(sc.ch + static_cast<int64_t>(c) * D + 4 * q))
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (kFloatInSmem) *reinterpret_cast<float4*>(sc.cf + c * sc.kFStride + 4 * q) = v;
+    if (cent_bf16 && blockIdx.x == 0 && c < sc.c_count)
+      *reinterpret_cast<uint2*>(cent_bf16 + (static_cast<int64_t>(h) * sc.c_count + c) * D + 4 * q) =
           make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
   }
   if constexpr (!kFloatInSmem)
-    for (int i = threadIdx.x; i < D; i += blockDim.x) zero_row[i] = 0.0f;
-  __syncthreads();
-  for (int i = threadIdx.x; i < c_pad * (D / 8); i += blockDim.x) {
+    for (int i = threadIdx.x; i < D; i += blockDim.x) sc.zero_row[i] = 0.0f;
+}
+
+/// Staging, step 2 (reads the float rows): the bf16 core matrices in logical
+/// order; the pairs at logical k = 8 m + 2 i sit at dims logical_dim(k),
+/// logical_dim(k) + 1.
+template <int D, bool kFloatInSmem>
+__device__ __forceinline__ void stage_core_matrices(const StagedCentroids<D, kFloatInSmem>& sc) {
+  for (int i = threadIdx.x; i < sc.c_pad * (D / 8); i += blockDim.x) {
     const int c = i / (D / 8), m = i % (D / 8);
-    const float* row = crow(c);
+    const float* row = sc.row(c);
     uint32_t w[4];
 #pragma unroll
     for (int tp = 0; tp < 4; ++tp) {
       const float2 f = *reinterpret_cast<const float2*>(row + logical_dim(8 * m + 2 * tp));
       w[tp] = pack_bf16x2(f.x, f.y);
     }
-    *reinterpret_cast<uint4*>(cs + core_chunk<D>(c, m)) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(sc.cs + core_chunk<D>(c, m)) = make_uint4(w[0], w[1], w[2], w[3]);
   }
-  // ||c||^2 and ||c - bf16(c)||^2 in float and a hash of the values: eight
-  // lanes a centroid (D / 8 dims each, then three shuffles; a fixed order).
-  for (int i = threadIdx.x; i < c_pad * 8; i += blockDim.x) {
+}
+
+/// Staging, step 3 (reads the float rows): per centroid c_init, c_len, c_dev
+/// and c_hash. ||c||^2 and ||c - bf16(c)||^2 in float: eight lanes a
+/// centroid (D / 8 dims each, then three shuffles; a fixed order).
+template <int D, bool kFloatInSmem>
+__device__ __forceinline__ void stage_norms(const StagedCentroids<D, kFloatInSmem>& sc) {
+  for (int i = threadIdx.x; i < sc.c_pad * 8; i += blockDim.x) {
     const int c = i >> 3, part = i & 7;  // the eight lanes of a centroid are neighbours
     float s = 0.0f, e = 0.0f;
     uint32_t hv = 0u, off_grid = 0u;
 #pragma unroll
     for (int k = part; k < D; k += 8) {
-      const float v = crow(c)[k], dv = v - round_bf16_dev(v);  // exact
+      const float v = sc.row(c)[k], dv = v - round_bf16_dev(v);  // exact
       s = fmaf(v, v, s);
       e = fmaf(dv, dv, e);
       off_grid |= dv != 0.0f;
@@ -288,427 +311,529 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       hv ^= __shfl_xor_sync(0xFFFFFFFFu, hv, off) * 0x85EBCA6Bu;
     }
     if (part == 0) {
-      c_init[c] = c < c_count ? -0.5f * s : -FLT_MAX;
-      c_len[c] = sqrtf(s);
-      // 0 exactly when the row is a BF16 value (the residual path below
-      // relies on it; a sum of squares of tiny deviations can underflow).
-      c_dev[c] = off_grid ? fmaxf(sqrtf(e), FLT_MIN) : 0.0f;
-      c_hash[c] = hv;
+      sc.c_init[c] = c < sc.c_count ? -0.5f * s : -FLT_MAX;
+      sc.c_len[c] = sqrtf(s);
+      // 0 exactly when the row is a BF16 value (the residual path relies on
+      // it; a sum of squares of tiny deviations can underflow).
+      sc.c_dev[c] = off_grid ? fmaxf(sqrtf(e), FLT_MIN) : 0.0f;
+      sc.c_hash[c] = hv;
     }
   }
-  __syncthreads();
-  // A centroid equal to one of lower index is never the answer (ties go to
-  // the lower index): it ranks with the padding. So exact ties of two or
-  // more equal centroids need no re-ranking. Equal values hash alike; the
-  // rows are then compared value by value. Two threads a centroid, each
-  // half of the lower indices (the last thread's loop is the prologue's
-  // longest); both may mark it.
-  for (int i = threadIdx.x; i < c_count * 2; i += blockDim.x) {
+}
+
+/// Staging, step 4 (reads the hashes): a centroid equal to one of lower
+/// index is never the answer (ties go to the lower index), so its c_init
+/// becomes -FLT_MAX and it ranks with the padding; exact ties of two or more
+/// equal centroids then need no re-ranking. Equal values hash alike; the
+/// rows are then compared value by value. Two threads a centroid, each half
+/// of the lower indices (the last thread's loop is the prologue's longest);
+/// both may mark it.
+template <int D, bool kFloatInSmem>
+__device__ __forceinline__ void mark_duplicate_centroids(const StagedCentroids<D, kFloatInSmem>& sc) {
+  for (int i = threadIdx.x; i < sc.c_count * 2; i += blockDim.x) {
     const int c = i >> 1;
     bool dup = false;
     for (int o = i & 1; o < c && !dup; o += 2) {
-      if (c_hash[o] != c_hash[c]) continue;
+      if (sc.c_hash[o] != sc.c_hash[c]) continue;
       bool same = true;
-      for (int k = 0; k < D && same; ++k) same = crow(o)[k] == crow(c)[k];
+      for (int k = 0; k < D && same; ++k) same = sc.row(o)[k] == sc.row(c)[k];
       dup = same;
     }
-    if (dup) c_init[c] = -FLT_MAX;
+    if (dup) sc.c_init[c] = -FLT_MAX;
   }
+}
+
+/// Stage head h's centroids (the whole block; barriers included, so every
+/// thread sees the result on return): steps 1 to 4 above.
+template <bool kWg, int D, bool kFloatInSmem>
+__device__ __forceinline__ void stage_centroids(const StagedCentroids<D, kFloatInSmem>& sc, uint16_t* cent_bf16,
+                                                int h) {
+  stage_float_rows(sc, cent_bf16, h);
+  __syncthreads();
+  stage_core_matrices(sc);
+  stage_norms(sc);
+  __syncthreads();
+  mark_duplicate_centroids(sc);
   // wgmma reads the bf16 copy through the async proxy: make the generic
   // stores above visible to it (each thread its own, then the barrier).
   if constexpr (kWg && kHaveWgmma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
+}
 
-  const bool want_dist = out.dist != nullptr, want_xmax = out.x_max != nullptr;
-  const bool want_rmax = out.resid_max != nullptr, want_next = out.next != nullptr;
-  const bool want_resid = want_rmax || want_next;  // x - bf16(c) of the pick
-  float x_max = 0.0f, r_max = 0.0f;
-  // mma.sync: this lane's ldmatrix row address for B (centroid cp + (lane &
-  // 7) + 8 (lane >> 4), logical chunk 2 j + ((lane >> 3) & 1)); the rest are
-  // constants. wgmma: the descriptor of centroids 0..63, k-step 0.
-  const uint32_t b_base = smem_u32(cs + core_chunk<D>((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1));
-  const uint64_t desc0 = wgmma_desc(smem_u32(cs), 128u, 128u * (D / 8));
-  const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
-  constexpr int kUnitsPerBlock = kWarps / kUnitWarps<kWg>;
-  const int64_t n_units = (n_tokens + kUnitRows<kWg> - 1) / kUnitRows<kWg>;
-  // The loop bound is the same for the warps of a unit (wgmma is collective).
-  for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kUnitsPerBlock + warp / kUnitWarps<kWg>; unit < n_units;
-       unit += static_cast<int64_t>(gridDim.x) * kUnitsPerBlock) {
-    const int64_t n0 = unit * kUnitRows<kWg> + (warp % kUnitWarps<kWg>) * 16 * kMT;  // this warp's rows
-    // The rows of this warp's next unit into L2 now, a line a lane, so the
-    // loads at the top of that unit wait for L2 rather than DRAM (one unit
-    // ahead: the faster distance, docs/BENCHMARKS.md). All 16 rows of
-    // 16-bit input (2 lines a row at D = 128, 1 at D = 64); float rows at D =
-    // 128 only their first 8. wgmma only: the mma.sync kernel (benchmarks)
-    // spills with it.
-    if constexpr (kWg && kProbe != 4) {
-      constexpr int kLineElems = 128 / static_cast<int>(sizeof(T));
-      constexpr int kLinesPerRow = D / kLineElems > 0 ? D / kLineElems : 1;
-      const int64_t nu = unit + static_cast<int64_t>(gridDim.x) * kUnitsPerBlock;
-      const int64_t pn = nu * kUnitRows<kWg> + (warp % kUnitWarps<kWg>) * 16 * kMT + lane / kLinesPerRow;
-      if (nu < n_units && lane / kLinesPerRow < 16 * kMT && pn < n_tokens)
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(xh + pn * D + (lane % kLinesPerRow) * kLineElems));
+// ---------------------------------------------------------------------------
+// Rows of x into A fragments
+
+/// What the caller of an assignment asked for (AssignOutputs' pointers that
+/// are not null).
+struct AssignWants {
+  bool dist, xmax, rmax, next;
+  bool resid;  ///< x - bf16(c) of the pick: its max or the next points
+  __device__ __forceinline__ explicit AssignWants(const AssignOutputs& out)
+      : dist(out.dist != nullptr),
+        xmax(out.x_max != nullptr),
+        rmax(out.resid_max != nullptr),
+        next(out.next != nullptr),
+        resid(rmax || next) {}
+};
+
+/// The rows [row0, row0 + kRows) of x into L2 where has_next, a line a lane:
+/// the loads at the top of the warp's next unit then wait for L2 rather than
+/// DRAM (one unit ahead: the faster distance, docs/BENCHMARKS.md). All 16
+/// rows of 16-bit input (2 lines a row at D = 128, 1 at D = 64); float rows
+/// at D = 128 only their first 8. wgmma only: the mma.sync kernel
+/// (benchmarks) spills with it.
+template <int D, typename T, int kRows>
+__device__ __forceinline__ void prefetch_rows_l2(const T* xh, int64_t n_tokens, int64_t row0, bool has_next,
+                                                 int lane) {
+  constexpr int kLineElems = 128 / static_cast<int>(sizeof(T));
+  constexpr int kLinesPerRow = D / kLineElems > 0 ? D / kLineElems : 1;
+  const int64_t pn = row0 + lane / kLinesPerRow;
+  if (has_next && lane / kLinesPerRow < kRows && pn < n_tokens)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(xh + pn * D + (lane % kLinesPerRow) * kLineElems));
+}
+
+/// One 8-dim chunk of a bf16 row (u: its 16 bytes) as A-fragment words: the
+/// values exactly. Adds the chunk's terms of ||x||^2 to s and its max |x| to
+/// x_max (where want_xmax).
+__device__ __forceinline__ void bf16_chunk_words(const uint4& u, uint32_t (&wd)[4], float& s, float& x_max,
+                                                 bool want_xmax) {
+  wd[0] = u.x, wd[1] = u.y, wd[2] = u.z, wd[3] = u.w;
+  // ||x||^2 from the words read as floats: the high value with the low
+  // one's bits below it, |.| >= |hi| (and < |hi| (1 + 2^-7) for normal hi),
+  // so an upper bound, all the re-ranking bound needs, without masking.
+  // Inputs are finite (checked by the codec).
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float hi = __uint_as_float(wd[q]), lo = __uint_as_float(wd[q] << 16);
+    s = fmaf(hi, hi, fmaf(lo, lo, s));
+  }
+  if (want_xmax)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      x_max = fmaxf(x_max, fmaxf(fabsf(__uint_as_float(wd[q] << 16)), fabsf(__uint_as_float(wd[q] & 0xFFFF0000u))));
+}
+
+/// One 8-dim chunk of an f16 or float row (at p) rounded to bf16 A-fragment
+/// words. Adds the chunk's terms of ||x||^2 to s and of ||x - bf16(x)||^2 to
+/// e, and its max |x| to x_max (where want_xmax).
+template <typename T>
+__device__ __forceinline__ void rounded_chunk_words(const T* p, uint32_t (&wd)[4], float& s, float& e, float& x_max,
+                                                    bool want_xmax) {
+  float v[8];
+  load8_as_float(p, v);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    wd[q] = pack_bf16x2(v[2 * q], v[2 * q + 1]);
+    const float d0 = v[2 * q] - __uint_as_float(wd[q] << 16);  // exact
+    const float d1 = v[2 * q + 1] - __uint_as_float(wd[q] & 0xFFFF0000u);
+    e = fmaf(d0, d0, fmaf(d1, d1, e));
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    s = fmaf(v[k], v[k], s);
+    if (want_xmax) x_max = fmaxf(x_max, fabsf(v[k]));
+  }
+}
+
+/// Chunk c's words wd of row half r into the A fragments of an m16 tile:
+/// word w is k-step 2 c + w / 2, register 2 (w & 1) + r.
+template <int D>
+__device__ __forceinline__ void set_fragment_words(uint32_t (&a)[D / 16][4], int c, int r, const uint32_t (&wd)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) a[2 * c + (q >> 1)][2 * (q & 1) + r] = wd[q];
+}
+
+/// The warp's rows of a unit, from row n0, into A fragments: m16 tile i, row
+/// half r holds row n0 + 16 i + 8 r + g (lane t: chunks lane_chunk(t, c)).
+/// Per row ||x|| (xn) and ||x - bf16(x)|| (xdev; 0 for bf16 input), quad
+/// sums in a fixed order; max |x| into x_max where want_xmax. Rows past N
+/// read row N - 1 (no zeroing; their results are dropped, and a copy of a
+/// row leaves the maxima as they are).
+template <int D, typename T, int kMT>
+__device__ __forceinline__ void load_unit_rows(const T* xh, int64_t n_tokens, int64_t n0, int g, int t, bool want_xmax,
+                                               uint32_t (&a)[kMT][D / 16][4], float (&xn)[kMT][2],
+                                               float (&xdev)[kMT][2], float& x_max) {
+  constexpr bool kExactInA = std::is_same_v<T, __nv_bfloat16>;
+#pragma unroll
+  for (int i = 0; i < kMT; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t n = n0 + 16 * i + 8 * r + g;
+      const T* xr = xh + (n < n_tokens ? n : n_tokens - 1) * D;
+      float s = 0.0f, e = 0.0f;
+#pragma unroll
+      for (int c = 0; c < D / 32; ++c) {
+        uint32_t wd[4];
+        if constexpr (kExactInA)
+          bf16_chunk_words(__ldg(reinterpret_cast<const uint4*>(xr + lane_chunk(t, c) * 8)), wd, s, x_max, want_xmax);
+        else
+          rounded_chunk_words(xr + lane_chunk(t, c) * 8, wd, s, e, x_max, want_xmax);
+        set_fragment_words<D>(a[i], c, r, wd);
+      }
+      xn[i][r] = sqrtf(quad_sum(s));
+      xdev[i][r] = kExactInA ? 0.0f : sqrtf(quad_sum(e));
     }
-    // 1. Rows g, g + 8 of the warp's m16 tiles into A fragments: chunk c word
-    // w of a row is k-step 2c + w/2, register 2 (w & 1) + (the row is g + 8).
-    uint32_t a[kMT][kSteps][4];
-    float xn[kMT][2], xdev[kMT][2];  // ||x|| and ||x - bf16(x)|| per row (quad sums in a fixed order)
+}
+
+// ---------------------------------------------------------------------------
+// The products of one group of centroids
+
+/// wgmma: the accumulators of centroid group cp (kWgN centroids from cp)
+/// start at -||c||^2 / 2 (c_init): columns 2t, 2t + 1 of n8 tile j, both
+/// row halves.
+__device__ __forceinline__ void wgmma_init_group(float (&acc)[32], const float* c_init, int cp, int t) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 ci = *reinterpret_cast<const float2*>(c_init + cp + 8 * j + 2 * t);
+    acc[4 * j] = acc[4 * j + 2] = ci.x;
+    acc[4 * j + 1] = acc[4 * j + 3] = ci.y;
+  }
+}
+
+/// wgmma: acc += the warpgroup's 64 rows (this warp's A fragments a) times
+/// centroids cp .. cp + 63 (the core matrices; desc0: the descriptor of
+/// centroids 0..63, k-step 0): D / 16 wgmma m64n64k16, committed as one
+/// group; wgmma_wait before acc is read.
+template <int D>
+__device__ __forceinline__ void wgmma_group_products(float (&acc)[32], uint32_t (&a)[D / 16][4], uint64_t desc0,
+                                                     int cp) {
+  pin_registers(acc);
+#pragma unroll
+  for (int j = 0; j < D / 16; ++j) pin_registers(a[j]);
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < D / 16; ++j)
+    wgmma_m64n64k16(acc, a[j], desc0 + static_cast<uint64_t>(((cp >> 3) * (D / 8) + 2 * j) * 8));
+  wgmma_commit();
+}
+
+/// mma.sync: -||c||^2 / 2 of pass cp's columns 2t, 2t + 1 in each n8 tile
+/// (the accumulators' start).
+__device__ __forceinline__ void mma_init_pass(float2 (&ci)[kPassTiles], const float* c_init, int cp, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kPassTiles; ++nt) ci[nt] = *reinterpret_cast<const float2*>(c_init + cp + 8 * nt + 2 * t);
+}
+
+/// mma.sync: acc = ci + the warp's rows (kMT m16 tiles of A fragments) times
+/// centroids cp .. cp + 15: per k-step one ldmatrix.x4 of the core matrices
+/// (b_base: this lane's row address for centroids 0..15, k-step 0) and
+/// kMT * kPassTiles m16n8k16. acc: (m16 tile, n8 tile, fragment), rows g,
+/// g + 8, columns 2t, 2t + 1.
+template <int D, int kMT>
+__device__ __forceinline__ void mma_pass_products(float (&acc)[kMT][kPassTiles][4], const uint32_t (&a)[kMT][D / 16][4],
+                                                  uint32_t b_base, const float2 (&ci)[kPassTiles], int cp) {
+#pragma unroll
+  for (int j = 0; j < D / 16; ++j) {
+    uint32_t b[kPassTiles][2];
+#pragma unroll
+    for (int nt = 0; nt < kPassTiles; nt += 2)
+      ldmatrix_x4(b_base + static_cast<uint32_t>(core_chunk<D>(cp + 8 * nt, 2 * j) * 2), b[nt][0], b[nt][1],
+                  b[nt + 1][0], b[nt + 1][1]);
 #pragma unroll
     for (int i = 0; i < kMT; ++i)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // Rows past N read row N - 1 (no zeroing; their results are
-        // dropped, and a copy of a row leaves the maxima as they are).
-        const int64_t n = n0 + 16 * i + 8 * r + g;
-        const T* xr = xh + (n < n_tokens ? n : n_tokens - 1) * D;
-        float s = 0.0f, e = 0.0f;
-#pragma unroll
-        for (int c = 0; c < kLaneChunks; ++c) {
-          uint32_t wd[4];
-          if constexpr (kExactInA) {
-            uint4 u = make_uint4(0u, 0u, 0u, 0u);
-            if constexpr (kProbe == 4) {  // timing only: no loads (finite bf16 pairs from the row index)
-              const uint32_t z = (static_cast<uint32_t>(n) * 0x9E3779B1u + c) & 0x3F7F3F7Fu;
-              u = make_uint4(z, z ^ 0x00010001u, z ^ 0x00020002u, z ^ 0x00030003u);
-            } else {
-              u = __ldg(reinterpret_cast<const uint4*>(xr + lane_chunk(t, c) * 8));
-            }
-            wd[0] = u.x, wd[1] = u.y, wd[2] = u.z, wd[3] = u.w;
-            // ||x||^2 from the words read as floats: the high value with the
-            // low one's bits below it, |.| >= |hi| (and < |hi| (1 + 2^-7) for
-            // normal hi), so an upper bound, all the re-ranking bound needs,
-            // without masking. Inputs are finite (checked by the codec).
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const float hi = __uint_as_float(wd[q]), lo = __uint_as_float(wd[q] << 16);
-              s = fmaf(hi, hi, fmaf(lo, lo, s));
-            }
-            if (want_xmax)
-#pragma unroll
-              for (int q = 0; q < 4; ++q)
-                x_max = fmaxf(x_max, fmaxf(fabsf(__uint_as_float(wd[q] << 16)),
-                                           fabsf(__uint_as_float(wd[q] & 0xFFFF0000u))));
-          } else {
-            float v[8];
-            load8_as_float(xr + lane_chunk(t, c) * 8, v);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              wd[q] = pack_bf16x2(v[2 * q], v[2 * q + 1]);
-              const float d0 = v[2 * q] - __uint_as_float(wd[q] << 16);  // exact
-              const float d1 = v[2 * q + 1] - __uint_as_float(wd[q] & 0xFFFF0000u);
-              e = fmaf(d0, d0, fmaf(d1, d1, e));
-            }
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-              s = fmaf(v[k], v[k], s);
-              if (want_xmax) x_max = fmaxf(x_max, fabsf(v[k]));
-            }
-          }
-#pragma unroll
-          for (int q = 0; q < 4; ++q) a[i][2 * c + (q >> 1)][2 * (q & 1) + r] = wd[q];
-        }
-        xn[i][r] = sqrtf(quad_sum(s));
-        xdev[i][r] = kExactInA ? 0.0f : sqrtf(quad_sum(e));
+      for (int nt = 0; nt < kPassTiles; ++nt) {
+        if (j == 0)
+          mma_bf16_16816(acc[i][nt], a[i][0], b[nt][0], b[nt][1], ci[nt].x, ci[nt].y, ci[nt].x, ci[nt].y);
+        else
+          mma_bf16_16816(acc[i][nt], a[i][j], b[nt][0], b[nt][1]);
       }
+  }
+}
 
-    // 2. Products and the best two rank keys of each of the lane's rows.
-    // kChains chains of (best, second) per row (chain p), merged after the
-    // products: with two (wgmma: registers to spare), twice the independent
-    // FMNMX a lane has in flight.
-    constexpr int kChains = kWg ? 2 : 1;
-    float best[kMT][2][kChains], second[kMT][2][kChains];
+// ---------------------------------------------------------------------------
+// The running top two
+
+/// The best two rank keys (rank_key) so far of each of a lane's rows (m16
+/// tile i, row half r), in kChains independent chains.
+template <int kMT, int kChains>
+struct TopTwo {
+  float best[kMT][2][kChains], second[kMT][2][kChains];
+
+  __device__ __forceinline__ TopTwo() {
 #pragma unroll
     for (int i = 0; i < kMT; ++i)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int p = 0; p < kChains; ++p) best[i][r][p] = second[i][r][p] = -INFINITY;
-    // The top two of fragment value v (row half q >> 1) at centroid group +
-    // j less this lane's 2t (added after the products), in chain p % kChains;
-    // group: rank_group(offset), j a constant (rank_key).
-    auto rank = [&](int i, int q, int p, float v, uint32_t group, uint32_t j) {
-      float& b = best[i][q >> 1][p % kChains];
-      float& sec = second[i][q >> 1][p % kChains];
-      if constexpr (kProbe == 2) {  // timing only: consume the value, no top two
-        b += v;
-      } else {
-        const float k = rank_key(v, group, j);
-        sec = fmaxf(sec, fminf(b, k));
-        b = fmaxf(b, k);
+  }
+
+  /// Fragment value v (row half q >> 1 of m16 tile i) at centroid group + j
+  /// less this lane's 2t (set by quad_best_two), into chain p % kChains;
+  /// group: rank_group(offset), j a constant (rank_key). One LOP3 and three
+  /// FMNMX.
+  __device__ __forceinline__ void add(int i, int q, int p, float v, uint32_t group, uint32_t j) {
+    float& b = best[i][q >> 1][p % kChains];
+    float& sec = second[i][q >> 1][p % kChains];
+    const float k = rank_key(v, group, j);
+    sec = fmaxf(sec, fminf(b, k));
+    b = fmaxf(b, k);
+  }
+
+  /// The best two keys k1 > k2 of row half r of m16 tile i over the quad: the
+  /// chains merged, each lane's keys given its columns (index bits 1, 2:
+  /// 2t), then the quad's. -inf where there is none. All 32 lanes must call it.
+  __device__ __forceinline__ void quad_best_two(int i, int r, int t, float& k1, float& k2) const {
+    // -inf is no key (nothing but NaN seen) and stays -inf.
+    auto lane_key = [&](float k) { return k == -INFINITY ? k : __uint_as_float(__float_as_uint(k) | (2u * t)); };
+    float b = best[i][r][0], sc = second[i][r][0];
+#pragma unroll
+    for (int p = 1; p < kChains; ++p) {  // merge the chains: distinct keys (distinct indices)
+      sc = fmaxf(fmaxf(sc, second[i][r][p]), fminf(b, best[i][r][p]));
+      b = fmaxf(b, best[i][r][p]);
+    }
+    k1 = lane_key(b), k2 = lane_key(sc);
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {  // the quad's lanes hold different centroids: distinct keys
+      const float o1 = __shfl_xor_sync(0xFFFFFFFFu, k1, off), o2 = __shfl_xor_sync(0xFFFFFFFFu, k2, off);
+      k2 = fmaxf(fminf(k1, o1), fmaxf(k2, o2));
+      k1 = fmaxf(k1, o1);
+    }
+  }
+};
+
+/// wgmma: centroid group cp's products (acc, waited for) into the top two
+/// (any type with TopTwo's add); cp a multiple of 64, the constants below 64.
+template <typename Top>
+__device__ __forceinline__ void rank_wgmma_group(Top& top, float (&acc)[32], int cp) {
+  pin_registers(acc);
+  const uint32_t group = rank_group(cp);
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) top.add(0, q, j & 1, acc[4 * j + q], group, static_cast<uint32_t>(8 * j + (q & 1)));
+}
+
+/// mma.sync: pass cp's products into the top two (any type with TopTwo's add).
+template <typename Top, int kMT>
+__device__ __forceinline__ void rank_mma_pass(Top& top, const float (&acc)[kMT][kPassTiles][4], int cp) {
+#pragma unroll
+  for (int i = 0; i < kMT; ++i)
+#pragma unroll
+    for (int nt = 0; nt < kPassTiles; ++nt)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        top.add(i, q, nt & 1, acc[i][nt][q], rank_group(cp), static_cast<uint32_t>(8 * nt + (q & 1)));
+}
+
+// ---------------------------------------------------------------------------
+// Per row: re-ranking, exact distances, residual
+
+/// Whether the bf16 products' keys k1 >= k2 of two centroids (norms l1, l2,
+/// bf16 deviations ||c - bf16(c)|| e1, e2) for a row (norm xl, deviation xe)
+/// lie within their error bound, so that the exact comparison decides.
+///
+/// The products are x'.c' with x' = bf16(x) = x - dx, c' = bf16(c) = c - dc,
+/// so w' - w = -x.dc - dx.c + dx.dc, at most ||x|| ||dc|| + ||dx|| (||c|| +
+/// ||dc||) (dx = 0 for bf16 input); the norms are float sums of at most D <=
+/// 128 terms (relative error under 2^-17: the factor 1 + 2^-10 covers it).
+/// Then the fp32 accumulation from -||c||^2 / 2 (D / 16 mma, each at most
+/// 2^-22 of its terms' magnitude: under 2^-18 (||x|| ||c|| + ||c||^2 / 2))
+/// and ||c||^2 in float (2^-17 ||c||^2): 2^-14 of both, with room. And the
+/// keys' 2^-15 each (rank_key).
+__device__ __forceinline__ bool within_error_bound(float k1, float k2, float l1, float l2, float e1, float e2, float xl,
+                                                   float xe) {
+  // FLT_MIN: keys of zero or subnormal w differ by a fixed amount (the index
+  // bits) and tiny norms underflow.
+  const float bound = (1.0f + 0x1p-10f) * (xl * (e1 + e2) + xe * (l1 + l2 + e1 + e2)) +
+                      0x1p-14f * (xl * (l1 + l2) + 0.5f * (l1 * l1 + l2 * l2)) +
+                      0x1p-14f * (fabsf(k1) + fabsf(k2)) + FLT_MIN;
+  return k1 - k2 <= bound;
+}
+
+/// The lane's D / 4 values of row half r in chunk order (value 8 c + k is
+/// dim 8 lane_chunk(t, c) + k): for bf16 input from its A fragments a (the
+/// values exactly); else read again from xrow where need_x (zeros otherwise).
+template <int D, typename T>
+__device__ __forceinline__ void row_values(const uint32_t (&a)[D / 16][4], int r, const T* xrow, int t, bool need_x,
+                                           float (&xv)[D / 4]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t wd = a[2 * c + (q >> 1)][2 * (q & 1) + r];
+        xv[8 * c + 2 * q] = __uint_as_float(wd << 16);
+        xv[8 * c + 2 * q + 1] = __uint_as_float(wd & 0xFFFF0000u);
       }
-    };
-    if constexpr (kWg && kHaveWgmma) {
-      // Group cp: accumulators from -||c||^2 / 2, then kSteps wgmma, committed.
-      auto issue = [&](float (&acc)[32], int cp) {
+  } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float2 ci = *reinterpret_cast<const float2*>(c_init + cp + 8 * j + 2 * t);
-          acc[4 * j] = acc[4 * j + 2] = ci.x;
-          acc[4 * j + 1] = acc[4 * j + 3] = ci.y;
-        }
-        if constexpr (kProbe == 3) {  // timing only: no products
+    for (int k = 0; k < D / 4; ++k) xv[k] = 0.0f;
+    if (need_x) load_lane_row<D>(xrow, t, xv);
+  }
+}
+
+/// The re-ranking in float: sd = (d2 - d1) / 2 = sum (c1 - c2)(x - (c1 + c2)
+/// / 2) over the quad, and mag, the sum of its terms' magnitudes. c1, c2: the
+/// lane's part of the two float rows (row + 8 t); xv: the lane's values.
+///
+/// Each term is within 4u (u = 2^-24) of |c1 - c2| (|x| + |c1 + c2| / 2),
+/// the sum of D / 4 + 2 terms within (D / 4 + 3) u of the sum of their
+/// magnitudes: under 39u at D = 128, and the caller's 2^-16 mag = 256u.
+/// Outside that bound the sign of sd decides; inside (near-equal distances)
+/// the double distances do.
+template <int D>
+__device__ __forceinline__ void half_gap_fp32(const float* c1, const float* c2, const float (&xv)[D / 4], float& sd,
+                                              float& mag) {
+  sd = 0.0f, mag = 0.0f;
 #pragma unroll
-          for (int k = 0; k < 32; ++k) acc[k] += __uint_as_float(a[0][k & (kSteps - 1)][k >> 3]);
-        } else {
-          pin_registers(acc);
+  for (int c = 0; c < D / 32; ++c)
 #pragma unroll
-          for (int j = 0; j < kSteps; ++j) pin_registers(a[0][j]);
-          wgmma_fence();
+    for (int h4 = 0; h4 < 2; ++h4) {
+      float p[4], q[4];
+      load_float4(c1 + 32 * c + 4 * h4, p);
+      load_float4(c2 + 32 * c + 4 * h4, q);
 #pragma unroll
-          for (int j = 0; j < kSteps; ++j)
-            wgmma_m64n64k16(acc, a[0][j], desc0 + static_cast<uint64_t>(((cp >> 3) * (D / 8) + 2 * j) * 8));
-          wgmma_commit();
-        }
-      };
-      auto epilogue = [&](float (&acc)[32], int cp) {
-        pin_registers(acc);
-        const uint32_t group = rank_group(cp);  // cp: a multiple of 64; the constants below 64
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) rank(0, q, j & 1, acc[4 * j + q], group, static_cast<uint32_t>(8 * j + (q & 1)));
-      };
-      // One accumulator set: the warpgroup waits for a group's products and
-      // ranks them; the other warpgroups keep the tensor cores busy
-      // meanwhile (two sets: ptxas schedules the ranking of one set after
-      // the wait for the next anyway, with more registers). Not unrolled:
-      // ptxas then hoists the groups' loads and spills.
-      float acc[32];
-#pragma unroll 1
-      for (int k = 0; k < c_pad / kWgN; ++k) {
-        issue(acc, k * kWgN);
-        wgmma_wait<0>();
-        epilogue(acc, k * kWgN);
-      }
-    } else {
-      for (int cp = 0; cp < c_pad; cp += kAssignPass) {
-        float acc[kMT][kPassTiles][4];  // (m-tile, n-tile, fragment): rows g, g+8; columns 2t, 2t+1
-        float2 ci[kPassTiles];
-#pragma unroll
-        for (int nt = 0; nt < kPassTiles; ++nt) ci[nt] = *reinterpret_cast<const float2*>(c_init + cp + 8 * nt + 2 * t);
-        if constexpr (kProbe == 3) {  // timing only: no products
-#pragma unroll
-          for (int i = 0; i < kMT; ++i)
-#pragma unroll
-            for (int nt = 0; nt < kPassTiles; ++nt)
-#pragma unroll
-              for (int q = 0; q < 4; ++q) acc[i][nt][q] = (q & 1 ? ci[nt].y : ci[nt].x) + __uint_as_float(a[i][q][nt]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < kSteps; ++j) {
-            uint32_t b[kPassTiles][2];
-#pragma unroll
-            for (int nt = 0; nt < kPassTiles; nt += 2)
-              ldmatrix_x4(b_base + static_cast<uint32_t>(core_chunk<D>(cp + 8 * nt, 2 * j) * 2), b[nt][0], b[nt][1],
-                          b[nt + 1][0], b[nt + 1][1]);
-#pragma unroll
-            for (int i = 0; i < kMT; ++i)
-#pragma unroll
-              for (int nt = 0; nt < kPassTiles; ++nt) {
-                if (j == 0)
-                  mma_bf16_16816(acc[i][nt], a[i][0], b[nt][0], b[nt][1], ci[nt].x, ci[nt].y, ci[nt].x, ci[nt].y);
-                else
-                  mma_bf16_16816(acc[i][nt], a[i][j], b[nt][0], b[nt][1]);
-              }
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < kMT; ++i)
-#pragma unroll
-          for (int nt = 0; nt < kPassTiles; ++nt)
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-              rank(i, q, nt & 1, acc[i][nt][q], rank_group(cp), static_cast<uint32_t>(8 * nt + (q & 1)));
+      for (int k = 0; k < 4; ++k) {
+        const float dc = p[k] - q[k], mid = 0.5f * (p[k] + q[k]), xk = xv[8 * c + 4 * h4 + k];
+        sd = fmaf(dc, xk - mid, sd);
+        mag = fmaf(fabsf(dc), fabsf(xk) + fabsf(mid), mag);
       }
     }
+  sd = quad_sum(sd);
+  mag = quad_sum(mag);
+}
 
-    // 3. Per row: the quad's best two, re-ranking, exact distances, maxima.
+/// ||x - c||^2 in double (add_sq_diff; the quad adds xor 1, then xor 2) of
+/// the float row ca into da and, where any_b, of cb into db (else 0); rows
+/// and xv as half_gap_fp32's.
+template <int D>
+__device__ __forceinline__ void exact_sq_distances(const float* ca, const float* cb, const float (&xv)[D / 4],
+                                                   bool any_b, double& da, double& db) {
+  da = 0.0, db = 0.0;
 #pragma unroll
-    for (int i = 0; i < kMT; ++i)
+  for (int c = 0; c < D / 32; ++c)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // This lane's columns: index bits 1, 2 (free in every key's index).
-        // -inf is no key (nothing but NaN seen) and stays -inf.
-        auto lane_key = [&](float k) { return k == -INFINITY ? k : __uint_as_float(__float_as_uint(k) | (2u * t)); };
-        float b = best[i][r][0], sc = second[i][r][0];
+    for (int h4 = 0; h4 < 2; ++h4) {
+      float p[4];
+      load_float4(ca + 32 * c + 4 * h4, p);
 #pragma unroll
-        for (int p = 1; p < kChains; ++p) {  // merge the chains: distinct keys (distinct indices)
-          sc = fmaxf(fmaxf(sc, second[i][r][p]), fminf(b, best[i][r][p]));
-          b = fmaxf(b, best[i][r][p]);
-        }
-        float k1 = lane_key(b), k2 = lane_key(sc);
+      for (int k = 0; k < 4; ++k) add_sq_diff(da, xv[8 * c + 4 * h4 + k], p[k]);
+      if (any_b) {
+        float q[4];
+        load_float4(cb + 32 * c + 4 * h4, q);
 #pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {  // the quad's lanes hold different centroids: distinct keys
-          const float o1 = __shfl_xor_sync(0xFFFFFFFFu, k1, off), o2 = __shfl_xor_sync(0xFFFFFFFFu, k2, off);
-          k2 = fmaxf(fminf(k1, o1), fmaxf(k2, o2));
-          k1 = fmaxf(k1, o1);
-        }
-        const int64_t n = n0 + 16 * i + 8 * r + g;
-        const bool live = n < n_tokens;  // the same for the quad
-        // Padded (and duplicate) centroids rank below every real one; a
-        // pick past C is only possible when every real product overflowed
-        // (NaN keys are dropped): then centroid 0, as an argmin over NaN
-        // values gives.
-        const int i1 = key_index(k1) < c_count ? key_index(k1) : 0, i2 = key_index(k2);
-        const bool has2 = i2 < c_count && i2 != i1;
-        bool rerank = false;
-        if (live && has2) {
-          // Re-rank when the gap is within the two values' error bounds. The
-          // products are x'.c' with x' = bf16(x) = x - dx, c' = bf16(c) = c -
-          // dc, so w' - w = -x.dc - dx.c + dx.dc, at most ||x|| ||dc|| +
-          // ||dx|| (||c|| + ||dc||) (dx = 0 for bf16 input); the norms are
-          // float sums of at most D <= 128 terms (relative error under
-          // 2^-17: the factor 1 + 2^-10 covers it). Then the fp32
-          // accumulation from -||c||^2 / 2 (D / 16 mma, each at most 2^-22 of
-          // its terms' magnitude: under 2^-18 (||x|| ||c|| + ||c||^2 / 2)) and
-          // ||c||^2 in float (2^-17 ||c||^2): 2^-14 of both, with room. And
-          // the keys' 2^-15 each (rank_key).
-          const float l1 = c_len[i1], l2 = c_len[i2], e1 = c_dev[i1], e2 = c_dev[i2];
-          const float xl = xn[i][r], xe = xdev[i][r];
-          // FLT_MIN: keys of zero or subnormal w differ by a fixed amount
-          // (the index bits) and tiny norms underflow.
-          const float bound = (1.0f + 0x1p-10f) * (xl * (e1 + e2) + xe * (l1 + l2 + e1 + e2)) +
-                              0x1p-14f * (xl * (l1 + l2) + 0.5f * (l1 * l1 + l2 * l2)) +
-                              0x1p-14f * (fabsf(k1) + fabsf(k2)) + FLT_MIN;
-          rerank = k1 - k2 <= bound;
-        }
-        if constexpr (kProbe == 1) rerank = false;
-        const bool need_r = live && want_resid;  // x - bf16(c): its max, the next points
-        int pick = i1;
-        if (kProbe != 1 && __any_sync(0xFFFFFFFFu, live && (want_dist || want_resid || rerank))) {
-          float xv[D / 4];  // the lane's values of the row, chunk order
-          if constexpr (kExactInA) {
-#pragma unroll
-            for (int c = 0; c < kLaneChunks; ++c)
-#pragma unroll
-              for (int q = 0; q < 4; ++q) {
-                const uint32_t wd = a[i][2 * c + (q >> 1)][2 * (q & 1) + r];
-                xv[8 * c + 2 * q] = __uint_as_float(wd << 16);
-                xv[8 * c + 2 * q + 1] = __uint_as_float(wd & 0xFFFF0000u);
-              }
-          } else {
-#pragma unroll
-            for (int k = 0; k < D / 4; ++k) xv[k] = 0.0f;
-            if (live && (want_dist || want_resid || rerank)) load_lane_row<D>(xh + n * D, t, xv);
-          }
-          // The float centroids, dim order: lane t's chunk c at
-          // lane_chunk(t, c) * 8 = (4 c + t) * 8.
-          const float* c1 = crow(i1) + 8 * t;
-          const float* c2 = crow(i2) + 8 * t;  // i2 < c_pad: a padded row reads zeros
-          bool second_wins = false, exact_cmp = false;
-          if (__any_sync(0xFFFFFFFFu, rerank)) {
-            // (d2 - d1) / 2 = sum (c1 - c2)(x - (c1 + c2) / 2) in fp32 with
-            // its error bound: each term is within 4u (u = 2^-24) of |c1 -
-            // c2| (|x| + |c1 + c2| / 2), the sum of D / 4 + 2 terms within
-            // (D / 4 + 3) u of the sum of their magnitudes: under 39u at D =
-            // 128, and 2^-16 = 256u. Outside the bound its sign decides;
-            // inside (near-equal distances) the double distances below do.
-            float sd = 0.0f, mag = 0.0f;
-#pragma unroll
-            for (int c = 0; c < kLaneChunks; ++c)
-#pragma unroll
-              for (int h4 = 0; h4 < 2; ++h4) {
-                float p[4], q[4];
-                load_float4(c1 + 32 * c + 4 * h4, p);
-                load_float4(c2 + 32 * c + 4 * h4, q);
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                  const float dc = p[k] - q[k], mid = 0.5f * (p[k] + q[k]), xk = xv[8 * c + 4 * h4 + k];
-                  sd = fmaf(dc, xk - mid, sd);
-                  mag = fmaf(fabsf(dc), fabsf(xk) + fabsf(mid), mag);
-                }
-              }
-            sd = quad_sum(sd);
-            mag = quad_sum(mag);
-            const bool clear = fabsf(sd) > 0x1p-16f * mag + 0x1p-100f;  // false for NaN: the exact path
-            second_wins = rerank && clear && sd < 0.0f;
-            exact_cmp = rerank && !clear;
-          }
-          // ||x - c||^2 in double (add_sq_diff, the quad adds xor 1, 2): of
-          // the pick when the distances are wanted, of both candidates where
-          // the fp32 comparison could not tell them apart.
-          const bool need_a = live && (want_dist || exact_cmp), need_b = exact_cmp;
-          if (__any_sync(0xFFFFFFFFu, need_a)) {
-            const float* ca = second_wins ? c2 : c1;
-            const bool any_b = __any_sync(0xFFFFFFFFu, need_b);
-            double da = 0.0, db = 0.0;
-#pragma unroll
-            for (int c = 0; c < kLaneChunks; ++c)
-#pragma unroll
-              for (int h4 = 0; h4 < 2; ++h4) {
-                float p[4];
-                load_float4(ca + 32 * c + 4 * h4, p);
-#pragma unroll
-                for (int k = 0; k < 4; ++k) add_sq_diff(da, xv[8 * c + 4 * h4 + k], p[k]);
-                if (any_b) {
-                  float q[4];
-                  load_float4(c2 + 32 * c + 4 * h4, q);
-#pragma unroll
-                  for (int k = 0; k < 4; ++k) add_sq_diff(db, xv[8 * c + 4 * h4 + k], q[k]);
-                }
-              }
-            da = quad_sum(da);
-            if (any_b) db = quad_sum(db);
-            if (exact_cmp) second_wins = db < da || (db == da && i2 < i1);  // da is d1 here
-            if (live && want_dist && t == 0)
-              out.dist[static_cast<int64_t>(h) * n_tokens + n] = static_cast<float>(exact_cmp && second_wins ? db : da);
-          }
-          pick = second_wins ? i2 : i1;
-          // Where the pick's float centroid is a BF16 value (||c - bf16(c)|| =
-          // 0: every centroid the encoder's k-means makes, kmeans.h), the
-          // float rows (one 16-byte load per 4 values, no unpacking) hold
-          // bf16(c) itself; otherwise the BF16 core matrices below.
-          const bool from_float = __all_sync(0xFFFFFFFFu, !need_r || c_dev[pick] == 0.0f);
-          if (need_r) {
-            uint16_t* next_row = want_next ? out.next + (static_cast<int64_t>(h) * n_tokens + n) * D : nullptr;
-            // x - bf16(c) at the lane's chunk c (dims 8 lane_chunk(t, c) ..),
-            // given those 8 values of bf16(c): its max, the next points.
-            auto resid_chunk = [&](int c, const float (&cv)[8]) {
-              uint32_t packed[4];
-#pragma unroll
-              for (int q = 0; q < 4; ++q) {
-                const float d0 = __fsub_rn(xv[8 * c + 2 * q], cv[2 * q]);
-                const float d1 = __fsub_rn(xv[8 * c + 2 * q + 1], cv[2 * q + 1]);
-                r_max = fmax_nan(r_max, fmax_nan(fabsf(d0), fabsf(d1)));
-                packed[q] = pack_bf16x2(d0, d1);
-              }
-              if (want_next)
-                __stwb(reinterpret_cast<uint4*>(next_row + lane_chunk(t, c) * 8),
-                       make_uint4(packed[0], packed[1], packed[2], packed[3]));
-            };
-            if (from_float) {
-              const float* cp = crow(pick) + 8 * t;
-#pragma unroll
-              for (int c = 0; c < kLaneChunks; ++c) {
-                float lo[4], hi[4];
-                load_float4(cp + 32 * c, lo);
-                load_float4(cp + 32 * c + 4, hi);
-                const float cv[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
-                resid_chunk(c, cv);
-              }
-            } else {
-              // From the core matrices: dim 8 lane_chunk(t, c) + 2q + e sits at
-              // logical position 16 (2c + q/2) + 8 (q & 1) + 2t + e (logical
-              // chunk 2 (2c + q/2) + (q & 1), element 2t + e).
-#pragma unroll
-              for (int c = 0; c < kLaneChunks; ++c) {
-                float cv[8];
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                  const uint32_t wd = *reinterpret_cast<const uint32_t*>(
-                      cs + core_chunk<D>(pick, 2 * (2 * c + (q >> 1)) + (q & 1)) + 2 * t);
-                  cv[2 * q] = __uint_as_float(wd << 16);
-                  cv[2 * q + 1] = __uint_as_float(wd & 0xFFFF0000u);
-                }
-                resid_chunk(c, cv);
-              }
-            }
-          }
-        }
-        if (live && t == 0) out.ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(pick);
+        for (int k = 0; k < 4; ++k) add_sq_diff(db, xv[8 * c + 4 * h4 + k], q[k]);
       }
+    }
+  da = quad_sum(da);
+  if (any_b) db = quad_sum(db);
+}
+
+/// x - bf16(c) at the lane's chunk c, given those 8 values cv of bf16(c):
+/// its max |.| into r_max (NaN wins), and bf16(x - bf16(c)) to the row's
+/// next points next_row (where want_next).
+template <int D>
+__device__ __forceinline__ void residual_chunk(const float (&xv)[D / 4], int c, const float (&cv)[8], int t,
+                                               bool want_next, uint16_t* next_row, float& r_max) {
+  uint32_t packed[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float d0 = __fsub_rn(xv[8 * c + 2 * q], cv[2 * q]);
+    const float d1 = __fsub_rn(xv[8 * c + 2 * q + 1], cv[2 * q + 1]);
+    r_max = fmax_nan(r_max, fmax_nan(fabsf(d0), fabsf(d1)));
+    packed[q] = pack_bf16x2(d0, d1);
   }
-  // Per-head maxima: one atomic per warp.
+  if (want_next)
+    __stwb(reinterpret_cast<uint4*>(next_row + lane_chunk(t, c) * 8),
+           make_uint4(packed[0], packed[1], packed[2], packed[3]));
+}
+
+/// The residual (residual_chunk) of the lane's chunks against a float row
+/// that holds BF16 values (cp: row + 8 t): one 16-byte load per 4 values, no
+/// unpacking.
+template <int D>
+__device__ __forceinline__ void residual_from_float_row(const float* cp, const float (&xv)[D / 4], int t,
+                                                        bool want_next, uint16_t* next_row, float& r_max) {
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) {
+    float lo[4], hi[4];
+    load_float4(cp + 32 * c, lo);
+    load_float4(cp + 32 * c + 4, hi);
+    const float cv[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
+    residual_chunk<D>(xv, c, cv, t, want_next, next_row, r_max);
+  }
+}
+
+/// The residual (residual_chunk) of the lane's chunks against centroid pick's
+/// BF16 core matrices cs: dim 8 lane_chunk(t, c) + 2q + e sits at logical
+/// position 16 (2c + q/2) + 8 (q & 1) + 2t + e (logical chunk 2 (2c + q/2) +
+/// (q & 1), element 2t + e).
+template <int D>
+__device__ __forceinline__ void residual_from_core_matrices(const __nv_bfloat16* cs, int pick, const float (&xv)[D / 4],
+                                                            int t, bool want_next, uint16_t* next_row, float& r_max) {
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) {
+    float cv[8];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t wd =
+          *reinterpret_cast<const uint32_t*>(cs + core_chunk<D>(pick, 2 * (2 * c + (q >> 1)) + (q & 1)) + 2 * t);
+      cv[2 * q] = __uint_as_float(wd << 16);
+      cv[2 * q + 1] = __uint_as_float(wd & 0xFFFF0000u);
+    }
+    residual_chunk<D>(xv, c, cv, t, want_next, next_row, r_max);
+  }
+}
+
+/// The exact phase of one row (row half r of an m16 tile with A fragments a;
+/// row index `row` = h N + n, x's row xrow), which the four lanes of the quad
+/// share; all 32 lanes must call it. Where `rerank`, the fp32 comparison of
+/// candidates i1, i2 decides, or where it cannot, their distances in double
+/// (ties to the lower index); the pick's distance ||x - c||^2 in double to
+/// out.dist where wanted; x - bf16(c) of the pick where wanted: its max into
+/// r_max, the next points to out.next. Returns the pick.
+template <int D, typename T, bool kFloatInSmem>
+__device__ __forceinline__ int exact_phase(const StagedCentroids<D, kFloatInSmem>& sc, const uint32_t (&a)[D / 16][4],
+                                           int r, const T* xrow, int t, bool live, bool rerank, int i1, int i2,
+                                           const AssignWants& want, const AssignOutputs& out, int64_t row,
+                                           float& r_max) {
+  float xv[D / 4];  // the lane's values of the row, chunk order
+  row_values<D>(a, r, xrow, t, live && (want.dist || want.resid || rerank), xv);
+  // The float centroids, dim order: lane t's chunk c at lane_chunk(t, c) * 8
+  // = (4 c + t) * 8.
+  const float* c1 = sc.row(i1) + 8 * t;
+  const float* c2 = sc.row(i2) + 8 * t;  // i2 < c_pad: a padded row reads zeros
+  bool second_wins = false, exact_cmp = false;
+  if (__any_sync(0xFFFFFFFFu, rerank)) {
+    float sd, mag;
+    half_gap_fp32<D>(c1, c2, xv, sd, mag);
+    const bool clear = fabsf(sd) > 0x1p-16f * mag + 0x1p-100f;  // false for NaN: the exact path
+    second_wins = rerank && clear && sd < 0.0f;
+    exact_cmp = rerank && !clear;
+  }
+  // ||x - c||^2 in double: of the pick when the distances are wanted, of
+  // both candidates where the fp32 comparison could not tell them apart.
+  const bool need_a = live && (want.dist || exact_cmp), need_b = exact_cmp;
+  if (__any_sync(0xFFFFFFFFu, need_a)) {
+    const float* ca = second_wins ? c2 : c1;
+    const bool any_b = __any_sync(0xFFFFFFFFu, need_b);
+    double da, db;
+    exact_sq_distances<D>(ca, c2, xv, any_b, da, db);
+    if (exact_cmp) second_wins = db < da || (db == da && i2 < i1);  // da is d1 here
+    if (live && want.dist && t == 0) out.dist[row] = static_cast<float>(exact_cmp && second_wins ? db : da);
+  }
+  const int pick = second_wins ? i2 : i1;
+  // Where the pick's float centroid is a BF16 value (||c - bf16(c)|| = 0:
+  // every centroid the encoder's k-means makes, kmeans.h), the float rows
+  // hold bf16(c) itself; otherwise the BF16 core matrices.
+  const bool need_r = live && want.resid;
+  const bool from_float = __all_sync(0xFFFFFFFFu, !need_r || sc.c_dev[pick] == 0.0f);
+  if (need_r) {
+    uint16_t* next_row = want.next ? out.next + row * D : nullptr;
+    if (from_float)
+      residual_from_float_row<D>(sc.row(pick) + 8 * t, xv, t, want.next, next_row, r_max);
+    else
+      residual_from_core_matrices<D>(sc.cs, pick, xv, t, want.next, next_row, r_max);
+  }
+  return pick;
+}
+
+/// The per-head maxima: the warp's max |x| and max |x - bf16(c)| (NaN wins)
+/// over its lanes, one atomicMax each per warp (float bits: exact, max is
+/// order-independent).
+__device__ __forceinline__ void flush_head_maxima(float x_max, float r_max, int lane, const AssignOutputs& out, int h) {
   for (int off = 16; off > 0; off >>= 1) {
     x_max = fmaxf(x_max, __shfl_xor_sync(0xFFFFFFFFu, x_max, off));
     r_max = fmax_nan(r_max, __shfl_xor_sync(0xFFFFFFFFu, r_max, off));
@@ -719,21 +844,130 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   }
 }
 
+// ---------------------------------------------------------------------------
+// The kernel
+
+/// Grid (blocks per head, H); block kWarps * 32 (one block per SM: the
+/// shared memory holds a head's centroids twice); dynamic smem assign_tc_smem<D>(C). C <= 256.
+/// The loop units (kUnitRows rows) go to the block's warps (warpgroups for
+/// wgmma) in turn across the head's blocks.
+/// Heads with active[h] == 0 are skipped. cent: float centroids [H][C][D].
+/// kWg: wgmma products (else mma.sync). kFloatInSmem: the float centroids
+/// staged in shared memory (else read from cent through L1: the form for
+/// devices with less than assign_tc_smem<D>(C) of shared memory a block;
+/// the same bits either way). Variants with a phase left out, for timing:
+/// bench/probes/assign_phases.cuh.
+template <int D, typename T, int kWarps, bool kWg = true, bool kFloatInSmem = true>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    assign_tc_kernel(const T* __restrict__ x, int64_t n_tokens, const float* __restrict__ cent, int c_count,
+                     const int* __restrict__ active, AssignOutputs out) {
+  static_assert(D == 64 || D == 128, "tensor-core assignment: D = 64 or 128");
+  static_assert(kWarps % kUnitWarps<kWg> == 0, "wgmma: whole warpgroups");
+  constexpr int kMT = kUnitTiles<kWg>;
+  const int h = blockIdx.y;
+  if (active && !active[h]) return;
+  // The warp index through a shuffle: the compiler then knows it is the
+  // same across the warp (the loop over units stays uniform for wgmma).
+  const int lane = threadIdx.x & 31, warp = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x >> 5), 0);
+  const int g = lane >> 2, t = lane & 3;
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  const StagedCentroids<D, kFloatInSmem> sc(tc_smem, cent + static_cast<int64_t>(h) * c_count * D, c_count);
+  stage_centroids<kWg>(sc, out.cent_bf16, h);
+
+  const AssignWants want(out);
+  float x_max = 0.0f, r_max = 0.0f;
+  // mma.sync: this lane's ldmatrix row address for B (centroid cp + (lane &
+  // 7) + 8 (lane >> 4), logical chunk 2 j + ((lane >> 3) & 1)); the rest are
+  // constants. wgmma: the descriptor of centroids 0..63, k-step 0.
+  const uint32_t b_base = smem_u32(sc.cs + core_chunk<D>((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1));
+  const uint64_t desc0 = wgmma_desc(smem_u32(sc.cs), 128u, 128u * (D / 8));
+  const T* xh = x + static_cast<int64_t>(h) * n_tokens * D;
+  constexpr int kUnitsPerBlock = kWarps / kUnitWarps<kWg>;
+  const int64_t n_units = (n_tokens + kUnitRows<kWg> - 1) / kUnitRows<kWg>;
+  // The loop bound is the same for the warps of a unit (wgmma is collective).
+  for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kUnitsPerBlock + warp / kUnitWarps<kWg>; unit < n_units;
+       unit += static_cast<int64_t>(gridDim.x) * kUnitsPerBlock) {
+    const int64_t n0 = unit * kUnitRows<kWg> + (warp % kUnitWarps<kWg>) * 16 * kMT;  // this warp's rows
+    if constexpr (kWg) {
+      const int64_t next = unit + static_cast<int64_t>(gridDim.x) * kUnitsPerBlock;
+      prefetch_rows_l2<D, T, 16 * kMT>(xh, n_tokens, next * kUnitRows<kWg> + (warp % kUnitWarps<kWg>) * 16 * kMT,
+                                       next < n_units, lane);
+    }
+    // 1. The rows into A fragments.
+    uint32_t a[kMT][D / 16][4];
+    float xn[kMT][2], xdev[kMT][2];
+    load_unit_rows<D>(xh, n_tokens, n0, g, t, want.xmax, a, xn, xdev, x_max);
+
+    // 2. Products and the best two rank keys of each of the lane's rows.
+    TopTwo<kMT, kRankChains<kWg>> top;
+    if constexpr (kWg && kHaveWgmma) {
+      // One accumulator set: the warpgroup waits for a group's products and
+      // ranks them; the other warpgroups keep the tensor cores busy
+      // meanwhile (two sets: ptxas schedules the ranking of one set after
+      // the wait for the next anyway, with more registers). Not unrolled:
+      // ptxas then hoists the groups' loads and spills.
+      float acc[32];
+#pragma unroll 1
+      for (int k = 0; k < sc.c_pad / kWgN; ++k) {
+        wgmma_init_group(acc, sc.c_init, k * kWgN, t);
+        wgmma_group_products<D>(acc, a[0], desc0, k * kWgN);
+        wgmma_wait<0>();
+        rank_wgmma_group(top, acc, k * kWgN);
+      }
+    } else {
+      for (int cp = 0; cp < sc.c_pad; cp += kAssignPass) {
+        float acc[kMT][kPassTiles][4];
+        float2 ci[kPassTiles];
+        mma_init_pass(ci, sc.c_init, cp, t);
+        mma_pass_products<D>(acc, a, b_base, ci, cp);
+        rank_mma_pass(top, acc, cp);
+      }
+    }
+
+    // 3. Per row: the quad's best two, re-ranking, the exact phase, the id.
+#pragma unroll
+    for (int i = 0; i < kMT; ++i)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float k1, k2;
+        top.quad_best_two(i, r, t, k1, k2);
+        const int64_t n = n0 + 16 * i + 8 * r + g;
+        const bool live = n < n_tokens;  // the same for the quad
+        // Padded (and duplicate) centroids rank below every real one; a
+        // pick past C is only possible when every real product overflowed
+        // (NaN keys are dropped): then centroid 0, as an argmin over NaN
+        // values gives.
+        const int i1 = key_index(k1) < c_count ? key_index(k1) : 0, i2 = key_index(k2);
+        const bool has2 = i2 < c_count && i2 != i1;
+        bool rerank = false;
+        if (live && has2)
+          rerank = within_error_bound(k1, k2, sc.c_len[i1], sc.c_len[i2], sc.c_dev[i1], sc.c_dev[i2], xn[i][r],
+                                      xdev[i][r]);
+        int pick = i1;
+        if (__any_sync(0xFFFFFFFFu, live && (want.dist || want.resid || rerank)))
+          pick = exact_phase<D>(sc, a[i], r, xh + n * D, t, live, rerank, i1, i2, want, out,
+                                static_cast<int64_t>(h) * n_tokens + n, r_max);
+        if (live && t == 0) out.ids[static_cast<int64_t>(h) * n_tokens + n] = static_cast<uint8_t>(pick);
+      }
+  }
+  flush_head_maxima(x_max, r_max, lane, out, h);
+}
+
 /// Warps per block of the assignment (16 caps the registers at 128; each
 /// lane holds its rows' A fragments: D / 2 registers per 16 rows).
 constexpr int kAssignWarps = 16;
 
-/// Launch assign_tc_kernel (the given form) over heads [0, heads) of x
-/// ([H][N][D] of T on the device) with centroids cent ([H][C][D] float).
-/// Blocks per head: as many as fill the device once, at least one. The
-/// maxima in `o` must have been zeroed for the active heads. Returns the
-/// first CUDA error.
-template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true, bool kFloatInSmem = true>
-cudaError_t launch_assign_tc_as(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
-                                const AssignOutputs& o, cudaStream_t s) {
+/// Launch `kernel`, assign_tc_kernel<D, T, kWarps, kWg, ...> or a kernel of
+/// its form (its grid, block and arguments; smem: its dynamic shared memory),
+/// over heads [0, heads) of x ([H][N][D] of T on the device) with centroids
+/// cent ([H][C][D] float). Blocks per head: as many as fill the device once,
+/// at least one. The maxima in `o` must have been zeroed for the active
+/// heads. Returns the first CUDA error.
+template <int kWarps, bool kWg, typename T>
+cudaError_t launch_assign_kernel(void (*kernel)(const T*, int64_t, const float*, int, const int*, AssignOutputs),
+                                 size_t smem, const T* x, int64_t n, const float* cent, int c, int heads,
+                                 const int* active, const AssignOutputs& o, cudaStream_t s) {
   if (c < 1 || c > kAssignMaxCentroids || heads < 1 || heads > 65535 || n < 1) return cudaErrorInvalidValue;
-  const size_t smem = assign_tc_smem<D, kFloatInSmem>(c);
-  auto* kernel = assign_tc_kernel<D, T, kWarps, kProbe, kWg, kFloatInSmem>;
   // Every launch: the attribute belongs to the current device's context.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -753,18 +987,26 @@ cudaError_t launch_assign_tc_as(const T* x, int64_t n, const float* cent, int c,
   return cudaGetLastError();
 }
 
+/// Launch assign_tc_kernel (the given form): launch_assign_kernel.
+template <int D, typename T, int kWarps = kAssignWarps, bool kWg = true, bool kFloatInSmem = true>
+cudaError_t launch_assign_tc_as(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
+                                const AssignOutputs& o, cudaStream_t s) {
+  return launch_assign_kernel<kWarps, kWg>(assign_tc_kernel<D, T, kWarps, kWg, kFloatInSmem>,
+                                           assign_tc_smem<D, kFloatInSmem>(c), x, n, cent, c, heads, active, o, s);
+}
+
 /// launch_assign_tc_as with the float centroids in shared memory where the
 /// device has room for them (a block of Hopper: 227 KB; Ampere A100: 163 KB;
 /// other Ampere, Ada and Blackwell cards: 99 KB), else read through L1.
-template <int D, typename T, int kWarps = kAssignWarps, int kProbe = 0, bool kWg = true>
+template <int D, typename T, int kWarps = kAssignWarps, bool kWg = true>
 cudaError_t launch_assign_tc(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
                              const AssignOutputs& o, cudaStream_t s) {
   int dev = 0, optin = 0;
   if (cudaError_t e = cudaGetDevice(&dev)) return e;
   if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) return e;
   if (assign_tc_smem<D>(c) <= static_cast<size_t>(optin))
-    return launch_assign_tc_as<D, T, kWarps, kProbe, kWg, true>(x, n, cent, c, heads, active, o, s);
-  return launch_assign_tc_as<D, T, kWarps, kProbe, kWg, false>(x, n, cent, c, heads, active, o, s);
+    return launch_assign_tc_as<D, T, kWarps, kWg, true>(x, n, cent, c, heads, active, o, s);
+  return launch_assign_tc_as<D, T, kWarps, kWg, false>(x, n, cent, c, heads, active, o, s);
 }
 
 /// dist[h][n] = ||x - cent[ids[h][n]]||^2 (the assignment's sums, term by
