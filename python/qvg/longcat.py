@@ -17,11 +17,20 @@ encoded copy: kv() decodes it once into sample 0 of the output buffer and copies
 other samples (the concatenation the attention reads needs them there); history() returns the
 decoded rows [1, heads, Nc, D] alone, which .expand(B, ...) broadcasts without copies. A cache of
 batch B holds one encoded copy per sample (per-sample caches) and serves a query batch of B only.
+
+offload=True is LongCat's offload_kv_cache, compressed: each block's encoded K and V are packed into
+pinned host memory at load(), and a read copies them back into one of two device staging buffers on a
+side stream, the next block's copy starting when a block is read (qvg._offload); reads give the same
+bytes as without offload:
+
+    cache = qvg.longcat.LongCatKVCache(48, 32, 128, key="qvg", value="qvg", offload=True)
 """
 import torch
 
+from . import _offload
 from ._device_spans import Buffers, Codecs, check_bhtd, check_extra, check_tensor, resolve_device, stream_of
 from ._plan import cache_batch_mode
+from ._qvg import DeviceEncodedTensor
 
 __all__ = ["LongCatKVCache", "LongCatLayerCache"]
 
@@ -29,18 +38,29 @@ __all__ = ["LongCatKVCache", "LongCatLayerCache"]
 class LongCatLayerCache:
     """One transformer block's condition K and V, encoded (an entry of LongCatKVCache)."""
 
-    def __init__(self, parent, block, k_enc, v_enc, batch, tokens):
+    def __init__(self, parent, block, k_enc, v_enc, batch, tokens, store=None):
         self._parent = parent
         self.block = block
-        self._k, self._v = k_enc, v_enc  # DeviceEncodedTensor [batch * heads, tokens, dim]
+        self.nbytes = (k_enc.nbytes, v_enc.nbytes)  # of the encoded K and V
+        # The encoded K and V: DeviceEncodedTensors [batch * heads, tokens, dim] held on the GPU, or (offload)
+        # packed in `store` (a qvg._offload.HostStore, entry `block`), rebuilt on the GPU at each read.
+        self._k, self._v = (None, None) if store is not None else (k_enc, v_enc)
+        self._store = store
         self.batch = batch  # samples held: 1 (shared by any query batch) or B (one per query sample)
         self.tokens = tokens  # condition tokens (num_cond_latents x tokens per latent frame)
+
+    def _encoded(self):
+        """The encoded K and V on the GPU: held, or (offload) unpacked from the staged bytes."""
+        if self._store is None:
+            return self._k, self._v
+        return self._parent._unpack(self._store, self.block)
 
     def _decode(self, buf, mode, query_batch, dtype):
         p = self._parent
         s = stream_of(p.device)
         cap = buf[0].shape[2]
-        for codec, enc, out in ((p._codecs.k, self._k, buf[0]), (p._codecs.v, self._v, buf[1])):
+        k_enc, v_enc = self._encoded()
+        for codec, enc, out in ((p._codecs.k, k_enc, buf[0]), (p._codecs.v, v_enc, buf[1])):
             dst = out[0] if mode == "shared" else out.view(query_batch * p.heads, cap, p.dim)
             p._codecs.decode_rows(codec, enc, dst, 0, 0, self.tokens, s, p._buffers.scratch)
             if mode == "shared" and query_batch > 1:
@@ -77,8 +97,8 @@ class LongCatLayerCache:
         return buf[0][:, :, :n], buf[1][:, :, :n]
 
     def memory(self):
-        """Bytes of the encoded K and V."""
-        return {"k": self._k.nbytes, "v": self._v.nbytes, "bf16": 2 * 2 * self.batch * self._parent.heads
+        """Bytes of the encoded K and V (on the GPU, or packed in host memory with offload)."""
+        return {"k": self.nbytes[0], "v": self.nbytes[1], "bf16": 2 * 2 * self.batch * self._parent.heads
                 * self.tokens * self._parent.dim}
 
 
@@ -89,19 +109,42 @@ class LongCatKVCache:
     key / value: codec specs (qvg.presets(); "bf16" stores BF16, for comparisons). device: the CUDA
     device (default: the current one). warm_start: each block's k-means of a new segment (load())
     starts from the previous segment's centroids of that block when the shapes are equal (qvg method).
+    offload: keep each block's encoded K and V packed in pinned host memory, not on the GPU; a read
+    copies the block's bytes to a staging buffer on a side stream (the next block's copy is issued
+    while this one is decoded) and decodes from there. qvg and rtn codecs (the ones that pack).
     """
 
-    def __init__(self, num_blocks=48, heads=32, dim=128, *, key="qvg", value="qvg", device=None, warm_start=True):
+    def __init__(self, num_blocks=48, heads=32, dim=128, *, key="qvg", value="qvg", device=None, warm_start=True,
+                 offload=False):
         for name, x in (("num_blocks", num_blocks), ("heads", heads), ("dim", dim)):
             if not isinstance(x, int) or isinstance(x, bool) or x < 1:
                 raise ValueError(f"{name} must be a positive int, got {x!r}")
+        if not isinstance(offload, bool):
+            raise ValueError(f"offload must be True or False, got {offload!r}")
         self.device = resolve_device(device)
         self.num_blocks, self.heads, self.dim = num_blocks, heads, dim
         self.warm_start = warm_start
+        self.offload = offload
         self._codecs = Codecs(key, value, self.device)
+        if offload:
+            self._check_packable()
+            self._staging = _offload.Staging(self.device)
         self._buffers = Buffers(self.device)
         self._layers = {}
-        self._warm = {}  # block -> (k_enc, v_enc) of the previous segment
+        # warm_start: block -> the last segment's encoded (k, v) of that block, or (offload) the HostStore
+        # holding them packed
+        self._warm = {}
+
+    def _check_packable(self):
+        for name, codec in (("key", self._codecs.k), ("value", self._codecs.v)):
+            method = codec.spec.split(":", 1)[0]
+            if method not in _offload.PACK_METHODS:
+                raise ValueError(
+                    f"offload=True keeps each block's encoded K and V as packed bytes in pinned host memory, which "
+                    f"the qvg and rtn codecs give (DeviceEncodedTensor.pack); the {name} codec {codec.spec!r} "
+                    f"({method}) is encoded on the host and has no packed form. Use a qvg or rtn spec, or "
+                    "offload=False; for BF16 offload keep the pipeline's own offload_kv_cache (its BF16 dict on the "
+                    "host) without this cache")
 
     @staticmethod
     def _check_dtype(dtype):
@@ -137,21 +180,56 @@ class LongCatKVCache:
             entries.append((i, k, v, b, n))
         self.reset()
         s = stream_of(self.device)
+        store = _offload.HostStore() if self.offload else None
+        layers = {}
         with torch.cuda.device(self.device):
             for i, k, v, b, n in entries:
-                k = k.to(self.device).reshape(b * self.heads, n, self.dim)
-                v = v.to(self.device).reshape(b * self.heads, n, self.dim)
-                wk, wv = self._warm.get(i, (None, None)) if self.warm_start else (None, None)
-                ke = self._codecs.encode(self._codecs.k, k, "key", s, wk)
-                ve = self._codecs.encode(self._codecs.v, v, "value", s, wv)
-                self._layers[i] = LongCatLayerCache(self, i, ke, ve, b, n)
-                self._warm[i] = (ke, ve)
+                shape = (b * self.heads, n, self.dim)
+                wk, wv = self._warm_start(i, shape)
+                ke = self._codecs.encode(self._codecs.k, k.to(self.device).reshape(shape), "key", s, wk)
+                ve = self._codecs.encode(self._codecs.v, v.to(self.device).reshape(shape), "value", s, wv)
+                if store is not None:
+                    store.put(i, [self._packed(ke), self._packed(ve)], meta=(ke.spec, ve.spec, shape))
+                if self.warm_start:
+                    self._warm[i] = store if store is not None else (ke, ve)
+                layers[i] = LongCatLayerCache(self, i, ke, ve, b, n, store)
+        self._layers = layers
         return self
 
+    def _warm_start(self, block, shape):
+        """The previous segment's encoded K and V of `block` to start k-means from, or (None, None)
+        (Codecs.encode uses them only for the qvg method and an equal shape)."""
+        warm = self._warm.get(block) if self.warm_start else None
+        if not self.offload:
+            return warm or (None, None)
+        if warm is None or warm.meta(block)[2] != shape or not any(self._codecs.warm.values()):
+            return None, None  # (no qvg codec: nothing to copy back)
+        return self._unpack(warm, block)
+
+    def _packed(self, enc):
+        """enc's parts packed into a new uint8 CUDA tensor (current stream)."""
+        out = torch.empty(enc.nbytes, dtype=torch.uint8, device=self.device)
+        return enc.pack(out, stream=stream_of(self.device))
+
+    def _unpack(self, store, block):
+        """The encoded K and V of `block` rebuilt on the GPU from `store`'s bytes, on the current stream
+        (staged: the copy of the store's next block starts)."""
+        k_spec, v_spec, shape = store.meta(block)
+        s = stream_of(self.device)
+        with self._staging.staged(store, block) as (kb, vb):
+            return (DeviceEncodedTensor.unpack(kb, k_spec, "key", shape, stream=s),
+                    DeviceEncodedTensor.unpack(vb, v_spec, "value", shape, stream=s))
+
     def reset(self):
-        """Drops every block's condition K/V (the next segment's load() fills them again); the warm-start
-        centroids and the read buffers are kept."""
+        """Drops every block's condition K/V (the next segment's load() fills them again); the read buffers
+        and the warm-start state are kept (with warm_start: the last segment's encoded K/V, on the GPU
+        or, with offload, packed in pinned host memory)."""
         self._layers = {}
+
+    def _stores(self):
+        """The HostStores held (offload): the loaded blocks' and the warm starts'."""
+        held = [layer._store for layer in self._layers.values()] + list(self._warm.values())
+        return list({id(s): s for s in held if isinstance(s, _offload.HostStore)}.values())
 
     # ---- the dict interface the pipeline uses ------------------------------------------------
     def get(self, block, default=None):
@@ -174,11 +252,24 @@ class LongCatKVCache:
 
     def memory(self):
         """Bytes: "k", "v" (encoded, all blocks), "bf16" (what the dict held in BF16), "ratio", "buffers"
-        (the reused read buffers and scratch)."""
+        (the reused read buffers and scratch); "on_gpu" (encoded bytes held on the GPU: k + v, 0 with
+        offload), "host_pinned" (pinned host memory held: the loaded segment's packed blocks, and after
+        reset() or a load of other blocks those kept for warm starts), "host_used" (of which entries),
+        "staging" (the device staging buffers)."""
         m = {"k": 0, "v": 0, "bf16": 0}
         for layer in self._layers.values():
             for key, val in layer.memory().items():
                 m[key] += val
         m["ratio"] = m["bf16"] / (m["k"] + m["v"]) if m["k"] + m["v"] else 0.0
         m["buffers"] = self._buffers.nbytes()
+        m["on_gpu"] = 0 if self.offload else m["k"] + m["v"]
+        m["host_pinned"] = sum(s.pinned for s in self._stores())
+        m["host_used"] = sum(s.nbytes for s in self._stores())
+        m["staging"] = self._staging.nbytes if self.offload else 0
         return m
+
+    @property
+    def h2d_bytes(self):
+        """Bytes copied from host memory to the GPU by reads and warm starts since the cache was made
+        (offload; 0 otherwise): per denoising step, about memory()["host_used"]."""
+        return self._staging.copied if self.offload else 0

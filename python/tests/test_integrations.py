@@ -9,6 +9,7 @@ more than the codec's error. The GPU tests skip where PyTorch or a CUDA device i
 arithmetic (qvg._plan) is tested everywhere.
 """
 import unittest
+from unittest import mock
 
 import qvg
 from qvg import _plan
@@ -221,6 +222,195 @@ class LongCat(unittest.TestCase):
             cache.get(0).kv(dtype=torch.float16)
         with self.assertRaises(ValueError):
             qvg.longcat.LongCatKVCache(0, self.H, self.D)
+
+
+@unittest.skipUnless(TORCH_CUDA, TORCH_WHY)
+class LongCatOffload(unittest.TestCase):
+    """LongCatKVCache(offload=True) against the GPU-resident cache of the same codec: the same bytes at every
+    read, whatever the order of the reads (the staging buffers' prefetch guesses the next block)."""
+    BLOCKS, H, D, NC = 4, 2, 64, 45  # 45 condition tokens (3 frames of 3 x 5)
+    SPECS = ("qvg:centroids=16", "rtn")
+    ORDERS = {"in order, three steps": list(range(4)) * 3, "out of order": [2, 0, 3, 3, 1, 0, 2, 1, 3],
+              "backwards": [3, 2, 1, 0, 3]}
+
+    def cond_dict(self, batch, seed, blocks=None, tokens=None):
+        g = torch.Generator().manual_seed(seed)
+        shape = (batch, self.H, tokens or self.NC, self.D)
+        return {i: (torch.randn(shape, generator=g).to("cuda", torch.bfloat16),
+                    torch.randn(shape, generator=g).to("cuda", torch.bfloat16))
+                for i in (range(self.BLOCKS) if blocks is None else blocks)}
+
+    def caches(self, spec, **kw):
+        """(GPU-resident cache, offloaded cache) of one codec."""
+        import qvg.longcat
+        return tuple(qvg.longcat.LongCatKVCache(self.BLOCKS, self.H, self.D, key=spec, value=spec, offload=off, **kw)
+                     for off in (False, True))
+
+    def reads(self, cache, order, query_batch, history=False, seed=5):
+        """kv(extra=...) of each block of `order` (then history() with history=True), copied out of the
+        reused buffers; the extra K/V of the j-th read are the same for every cache."""
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for i in order:
+            x = torch.randn(2, query_batch, self.H, 7, self.D, generator=g).to("cuda", torch.bfloat16)
+            out.append(tuple(t.clone() for t in cache.get(i).kv(extra=(x[0], x[1]))))
+            if history:
+                out.append(tuple(t.clone() for t in cache.get(i).history()))
+        return out
+
+    def assert_same_reads(self, a, b, what):
+        self.assertEqual(len(a), len(b), what)
+        for j, ((ka, va), (kb, vb)) in enumerate(zip(a, b)):
+            self.assertTrue(torch.equal(ka, kb) and torch.equal(va, vb), f"{what}: read {j}")
+
+    def entry_bytes(self, cache, block):
+        """Bytes one read of `block` copies to the GPU: its packed K, padding to ALIGN, its packed V."""
+        from qvg import _offload
+        k, v = cache.get(block).nbytes
+        return -(-k // _offload.ALIGN) * _offload.ALIGN + v
+
+    def test_offloaded_reads_equal_the_resident_reads(self):
+        for spec in self.SPECS:
+            res, off = self.caches(spec)
+            cond = self.cond_dict(1, 0)
+            res.load(cond)
+            off.load(cond)
+            for name, order in self.ORDERS.items():
+                for history in (False, True):
+                    self.assert_same_reads(self.reads(res, order, 2, history), self.reads(off, order, 2, history),
+                                           f"{spec}, {name}, history {history}")
+            a = self.reads(off, [0, 1], 1)
+            self.assertFalse(torch.equal(a[0][0], a[1][0]))  # each block reads its own bytes
+
+    def test_a_cfg_batch_reads_one_offloaded_copy(self):
+        res1, off1 = self.caches("rtn")
+        res2, off2 = self.caches("rtn")
+        for c in (res1, off1):
+            c.load(self.cond_dict(1, 3))
+        for c in (res2, off2):
+            c.load(self.cond_dict(2, 3))
+        m1, m2 = off1.memory(), off2.memory()
+        self.assertEqual(2 * m1["k"], m2["k"])  # batch 1 held once, whatever the query batch
+        self.assertLess(m1["host_used"], m2["host_used"])
+        order = self.ORDERS["out of order"]
+        self.assert_same_reads(self.reads(res1, order, 2), self.reads(off1, order, 2), "cache batch 1, query batch 2")
+        self.assert_same_reads(self.reads(res2, order, 2), self.reads(off2, order, 2), "cache batch 2, query batch 2")
+        k, v = self.reads(off1, [1], 2)[0]
+        self.assertTrue(torch.equal(k[0, :, :self.NC], k[1, :, :self.NC]) and torch.equal(v[0, :, :self.NC],
+                                                                                        v[1, :, :self.NC]))
+
+    def test_memory_report(self):
+        from qvg import _offload
+        res, off = self.caches("qvg:centroids=16")
+        cond = self.cond_dict(1, 0)
+        res.load(cond)
+        off.load(cond)
+        mr, mo = res.memory(), off.memory()
+        for key in ("k", "v", "bf16", "ratio"):
+            self.assertEqual(mr[key], mo[key], key)
+        self.assertEqual(mr["on_gpu"], mr["k"] + mr["v"])
+        self.assertEqual((mr["host_pinned"], mr["host_used"], mr["staging"]), (0, 0, 0))
+        self.assertEqual(mo["on_gpu"], 0)
+        entry = self.entry_bytes(off, 0)
+        self.assertEqual(mo["host_used"], (self.BLOCKS - 1) * -(-entry // _offload.ALIGN) * _offload.ALIGN + entry)
+        self.assertGreaterEqual(mo["host_pinned"], mo["host_used"])
+        self.assertEqual(mo["staging"], 0)  # nothing read yet
+        self.assertEqual(off.h2d_bytes, 0)
+        self.reads(off, range(self.BLOCKS), 1)  # one denoising step: the blocks once, and block 0 prefetched
+        self.assertEqual(off.memory()["staging"], 2 * entry)
+        self.assertEqual(off.h2d_bytes, (self.BLOCKS + 1) * entry)
+        self.reads(off, range(self.BLOCKS), 1)  # the next step: each block's bytes cross once
+        self.assertEqual(off.h2d_bytes, (2 * self.BLOCKS + 1) * entry)
+        self.assertLess(self.BLOCKS * entry, mo["bf16"])  # per step: fewer bytes than BF16 offload moves
+        self.assertEqual(res.h2d_bytes, 0)
+
+    def test_a_new_segment_after_reset(self):
+        for warm_start in (True, False):
+            res, off = self.caches("qvg:centroids=16", warm_start=warm_start)
+            for c in (res, off):
+                c.load(self.cond_dict(1, 0))
+            self.reads(off, range(self.BLOCKS), 2)
+            old_res, old_off = res.get(1), off.get(1)
+            for c in (res, off):
+                c.reset()
+            self.assertEqual((len(off), off.memory()["k"]), (0, 0))
+            self.assertIsNone(off.get(0))
+            self.assertEqual(off.memory()["host_pinned"] > 0, warm_start)  # the warm start's bytes stay pinned
+            # the next segment: blocks 1 and 3 only, warm-started (warm_start=True) from the packed bytes
+            for c in (res, off):
+                c.load(self.cond_dict(1, 9, blocks=(1, 3)))
+            self.assertEqual(sorted(off.keys()), [1, 3])
+            order = [1, 3, 3, 1, 1, 3]
+            self.assert_same_reads(self.reads(res, order, 2), self.reads(off, order, 2), f"warm {warm_start}: seg 2")
+            # a layer of the old segment still reads the old segment
+            self.assert_same_reads(self.reads_of(old_res), self.reads_of(old_off), "old layer")
+            # block 0 again (warm-started from the first segment's), then one block of another batch and
+            # token count (no warm start: the shape differs)
+            for blocks, batch, tokens in (((0, 3), 1, self.NC), ((2,), 2, 33)):
+                for c in (res, off):
+                    c.load(self.cond_dict(batch, 11, blocks=blocks, tokens=tokens))
+                order = list(blocks) * 2
+                self.assert_same_reads(self.reads(res, order, 2), self.reads(off, order, 2),
+                                       f"warm {warm_start}: blocks {blocks}")
+
+    @staticmethod
+    def reads_of(layer):
+        return [tuple(t.clone() for t in layer.kv())]
+
+    def test_bad_input(self):
+        import qvg.longcat
+        from qvg import _offload
+        for key, value in (("bf16", "qvg"), ("qvg", "bf16"), ("kivi", "kivi")):
+            with self.assertRaisesRegex(ValueError, "no packed form"):
+                qvg.longcat.LongCatKVCache(1, self.H, self.D, key=key, value=value, offload=True)
+        with self.assertRaisesRegex(ValueError, "offload must be True or False"):
+            qvg.longcat.LongCatKVCache(1, self.H, self.D, offload="yes")
+        res, off = self.caches("rtn")
+        cond = self.cond_dict(1, 0)
+        failure = RuntimeError("CUDA error: out of memory")
+        with mock.patch.object(_offload, "pinned_bytes", side_effect=failure):
+            with self.assertRaisesRegex(MemoryError, "pinning .* bytes of host memory failed"):
+                off.load(cond)
+        self.assertEqual(len(off), 0)  # nothing loaded by the failed call
+        res.load(cond)
+        off.load(cond)  # pinning works again
+        self.assert_same_reads(self.reads(res, [0, 2], 1), self.reads(off, [0, 2], 1), "after a failed load")
+        x = torch.zeros(3, self.H, 5, self.D, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "holds 2 samples and the query batch has 3"):
+            off.load(self.cond_dict(2, 0)).get(0).kv(extra=(x, x))
+
+
+@unittest.skipUnless(torch is not None, "PyTorch is not installed")
+class PinnedArenaLayout(unittest.TestCase):
+    """qvg._offload.PinnedArena: byte ranges over power-of-two slabs (host tensors stand in for pinned
+    ones, so no GPU is needed)."""
+
+    def test_ranges_cover_distinct_bytes_over_slabs(self):
+        from qvg import _offload
+        with mock.patch.object(_offload, "pinned_bytes", lambda n: torch.zeros(n, dtype=torch.uint8)):
+            for slab in (1 << 10, 1 << 12, 1 << 26):
+                arena = _offload.PinnedArena(slab)
+                g = torch.Generator().manual_seed(slab)
+                ranges = []
+                for _ in range(100):
+                    n = int(torch.randint(1, 5000, (1,), generator=g))
+                    start = arena.alloc(n)
+                    self.assertEqual(start % _offload.ALIGN, 0)
+                    self.assertGreaterEqual(start, ranges[-1][0] + ranges[-1][1] if ranges else 0)
+                    ranges.append((start, n))
+                sizes = [s.numel() for s in arena._slabs]
+                self.assertTrue(all(z & (z - 1) == 0 and z <= slab for z in sizes), sizes)
+                self.assertLess(arena.pinned - arena.size, max(sizes))  # at most one slab partly unused
+                for j, (start, n) in enumerate(ranges):
+                    pieces = arena.pieces(start, n)
+                    self.assertEqual([off for off, _ in pieces],
+                                     [sum(v.numel() for _, v in pieces[:i]) for i in range(len(pieces))])
+                    self.assertEqual(sum(v.numel() for _, v in pieces), n)
+                    for _, view in pieces:
+                        view.fill_(j % 251)
+                for j, (start, n) in enumerate(ranges):
+                    for _, view in arena.pieces(start, n):
+                        self.assertTrue(bool((view == j % 251).all()), f"range {j}")
 
 
 # ---- HY-WorldPlay ---------------------------------------------------------------------------------
