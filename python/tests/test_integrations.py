@@ -131,6 +131,16 @@ def longcat_adapter(q, k, v, layer, grid, cond_frames):
     return F.scaled_dot_product_attention(q_pad[:, :, -n:], k_full, v_full.contiguous())
 
 
+def codec_round_trip(codec, x, role, warm_start=None):
+    """x [B, H, n, D] (bf16, CUDA) through qvg.DeviceCodec `codec` as the adapters encode it (rows B * H),
+    decoded back to bf16 [B, H, n, D]; and the encoded tensor (a later span's warm start)."""
+    b, h, n, d = x.shape
+    enc = codec.encode(x.reshape(b * h, n, d).contiguous(), role=role, warm_start=warm_start)
+    out = torch.empty(b * h, n, d, dtype=torch.bfloat16, device=x.device)
+    codec.decode(enc, out=out)
+    return out.reshape(b, h, n, d), enc
+
+
 @unittest.skipUnless(TORCH_CUDA, TORCH_WHY)
 class LongCat(unittest.TestCase):
     BLOCKS, H, D = 2, 2, 64
@@ -166,10 +176,26 @@ class LongCat(unittest.TestCase):
                 self.assertTrue(torch.equal(a, b), f"cache batch {cache_batch}, query batch {query_batch}, read {j}")
 
     def test_qvg_error_is_that_of_the_codec(self):
-        ref, ours, cache = self.run_steps("qvg:centroids=16", 1, 2)
-        err = max(((a.float() - b.float()).norm() / a.float().norm()).item() for a, b in zip(ref, ours))
-        self.assertGreater(err, 0.0)
-        self.assertLess(err, 0.2)  # random K/V at ~2.3 bits: attention outputs within 20 % (rel. L2)
+        """The adapter's outputs are the reference's with the condition K/V through the codec (encoded and
+        decoded by qvg.DeviceCodec alone): the drop-in adds no error of its own. (Against BF16 the error is
+        the codec's on random K/V of 45 tokens, 0.6 rel. L2 on an H100: not a property of the adapter.)"""
+        spec = "qvg:centroids=16"
+        ref, ours, cache = self.run_steps(spec, 1, 2)
+        codec = qvg.DeviceCodec(spec)
+        cond = {i: tuple(codec_round_trip(codec, x, role)[0] for x, role in zip(kv, ("key", "value")))
+                for i, kv in self.cond_dict(1, 0).items()}
+        n = self.GRID[0] * self.GRID[1] * self.GRID[2]
+        g = torch.Generator().manual_seed(100)
+        j = 0
+        for _ in range(3):
+            for i in range(self.BLOCKS):
+                q, k, v = (torch.randn(2, self.H, n, self.D, generator=g).to("cuda", torch.bfloat16) for _ in range(3))
+                want = longcat_reference(q, k, v, *cond[i], self.GRID, self.COND)
+                # the same decoded values; 1e-3 leaves room for SDPA picking another kernel for other strides
+                diff = ((want.float() - ours[j].float()).norm() / want.float().norm()).item()
+                self.assertLess(diff, 1e-3, f"read {j}")
+                self.assertGreater(((ref[j].float() - ours[j].float()).norm()).item(), 0.0)  # it was compressed
+                j += 1
         self.assertGreater(cache.memory()["ratio"], 2.0)
 
     def test_a_cfg_batch_reads_one_encoded_copy(self):
@@ -445,6 +471,39 @@ class HYWorldPlay(unittest.TestCase):
                     frames[blk].append((k[:, :, f * self.FT:(f + 1) * self.FT], v[:, :, f * self.FT:(f + 1) * self.FT]))
         return ref, ours, cache
 
+    def codec_reference(self, spec, chunks=5, frames_per_chunk=2, frames_per_span=3, select=None):
+        """run_chunks' reference with every completed span of frames_per_span frames replaced by its
+        round trip through qvg.DeviceCodec(spec), warm-started from the block's previous span."""
+        codec = qvg.DeviceCodec(spec)
+        frames = [[] for _ in range(self.BLOCKS)]
+        encoded = [0] * self.BLOCKS  # frames of each block already replaced by their decoded values
+        warm = [(None, None)] * self.BLOCKS
+        g = torch.Generator().manual_seed(1)
+        t = frames_per_chunk * self.FT
+        out = []
+        for c in range(chunks):
+            for blk in range(self.BLOCKS):
+                q, k, v = (torch.randn(self.BATCH, self.H, t, self.D, generator=g).to("cuda", torch.bfloat16)
+                           for _ in range(3))
+                held = len(frames[blk])
+                sel = select(c, held) if select else list(range(held))
+                rk = torch.cat([frames[blk][f][0] for f in sel] + [k], dim=2)
+                rv = torch.cat([frames[blk][f][1] for f in sel] + [v], dim=2)
+                out.append(F.scaled_dot_product_attention(q, rk, rv))
+                for f in range(frames_per_chunk):
+                    frames[blk].append((k[:, :, f * self.FT:(f + 1) * self.FT], v[:, :, f * self.FT:(f + 1) * self.FT]))
+                while len(frames[blk]) - encoded[blk] >= frames_per_span:
+                    span = range(encoded[blk], encoded[blk] + frames_per_span)
+                    rows = [torch.cat([frames[blk][f][i] for f in span], dim=2) for i in (0, 1)]
+                    (dk, ek), (dv, ev) = (codec_round_trip(codec, x, role, w)
+                                          for x, role, w in zip(rows, ("key", "value"), warm[blk]))
+                    warm[blk] = (ek, ev)
+                    for j, f in enumerate(span):
+                        part = slice(j * self.FT, (j + 1) * self.FT)
+                        frames[blk][f] = (dk[:, :, part], dv[:, :, part])
+                    encoded[blk] += frames_per_span
+        return out
+
     @staticmethod
     def memory_selection(c, held):
         """Like select_aligned_memory_frames: the first 2 frames, an older clip, the recent frames."""
@@ -459,11 +518,18 @@ class HYWorldPlay(unittest.TestCase):
                 self.assertTrue(torch.equal(a, b), f"read {j}")
 
     def test_qvg_error_is_that_of_the_codec(self):
-        ref, ours, cache = self.run_chunks("qvg:centroids=16", select=self.memory_selection)
+        """The adapter's outputs are those of attention over frames whose completed spans went through the
+        codec alone (qvg.DeviceCodec, each span warm-started from the block's previous one, as the cache
+        does): the drop-in adds no error of its own."""
+        spec = "qvg:centroids=16"
+        ref, ours, cache = self.run_chunks(spec, select=self.memory_selection)
+        want = self.codec_reference(spec, select=self.memory_selection)
         errs = [((a.float() - b.float()).norm() / a.float().norm()).item() for a, b in zip(ref, ours)]
         self.assertEqual(max(errs[:2 * self.BLOCKS]), 0.0)  # chunks 0 and 1 read no encoded span yet
         self.assertGreater(max(errs), 0.0)
-        self.assertLess(max(errs), 0.2)
+        for j, (a, b) in enumerate(zip(want, ours)):
+            # the same decoded values; 1e-3 leaves room for SDPA picking another kernel for other strides
+            self.assertLess(((a.float() - b.float()).norm() / a.float().norm()).item(), 1e-3, f"read {j}")
         m = cache.memory()
         self.assertEqual(m["frames"], self.BLOCKS * 10)
         self.assertEqual(m["spans"], self.BLOCKS * 3)  # 10 frames: 3 spans of 3, 1 frame in BF16
