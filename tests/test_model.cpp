@@ -149,21 +149,27 @@ TEST(Model, CompressedCacheOrdering) {
   EXPECT_LT(err["qvg"], err["rtn"]);
 }
 
+/// The K/V of the golden context's first `chunks` chunks through an exact
+/// cache, as the forward pass reads them.
+qvg::KVContext golden_context(int chunks) {
+  const qvg::ModelConfig& c = model().config();
+  const std::vector<float> ctx = golden_f32("context");
+  const size_t fv = static_cast<size_t>(c.chunk_frames * c.frame_values());
+  qvg::StreamingKVCache cache(qvg::model_cache_config(c, "none", "none"));
+  qvg::Sampler s(model(), cache);
+  for (int i = 0; i < chunks; ++i) s.add_context(std::span<const float>(ctx).subspan(i * fv, fv));
+  return qvg::read_context(cache, c);
+}
+
 // The forward pass is cut into fixed token blocks and (head, query block)
 // items whatever the thread count: 1, 2 and 3 threads give the same bytes
 // (velocity and every layer's Q/K/V), with a context of two chunks.
 TEST(Model, ThreadsGiveIdenticalBytes) {
   const qvg::Model& m = model();
   const qvg::ModelConfig& c = m.config();
-  const std::vector<float> ctx = golden_f32("context");
   const std::vector<float> noise = golden_f32("noise");
-  const size_t fv = static_cast<size_t>(c.chunk_frames * c.frame_values());
   const size_t cv = static_cast<size_t>(c.tokens_per_chunk()) * c.patch_dim();
-  qvg::StreamingKVCache cache(qvg::model_cache_config(c, "none", "none"));
-  qvg::Sampler s(m, cache);
-  s.add_context(std::span<const float>(ctx).first(fv));
-  s.add_context(std::span<const float>(ctx).subspan(fv, fv));
-  const qvg::KVContext kv = qvg::read_context(cache, c);
+  const qvg::KVContext kv = golden_context(2);
   ASSERT_EQ(kv.tokens(), 2 * c.tokens_per_chunk());
   auto run = [&](int threads, std::vector<qvg::LayerKV>& layers) {
     qvg::ForwardOptions fo;
@@ -196,14 +202,9 @@ TEST(Model, ThreadsGiveIdenticalBytes) {
 TEST(Model, CpuCacheSizeGivesIdenticalBytes) {
   const qvg::Model& m = model();
   const qvg::ModelConfig& c = m.config();
-  const std::vector<float> ctx = golden_f32("context");
   const std::vector<float> noise = golden_f32("noise");
-  const size_t fv = static_cast<size_t>(c.chunk_frames * c.frame_values());
   const size_t cv = static_cast<size_t>(c.tokens_per_chunk()) * c.patch_dim();
-  qvg::StreamingKVCache cache(qvg::model_cache_config(c, "none", "none"));
-  qvg::Sampler s(m, cache);
-  s.add_context(std::span<const float>(ctx).first(fv));
-  const qvg::KVContext kv = qvg::read_context(cache, c);
+  const qvg::KVContext kv = golden_context(1);
   std::ptrdiff_t l1 = 0, l2 = 0, l3 = 0;
   Eigen::internal::manage_caching_sizes(Eigen::GetAction, &l1, &l2, &l3);
   auto run = [&](std::ptrdiff_t l1_bytes) {

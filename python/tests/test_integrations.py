@@ -445,9 +445,11 @@ class PinnedArenaLayout(unittest.TestCase):
 class HYWorldPlay(unittest.TestCase):
     BLOCKS, H, D, FT, BATCH = 2, 2, 64, 15, 2  # 15 tokens a frame; batch 2 (RoPE and ProPE keys stacked)
 
-    def run_chunks(self, spec, chunks=5, frames_per_chunk=2, frames_per_span=3, select=None):
+    def run_chunks(self, spec, chunks=5, frames_per_chunk=2, frames_per_span=3, select=None, reference_frames=None):
         """Appends chunks of frames to a FrameKVCache and to a BF16 list of frames (the reference), and
-        attends a new chunk to the frames `select(chunk index, frames held)` chooses, after each append."""
+        attends a new chunk to the frames `select(chunk index, frames held)` chooses, after each append.
+        reference_frames(block, frames): called after each append with the block's reference frames (a
+        list of (k, v) it may replace in place), e.g. codec_spans."""
         import qvg.hyworldplay
         cache = qvg.hyworldplay.FrameKVCache(self.BLOCKS, self.H, self.D, frame_tokens=self.FT, batch=self.BATCH,
                                              key=spec, value=spec, frames_per_span=frames_per_span)
@@ -469,40 +471,29 @@ class HYWorldPlay(unittest.TestCase):
                 cache.append(blk, k, v)  # the chunk's clean K/V join the history
                 for f in range(frames_per_chunk):
                     frames[blk].append((k[:, :, f * self.FT:(f + 1) * self.FT], v[:, :, f * self.FT:(f + 1) * self.FT]))
+                if reference_frames:
+                    reference_frames(blk, frames[blk])
         return ref, ours, cache
 
-    def codec_reference(self, spec, chunks=5, frames_per_chunk=2, frames_per_span=3, select=None):
-        """run_chunks' reference with every completed span of frames_per_span frames replaced by its
-        round trip through qvg.DeviceCodec(spec), warm-started from the block's previous span."""
+    def codec_spans(self, spec, frames_per_span=3):
+        """A reference_frames hook: each completed span of frames_per_span frames replaced by its round trip
+        through qvg.DeviceCodec(spec), warm-started from the block's previous span (as the cache encodes)."""
         codec = qvg.DeviceCodec(spec)
-        frames = [[] for _ in range(self.BLOCKS)]
         encoded = [0] * self.BLOCKS  # frames of each block already replaced by their decoded values
         warm = [(None, None)] * self.BLOCKS
-        g = torch.Generator().manual_seed(1)
-        t = frames_per_chunk * self.FT
-        out = []
-        for c in range(chunks):
-            for blk in range(self.BLOCKS):
-                q, k, v = (torch.randn(self.BATCH, self.H, t, self.D, generator=g).to("cuda", torch.bfloat16)
-                           for _ in range(3))
-                held = len(frames[blk])
-                sel = select(c, held) if select else list(range(held))
-                rk = torch.cat([frames[blk][f][0] for f in sel] + [k], dim=2)
-                rv = torch.cat([frames[blk][f][1] for f in sel] + [v], dim=2)
-                out.append(F.scaled_dot_product_attention(q, rk, rv))
-                for f in range(frames_per_chunk):
-                    frames[blk].append((k[:, :, f * self.FT:(f + 1) * self.FT], v[:, :, f * self.FT:(f + 1) * self.FT]))
-                while len(frames[blk]) - encoded[blk] >= frames_per_span:
-                    span = range(encoded[blk], encoded[blk] + frames_per_span)
-                    rows = [torch.cat([frames[blk][f][i] for f in span], dim=2) for i in (0, 1)]
-                    (dk, ek), (dv, ev) = (codec_round_trip(codec, x, role, w)
-                                          for x, role, w in zip(rows, ("key", "value"), warm[blk]))
-                    warm[blk] = (ek, ev)
-                    for j, f in enumerate(span):
-                        part = slice(j * self.FT, (j + 1) * self.FT)
-                        frames[blk][f] = (dk[:, :, part], dv[:, :, part])
-                    encoded[blk] += frames_per_span
-        return out
+
+        def hook(blk, frames):
+            while len(frames) - encoded[blk] >= frames_per_span:
+                span = range(encoded[blk], encoded[blk] + frames_per_span)
+                rows = [torch.cat([frames[f][i] for f in span], dim=2) for i in (0, 1)]
+                (dk, ek), (dv, ev) = (codec_round_trip(codec, x, role, w)
+                                      for x, role, w in zip(rows, ("key", "value"), warm[blk]))
+                warm[blk] = (ek, ev)
+                for j, f in enumerate(span):
+                    part = slice(j * self.FT, (j + 1) * self.FT)
+                    frames[f] = (dk[:, :, part], dv[:, :, part])
+                encoded[blk] += frames_per_span
+        return hook
 
     @staticmethod
     def memory_selection(c, held):
@@ -523,7 +514,7 @@ class HYWorldPlay(unittest.TestCase):
         does): the drop-in adds no error of its own."""
         spec = "qvg:centroids=16"
         ref, ours, cache = self.run_chunks(spec, select=self.memory_selection)
-        want = self.codec_reference(spec, select=self.memory_selection)
+        want, _, _ = self.run_chunks(spec, select=self.memory_selection, reference_frames=self.codec_spans(spec))
         errs = [((a.float() - b.float()).norm() / a.float().norm()).item() for a, b in zip(ref, ours)]
         self.assertEqual(max(errs[:2 * self.BLOCKS]), 0.0)  # chunks 0 and 1 read no encoded span yet
         self.assertGreater(max(errs), 0.0)
