@@ -138,6 +138,12 @@ PYBIND11_MODULE(_qvg, m) {
       },
       "(True, \"\") when the CUDA backend is built and a device is usable, else (False, reason).");
   m.def(
+      "empty_cache", [] { return qvg::cuda_release_pool_memory(); },
+      "Returns the unused memory of the current CUDA device's stream-ordered pool (where qvg's device caches "
+      "and encodings live; qvg keeps freed memory for reuse) to the driver, as torch.cuda.empty_cache() does for "
+      "PyTorch's; returns the bytes released (0 without CUDA). Call it after dropping a large cache when "
+      "PyTorch needs the memory.");
+  m.def(
       "compare",
       [](const py::object& ref, const py::object& rec, const std::string& layout) {
         const qvg::KvLayout l = qvg::parse_layout(layout);

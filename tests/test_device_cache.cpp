@@ -397,9 +397,31 @@ TEST(DeviceKVCache, BadArgumentsLeaveTheCacheUnchanged) {
                Error);
 }
 
+// A cache's memory comes from the stream-ordered pool, which keeps what is
+// freed; cuda_release_pool_memory hands it to the driver (cudaMemGetInfo's
+// free memory grows by it), and a second call finds nothing left.
+TEST(DeviceKVCache, ReleasePoolMemoryReturnsFreedMemory) {
+  REQUIRE_GPU();
+  constexpr size_t kBytes = size_t{256} << 20;
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  { const auto p = cuda_allocate_async(kBytes, s); }  // back to the pool on s
+  cuda_synchronize(s);
+  size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  const size_t released = cuda_release_pool_memory();
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_GE(released, kBytes);
+  EXPECT_GE(free_after, free_before + kBytes);
+  EXPECT_EQ(cuda_release_pool_memory(), 0u);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
 #else
 
 TEST(DeviceKVCache, RefusesWithoutCuda) { EXPECT_THROW(DeviceKVCache(CacheConfig{}), Error); }
+
+TEST(DeviceKVCache, ReleasePoolMemoryIsANoOpWithoutCuda) { EXPECT_EQ(cuda_release_pool_memory(), 0u); }
 
 #endif
 

@@ -56,6 +56,16 @@ std::shared_ptr<void> cuda_allocate(size_t bytes);
 /// device-wide synchronization either way. The stream must outlive it.
 std::shared_ptr<void> cuda_allocate_async(size_t bytes, void* stream);
 
+/// Returns the unused memory of the current device's stream-ordered pool to
+/// the driver, so that other allocators (PyTorch's caching allocator) can
+/// have it; what the caches and encodings hold stays. qvg keeps freed pool
+/// memory for its next allocations (cudaMemPoolAttrReleaseThreshold at its
+/// maximum), so after a large cache is destroyed the device's free memory
+/// does not grow until this is called; memory whose free is still queued on a
+/// running stream is released only once that stream reaches it (synchronize
+/// first). Returns the bytes released; 0 without CUDA or a device.
+size_t cuda_release_pool_memory();
+
 /// Waits until the work queued on `stream` (a cudaStream_t; null: the legacy
 /// default stream) is done.
 void cuda_synchronize(void* stream);

@@ -326,6 +326,11 @@ def main():
     for rep in range(args.repeats):
         for mode in args.modes:
             ms, out, mem, _ = generate(model, mode, args, rope, noise)
+            # The mode's cache is gone: its memory back to the driver from both pools, so that one mode's
+            # reserve does not crowd the next (qvg's pool keeps freed memory, as PyTorch's does).
+            torch.cuda.synchronize()
+            qvg.empty_cache()
+            torch.cuda.empty_cache()
             runs[mode].append(dict(ms=ms, mem=mem))
             if mode == "bf16" and ref is None:
                 ref = out

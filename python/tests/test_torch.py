@@ -50,8 +50,13 @@ class WithoutTheGpu(unittest.TestCase):
             qvg.DeviceKVCache(1, 2, 64)
         self.assertTrue("CUDA" in str(cm.exception) or "device" in str(cm.exception), str(cm.exception))
 
+    def test_empty_cache_without_a_device_releases_nothing(self):
+        if CUDA_OK:
+            self.skipTest("a CUDA device is usable here")
+        self.assertEqual(qvg.empty_cache(), 0)
+
     def test_the_package_exports_the_extension(self):
-        for name in ("Codec", "StreamingKVCache", "DeviceKVCache", "DeviceCodec", "presets", "Error"):
+        for name in ("Codec", "StreamingKVCache", "DeviceKVCache", "DeviceCodec", "presets", "Error", "empty_cache"):
             self.assertTrue(hasattr(qvg, name), name)
         self.assertTrue(qvg.__version__)
 
@@ -96,6 +101,19 @@ class TorchCache(unittest.TestCase):
                 m, mr = dev.memory(1), ref.memory(1)
                 for key in ("k_spans", "v_spans", "k_tail", "v_tail", "warm_start", "tokens_live", "spans"):
                     self.assertEqual(m[key], mr[key], key)
+
+    def test_empty_cache_returns_a_dropped_caches_memory(self):
+        # The stream-ordered pool keeps what a dropped cache freed; qvg.empty_cache() hands it back to
+        # the driver (the device's free memory grows), and a second call finds nothing.
+        for _, dev in self.both("qvg:centroids=8", "qvg:centroids=8", "none", 4, quant_factor=2):
+            pass
+        del dev, _
+        torch.cuda.synchronize()
+        free_before = torch.cuda.mem_get_info()[0]
+        released = qvg.empty_cache()
+        self.assertGreater(released, 0)
+        self.assertGreaterEqual(torch.cuda.mem_get_info()[0], free_before + released)
+        self.assertEqual(qvg.empty_cache(), 0)
 
     def test_head_shards_read_those_heads_of_one_cache(self):
         # Ulysses: two caches of 2 heads each (first_head 0 and 2) read, bit for bit, the heads of a

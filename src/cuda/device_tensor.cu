@@ -151,6 +151,23 @@ std::shared_ptr<void> cuda_allocate_async(size_t bytes, void* stream) {
   return std::shared_ptr<void>(p, [s](void* q) { cudaFreeAsync(q, s); });
 }
 
+size_t cuda_release_pool_memory() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {  // no device: no pool
+    (void)cudaGetLastError();
+    return 0;
+  }
+  int dev = 0;
+  QVG_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaMemPool_t pool;
+  QVG_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t before = 0, after = 0;
+  QVG_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &before));
+  QVG_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  QVG_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &after));
+  return before > after ? static_cast<size_t>(before - after) : 0;
+}
+
 void cuda_synchronize(void* stream) { QVG_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream))); }
 
 void cuda_copy_to_host(void* host, const void* device, size_t bytes) {

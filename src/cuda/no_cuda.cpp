@@ -23,6 +23,7 @@ int cuda_current_device() { no_cuda(); }
 std::shared_ptr<void> cuda_allocate(size_t) { no_cuda(); }
 void cuda_copy_to_host(void*, const void*, size_t) { no_cuda(); }
 std::shared_ptr<void> cuda_allocate_async(size_t, void*) { no_cuda(); }
+size_t cuda_release_pool_memory() { return 0; }  // no pool to release
 void cuda_synchronize(void*) { no_cuda(); }
 EncodedTensor cuda_encode_device(const CodecConfig&, const void*, DeviceElement, int64_t, int64_t, int64_t,
                                  const EncodeOptions&) {
