@@ -21,7 +21,7 @@ for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cu
   build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
-if [ -z "${QVG_SKIP_PYTHON:-}" ]; then  # python/tests/test_qvg.py, its OnTheGpu tests included
+if [ -z "${QVG_SKIP_PYTHON:-}" ]; then  # python/tests, test_gpu_module.py's GPU tests included
   step "python module"
   if cmake --build build-gpu -j16 --target qvg_python >>"$OUT/build.log" 2>&1; then
     PYTHONPATH=build-gpu/python python3 -m unittest discover -s python/tests -v >"$OUT/python.log" 2>&1 ||
