@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "cuda/decode_lines.cuh"
 #include "cuda/dispatch.h"
 #include "cuda/qvg_cuda.h"
