@@ -20,7 +20,7 @@
 #include "qvg/half.h"
 #include "qvg/methods.h"
 #include "qvg/metrics.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 #include "qvg/video.h"
 #include "reference/cq_code.h"
 #include "util/rng.h"

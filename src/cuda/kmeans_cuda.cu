@@ -15,7 +15,7 @@
 #include "cuda/qvg_cuda.h"
 #include "qvg/half.h"
 #include "qvg/kmeans.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 #include "util/parallel.h"
 
 namespace qvg::cuda {

@@ -10,7 +10,7 @@
 #include "cuda/qvg_cuda.h"
 #include "cuda/qvg_kernels.cuh"
 #include "qvg/methods.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 
 namespace qvg::cuda {
 

@@ -16,7 +16,7 @@
 #include "qvg/group_quant.h"
 #include "qvg/half.h"
 #include "qvg/methods.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 #include "reference/cq_code.h"
 #include "util/parallel.h"
 
