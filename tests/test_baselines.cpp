@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "cpu/baselines.h"
 #include "qvg/codec.h"
 #include "qvg/half.h"
+#include "reference/baselines.h"
 
 namespace qvg {
 namespace {

@@ -20,7 +20,7 @@
 #include "qvg/cache.h"
 #include "qvg/data.h"
 #include "qvg/half.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 
 namespace qvg {
 namespace {

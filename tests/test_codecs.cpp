@@ -15,7 +15,7 @@
 #include "qvg/fp8.h"
 #include "qvg/kmeans.h"
 #include "qvg/methods.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 #include "overflow_util.h"
 
 namespace qvg {

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cpu/cq_code.h"
 #include "error_util.h"
 #include "qvg/budget.h"
 #include "qvg/cache.h"
@@ -21,8 +20,9 @@
 #include "qvg/half.h"
 #include "qvg/methods.h"
 #include "qvg/metrics.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 #include "qvg/video.h"
+#include "reference/cq_code.h"
 #include "util/rng.h"
 
 namespace qvg {

@@ -20,7 +20,7 @@
 #include "qvg/half.h"
 #include "qvg/kmeans.h"
 #include "qvg/metrics.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 #include "qvg/rope.h"
 #if QVG_WITH_CUDA
 #include "cuda/qvg_cuda.h"

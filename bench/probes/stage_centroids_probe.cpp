@@ -22,7 +22,7 @@
 #include "qvg/io.h"
 #include "qvg/kmeans.h"
 #include "qvg/metrics.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 
 using namespace qvg;
 

@@ -36,7 +36,7 @@ struct MethodTraits {
   /// the CUDA backend's fused decode, range decode and pack/unpack read it.
   bool group_quantized = false;
   /// Quantizes asymmetrically (min/max) with an FP16 scale and zero point per
-  /// group and no span scale above them (cpu/baselines.h): an input whose
+  /// group and no span scale above them (reference/baselines.h): an input whose
   /// largest magnitude is below 2^-20 would make the scales subnormal.
   bool asymmetric_fp16 = false;
   /// Lays keys and values out differently (KIVI: keys per channel, values per

@@ -1,35 +1,50 @@
-// QVG (and RTN, its S = 0 case): the steps of the encoder exposed for tests
-// and for checking other backends against the reference.
+// qvg: the library's public API in one include, `#include <qvg/qvg.h>`. Each
+// header below can also be included alone. None needs CUDA or includes a
+// header of qvg's dependencies (Eigen, nlohmann_json, CUDA, FFmpeg); in a
+// build without CUDA the GPU entry points exist and say so at run time
+// (cuda_available() == false, their factories throw qvg::Error).
+// Not included: the QVG encoder's steps exposed for tests (qvg/qvg_steps.h).
 #pragma once
 
-#include <cstdint>
-#include <vector>
+// Basics: errors, tensors, configurations, the method table, the version.
+#include "qvg/common.h"
+#include "qvg/config.h"
+#include "qvg/methods.h"
+#include "qvg/tensor.h"
+#include "qvg/version.h"
 
+// Codecs, encoded tensors as bytes, the budget rule.
+#include "qvg/budget.h"
+#include "qvg/budget_trial.h"
 #include "qvg/codec.h"
+#include "qvg/serialize.h"
 
-namespace qvg {
+// The streaming KV cache and RoPE.
+#include "qvg/cache.h"
+#include "qvg/rope.h"
 
-/// The part of QVG encode that follows k-means: given every stage's centroids
-/// (BF16 bits, little-endian, [stages][heads][C][dim]) and ids ([stages]
-/// [heads][tokens]), subtract the stages in order (P_s+1 = P_s - C_s[ids_s]
-/// in float with the BF16-rounded centroids, P_0 = X, rounded to BF16 while
-/// another stage follows: docs/FORMAT.md, Encode 1) and group-quantize the
-/// residual R = P_S.
-/// A backend given the same centroids and ids must produce the same bytes.
-EncodedTensor qvg_encode_given_centroids_ref(const HeadTensor& x, const CodecConfig& c,
-                                             std::vector<uint8_t> centroids, std::vector<uint8_t> ids,
-                                             TensorRole role = TensorRole::key, int threads = 0);
+// The CUDA backend: codecs, encodings in device memory, the device cache.
+#include "qvg/cuda.h"
+#include "qvg/device_cache.h"
+#include "qvg/device_codec.h"
 
-/// Bits per value of a QVG/RTN encoding by formula:
-/// b + 8*sb/B + 8*S/D + cb*S*C/N + 32/(N*D), with sb = scale bytes (1 FP8, 2
-/// FP16), cb = 16 bits per BF16 centroid value and the last term the per-head
-/// FP32 span scale; with centroid_format=fp8, cb = 8 plus 32*S/(N*D) for the
-/// FP32 centroid scale of every stage and head. code=cq: the first two terms
-/// become 8*ceil((D/G)*log2(K)/8)/D (indices) + 8/D (FP8 token scales), plus
-/// (cb*K*D + 32 with fp8)/(N*D) for the codebooks (docs/FORMAT.md).
-double qvg_bits_per_value_formula(const CodecConfig& c, int64_t tokens, int64_t dim);
+// K/V data, tensor files, evaluation and error metrics.
+#include "qvg/data.h"
+#include "qvg/eval.h"
+#include "qvg/io.h"
+#include "qvg/metrics.h"
 
-/// k-means seed of stage s, head h: seed + 1000003 * s + h.
-uint64_t qvg_kmeans_seed(const CodecConfig& c, int stage, int64_t head);
+// The reference video model; video files and their PSNR / SSIM.
+#include "qvg/model.h"
+#include "qvg/model_cuda.h"
+#include "qvg/video.h"
+#include "qvg/video_metrics.h"
+#include "qvg/video_writer.h"
 
-}  // namespace qvg
+// Building blocks of the formats, shared by the reference and the kernels.
+#include "qvg/fixed_sum.h"
+#include "qvg/fp8.h"
+#include "qvg/group_quant.h"
+#include "qvg/half.h"
+#include "qvg/kmeans.h"
+#include "qvg/pack.h"

@@ -4,7 +4,7 @@
 
 #include "cache/cache_impl.h"
 #include "cache/cache_skeleton.h"
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/methods.h"
 #include "qvg/half.h"
 

@@ -5,7 +5,7 @@
 
 #include "cache/byte_io.h"
 #include "cache/checksum.h"
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/methods.h"
 #include "qvg/serialize.h"
 

@@ -8,7 +8,7 @@
 #include "cache/byte_io.h"
 #include "cache/cache_impl.h"
 #include "cache/checksum.h"
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "io/io_util.h"
 #include "qvg/methods.h"
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <string>
 
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "cuda/baseline_cuda.h"
 #include "cuda/baseline_kernels.cuh"
 #include "cuda/check.h"

@@ -1,7 +1,7 @@
 // KIVI, QuaRot and BF16 decode kernels (the baselines on the GPU). Byte
 // layouts: docs/FORMAT.md "## KIVI", "## QuaRot", "## BF16"; the CPU
-// reference they reproduce bit for bit: src/cpu/kivi_codec.cpp,
-// src/cpu/quarot_codec.cpp, src/cpu/baselines.h.
+// reference they reproduce bit for bit: src/reference/kivi_codec.cpp,
+// src/reference/quarot_codec.cpp, src/reference/baselines.h.
 //
 // Float arithmetic uses explicit round-to-nearest intrinsics (__fmul_rn,
 // __fadd_rn, __fsub_rn), so nvcc cannot fuse a multiply and an add into an

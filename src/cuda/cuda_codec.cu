@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "cuda/baseline_cuda.h"
 #include "cuda/qvg_cuda.h"
 #include "qvg/cuda.h"

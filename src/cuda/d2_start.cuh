@@ -1,5 +1,5 @@
 // The `d2_rounds` k-means start on the GPU: kmeans_init_ref's rule (the CPU
-// reference, src/cpu/kmeans.cpp; stated in qvg/kmeans.h) for every head at
+// reference, src/reference/kmeans.cpp; stated in qvg/kmeans.h) for every head at
 // once.
 //
 // One cluster of kD2Blocks thread blocks per head. Each block holds a

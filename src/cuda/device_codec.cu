@@ -10,7 +10,7 @@
 #include <mutex>
 #include <utility>
 
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "cuda/baseline_cuda.h"
 #include "cuda/qvg_cuda.h"
 #include "qvg/device_codec.h"

@@ -1,7 +1,7 @@
 // k-means of the QVG encode on the GPU: the launchers of the update and
 // assignment kernels and the Encoder's k-means steps (start, assign,
 // update, convergence). Kernels: assign_tc.cuh, d2_start.cuh, kmeans_kernels.cuh,
-// kmeans_reseed.cuh, kmeanspp.cuh. The CPU reference (src/cpu/kmeans.cpp) is the specification.
+// kmeans_reseed.cuh, kmeanspp.cuh. The CPU reference (src/reference/kmeans.cpp) is the specification.
 #include <algorithm>
 #include <chrono>
 
@@ -15,7 +15,7 @@
 #include "cuda/qvg_cuda.h"
 #include "qvg/half.h"
 #include "qvg/kmeans.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 #include "util/parallel.h"
 
 namespace qvg::cuda {

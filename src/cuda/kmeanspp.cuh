@@ -1,5 +1,5 @@
 // k-means++ start on the GPU: kmeans_init_ref's `kmeanspp` rule (CPU
-// reference, src/cpu/kmeans.cpp) for every head at once.
+// reference, src/reference/kmeans.cpp) for every head at once.
 //
 // The rule is sequential: each of the C - 1 steps needs the squared distance
 // of every sample point to the newest centre, the running minimum `best`,

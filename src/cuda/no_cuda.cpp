@@ -1,5 +1,5 @@
 // The CUDA backend's entry points in builds without CUDA: they say so.
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/cuda.h"
 #include "qvg/device_codec.h"
 

@@ -4,13 +4,13 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "cuda/decode_lines.cuh"
 #include "cuda/dispatch.h"
 #include "cuda/qvg_cuda.h"
 #include "cuda/qvg_kernels.cuh"
 #include "qvg/methods.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
 
 namespace qvg::cuda {
 

@@ -1,14 +1,14 @@
 // Encodes and decodes a tensor with an installed qvg: 2-bit RTN of values in
 // [-1, 1] must keep every error within half a quantization step (at most
 // 0.5 + 2^-10 with the FP8 block scales), take the bits its formula says, and
-// the library must report a version.
+// the library must report a version. It includes the umbrella header, so
+// every public header compiles in a consumer of the installed package.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
-#include "qvg/codec.h"
-#include "qvg/qvg.h"
-#include "qvg/version.h"
+#include "qvg/qvg.h"        // the public API in one include
+#include "qvg/qvg_steps.h"  // qvg_bits_per_value_formula
 
 int main() {
   qvg::HeadTensor x(2, 256, 64);

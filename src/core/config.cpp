@@ -7,7 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/common.h"
 #include "qvg/methods.h"
 

@@ -7,13 +7,13 @@
 #include <limits>
 #include <string>
 
-#include "cpu/baselines.h"
-#include "cpu/codecs.h"
-#include "cpu/cq_code.h"
+#include "core/codecs.h"
 #include "qvg/fp8.h"
 #include "qvg/group_quant.h"
 #include "qvg/half.h"
 #include "qvg/methods.h"
+#include "reference/baselines.h"
+#include "reference/cq_code.h"
 
 namespace qvg {
 namespace {

@@ -4,20 +4,20 @@
 // FP8 E4M3 [S][H][C][D], then FP32 power-of-two scales [S][H]); ids u8 [S][H][N];
 // span_scales FP32 [H]; scales [H][N][D/B] (FP8 byte or FP16 LE);
 // codes [H][N][D*b/8] packed LSB first. code=cq codes the residual with
-// codebooks instead (src/cpu/cq_code.h: its scales, codes and the codebooks
+// codebooks instead (src/reference/cq_code.h: its scales, codes and the codebooks
 // at the end of the centroids part).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 
-#include "cpu/codecs.h"
-#include "cpu/cq_code.h"
+#include "core/codecs.h"
 #include "qvg/fp8.h"
 #include "qvg/group_quant.h"
 #include "qvg/half.h"
 #include "qvg/methods.h"
-#include "qvg/qvg.h"
+#include "qvg/qvg_steps.h"
+#include "reference/cq_code.h"
 #include "util/parallel.h"
 
 namespace qvg {

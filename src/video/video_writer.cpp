@@ -18,7 +18,7 @@ extern "C" {
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 }
-#include "util/ffmpeg_util.h"
+#include "video/ffmpeg_util.h"
 #define QVG_HAVE_VIDEO_OUT 1
 #else
 #define QVG_HAVE_VIDEO_OUT 0

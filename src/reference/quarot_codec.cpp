@@ -1,6 +1,6 @@
 // QuaRot (Ashkboos et al., 2024), as a KV-cache baseline: every token row of
 // D values is rotated by the normalized Walsh-Hadamard transform (H_D /
-// sqrt(D), Sylvester order, D a power of two; cpu/baselines.h), then
+// sqrt(D), Sylvester order, D a power of two; reference/baselines.h), then
 // quantized asymmetrically per token (one group of D values, FP16 scale and
 // zero point). Decode dequantizes and rotates back (the transform is its own
 // inverse), so reconstructions are in the original basis.
@@ -9,9 +9,9 @@
 // first; scales FP16 [H][N]; zero_points FP16 [H][N].
 #include <algorithm>
 
-#include "cpu/baselines.h"
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/pack.h"
+#include "reference/baselines.h"
 #include "util/parallel.h"
 
 namespace qvg {

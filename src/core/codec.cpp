@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/methods.h"
 #include "qvg/half.h"
 

@@ -1,5 +1,5 @@
 // The uncompressed reference: every value stored as bfloat16 (2 bytes).
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/half.h"
 #include "util/parallel.h"
 

@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <sstream>
 
-#include "cpu/baselines.h"
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/common.h"
+#include "reference/baselines.h"
 
 namespace qvg {
 

@@ -1,13 +1,13 @@
 // qvg's codebook residual code (code=cq), CPU reference: per-token RMS
 // scales, per (head, channel group) codebooks trained by the reference's
-// k-means, packed codeword indices (src/cpu/cq_code.h, docs/FORMAT.md).
-#include "cpu/cq_code.h"
+// k-means, packed codeword indices (src/reference/cq_code.h, docs/FORMAT.md).
+#include "reference/cq_code.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/common.h"
 #include "qvg/fp8.h"
 #include "qvg/half.h"

@@ -11,9 +11,9 @@
 //   full_precision: BF16 [H][N-Nq][D], tokens Nq..N-1 in order.
 #include <algorithm>
 
-#include "cpu/baselines.h"
-#include "cpu/codecs.h"
+#include "core/codecs.h"
 #include "qvg/pack.h"
+#include "reference/baselines.h"
 #include "util/parallel.h"
 
 namespace qvg {

@@ -20,7 +20,7 @@ extern "C" {
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 }
-#include "util/ffmpeg_util.h"
+#include "video/ffmpeg_util.h"
 #define QVG_HAVE_VIDEO 1
 #else
 #define QVG_HAVE_VIDEO 0
