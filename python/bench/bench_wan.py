@@ -27,7 +27,7 @@ of both, peak memory, KV bytes, and the latent frames of history a 16 GB KV budg
     PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py [--frames 21] [--quant-factor 2]
         [--local-attn-size -1] [--sink-size 0] [--modes bf16 qvg qvg-pro] [--repeats 3] [--json F]
         [--profile] [--longcat-blocks 4] [--shapes wan1.3b|wan14b] [--cache selfforcing|lingbot]
-        [--blocks N] [--keep-recent 0] [--max-attention-size TOKENS]
+        [--blocks N] [--grid H W] [--keep-recent 0] [--max-attention-size TOKENS]
 
 LingBot-World (issue 40 item 6): Wan-14B-shaped blocks, LingBot-World v2's cache policy (sink of 6
 frames, each finished chunk a span, the newest kept in BF16, a buffer of 68 frames). The whole model,
@@ -40,11 +40,22 @@ attended are the same:
         --frames 21 --local-attn-size -1 --sink-size 6 --quant-factor 1 --keep-recent 1 \
         --modes bf16 qvg --repeats 3 --json lingbot14b.json
 
-and the rolling window past 68 frames (90 frames; 4 of the 40 blocks, so figures are per 4 blocks):
+and the rolling window past 68 frames (90 frames; 4 of the 40 blocks, so figures are for 4 blocks;
+estimated at about 1.5 minutes):
 
     PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py --shapes wan14b --cache lingbot \
         --blocks 4 --frames 90 --local-attn-size 68 --sink-size 6 --quant-factor 1 --keep-recent 1 \
         --modes bf16 qvg --repeats 3 --json lingbot14b_window.json
+
+and at LingBot-World v2's 720 x 1280 (3,600 tokens a frame; 2 blocks, 78 frames: the window fills at
+frame 68; estimated at 2-3 minutes):
+
+    PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py --shapes wan14b --cache lingbot \
+        --grid 45 80 --blocks 2 --frames 78 --local-attn-size 68 --sink-size 6 --quant-factor 1 \
+        --keep-recent 1 --modes bf16 qvg --repeats 3 --json lingbot14b_720p.json
+
+Chunks are 3 latent frames (the LingBot-World pipeline's default; QVG's v2 launcher passes its CLI's
+default of 4, with which a sink of 6 frames is not whole chunks, as qvg's cache requires).
 """
 import argparse
 import json
@@ -330,6 +341,8 @@ def main():
     ap.add_argument("--cache", choices=sorted(CACHES), default="selfforcing",
                     help="the qvg cache class (lingbot: qvg.lingbot.LingBotWorldKVCache)")
     ap.add_argument("--blocks", type=int, default=None, help="blocks run (default: all of --shapes')")
+    ap.add_argument("--grid", type=int, nargs=2, default=None, metavar=("H", "W"),
+                    help="latent tokens per frame, height x width (default 30 52: 480 x 832; 45 80: 720 x 1280)")
     ap.add_argument("--keep-recent", type=int, default=0, help="newest finished chunks kept in BF16 (qvg modes)")
     ap.add_argument("--max-attention-size", type=int, default=None,
                     help="rows of the buffer the attention reads, the last ones (LingBot-World's; default: all)")
@@ -354,6 +367,8 @@ def main():
     s = dict(SHAPES[args.shapes])
     if args.blocks is None:
         args.blocks = s["blocks"]
+    if args.grid is not None:
+        s["grid"] = tuple(args.grid)
     fs = s["grid"][0] * s["grid"][1]
     chunks = args.frames // s["frames_per_chunk"]
     model = Model(s, dev, blocks=args.blocks)
