@@ -82,15 +82,17 @@ GB = 1e9
 
 class Rope3D:
     """Wan's 3-D RoPE (time / height / width parts of d - 4 (d // 6), 2 (d // 6), 2 (d // 6)
-    channels, interleaved pairs, theta 10000) with float32 tables."""
+    channels, interleaved pairs, theta 10000) with float32 tables. parts / theta: another split and
+    base (HunyuanVideo 1.5: (16, 56, 56), 256). x: [B, T, H, D], T whole frames of the grid."""
 
-    def __init__(self, dim, max_frames, grid, device):
-        parts = [dim - 4 * (dim // 6), 2 * (dim // 6), 2 * (dim // 6)]
+    def __init__(self, dim, max_frames, grid, device, parts=None, theta=10000.0):
+        parts = parts or [dim - 4 * (dim // 6), 2 * (dim // 6), 2 * (dim // 6)]
+        assert sum(parts) == dim and all(n % 2 == 0 for n in parts), parts
         h, w = grid
         ranges = [torch.arange(max_frames), torch.arange(h), torch.arange(w)]
         self.tables = []
         for n, r in zip(parts, ranges):
-            freq = 1.0 / (10000.0 ** (torch.arange(0, n, 2, dtype=torch.float64) / n))
+            freq = 1.0 / (theta ** (torch.arange(0, n, 2, dtype=torch.float64) / n))
             ang = r[:, None].double() * freq[None]
             self.tables.append((ang.cos().float().to(device), ang.sin().float().to(device)))
         self.grid = grid
