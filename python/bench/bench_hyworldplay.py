@@ -56,7 +56,7 @@ HY-WorldPlay's own cache (rebuild; estimated at 2 minutes):
     PYTHONPATH=build-gpu/python python3 python/bench/bench_hyworldplay.py --context rebuild --json hy_rebuild.json
 
 The whole model in rebuild mode (54 blocks, 6 chunks: the 6th attends to 20 memory frames; BF16 KV
-55.3 GB + weights 5.9 GB + text K/V 3.5 GB; estimated at 4 minutes):
+55.2 GB + weights 5.9 GB + text K/V 3.5 GB; estimated at 4 minutes):
 
     PYTHONPATH=build-gpu/python python3 python/bench/bench_hyworldplay.py --context rebuild --blocks 54 \\
         --chunks 6 --json hy_rebuild_54.json

@@ -26,7 +26,8 @@ returned between modes), and whether the step's output equals the resident mode'
 the BF16 modes, SPEC for SPEC-offload).
 
 LongCat-Video-13B for issue 40 item 6 (BF16 vs qvg: overhead, KV bytes, device-level peak) is this
-script's bf16 and qvg modes; the whole model (48 blocks: BF16 KV 23.3 GB):
+script's bf16 and qvg modes; the whole model (48 blocks: BF16 KV 23.3 GB; estimated at 1-2 minutes on an
+H100, most of it building the offloaded modes' pinned copies):
 
     PYTHONPATH=build-gpu/python python3 python/bench/bench_offload.py --modes bf16 qvg bf16-offload qvg-offload \
         --json longcat48.json
