@@ -5,7 +5,7 @@ The model (random bf16 weights, fixed seed), --shapes:
   wan14b   Wan2.1-14B / Wan2.2-A14B (LingBot-World's base): 40 blocks of width 5120, 40 heads x 128,
            FFN 13824 (docs/INTEGRATIONS.md, "Shapes used by the benchmarks");
 RMS-normed Q/K, 3-D RoPE (float32 tables, interleaved pairs), cross-attention to 512 text tokens,
-adaLN modulation; 1,560 tokens per latent frame (30 x 52), chunks of 3 latent frames (4,680 tokens),
+adaLN modulation; 1,560 tokens per latent frame (30 x 52; --grid), chunks of 3 latent frames (4,680 tokens),
 4 denoising passes per chunk and a clean pass that writes the cache. Attention: PyTorch's
 scaled_dot_product_attention. --blocks N runs the first N blocks only (where the whole model does not
 fit or takes too long): every figure is then for N blocks, not the model. Caches, fed the same noise:
