@@ -19,8 +19,18 @@ does not depend on which weights it reads); the condition K/V random and distinc
 every block, timed by the wall clock from an idle device to an idle device (side streams included);
 the median of --steps steps after one warm-up step. Per mode: ms per step, bytes copied host -> device
 per step, KV bytes held on the GPU and in pinned host memory, the staging buffers, PyTorch's peak
-allocated memory in the steps (qvg's own pool not included), and whether the step's output equals the
-resident mode's bit for bit (bf16 for the BF16 modes, SPEC for SPEC-offload).
+allocated memory in the steps (qvg's own pool not included), the device-level peak (the lowest free
+memory, torch.cuda.mem_get_info after every step, below the free memory before the cache was built: the
+KV on the GPU, staging, activations, PyTorch's pool and qvg's together; every pool's unused memory is
+returned between modes), and whether the step's output equals the resident mode's bit for bit (bf16 for
+the BF16 modes, SPEC for SPEC-offload).
+
+LongCat-Video-13B for issue 40 item 6 (BF16 vs qvg: overhead, KV bytes, device-level peak) is this
+script's bf16 and qvg modes; the whole model (48 blocks: BF16 KV 23.3 GB; estimated at 1-2 minutes on an
+H100, most of it building the offloaded modes' pinned copies):
+
+    PYTHONPATH=build-gpu/python python3 python/bench/bench_offload.py --modes bf16 qvg bf16-offload qvg-offload \
+        --json longcat48.json
 
     PYTHONPATH=build-gpu/python python3 python/bench/bench_offload.py [--blocks 48] [--cond-tokens 29640]
         [--chunk-tokens 4680] [--batch 2] [--steps 5] [--modes bf16 bf16-offload bf16-prefetch qvg-offload qvg]
@@ -218,14 +228,17 @@ def step(a, blocks, read, rope, x):
 def run(mode, a, blocks, rope, x, device):
     """Builds the mode's cache, times its steps; returns (figures, the output of a step)."""
     torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info()[0]  # before the cache: the device-level peak is below this
     t0 = time.perf_counter()
     holder = make(mode, a, device)
     torch.cuda.synchronize()
     setup_s = time.perf_counter() - t0
+    qvg.empty_cache()  # what building the cache freed (qvg's encode scratch, the BF16 condition K/V)
     torch.cuda.empty_cache()
     out = step(a, blocks, holder.read, rope, x).float()  # warm-up
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    low = torch.cuda.mem_get_info()[0]
     h2d0, times = holder.h2d, []
     for _ in range(a.steps):
         torch.cuda.synchronize()
@@ -233,10 +246,15 @@ def run(mode, a, blocks, rope, x, device):
         step(a, blocks, holder.read, rope, x)
         torch.cuda.synchronize()
         times.append(1e3 * (time.perf_counter() - t0))
+        low = min(low, torch.cuda.mem_get_info()[0])
+    # device_peak: the lowest free memory in the steps below the free memory before the cache was built
+    # (the cache on the GPU, the staging buffers, the activations: PyTorch's pool and qvg's together)
     r = dict(ms=statistics.median(times), all_ms=times, h2d_per_step=(holder.h2d - h2d0) / a.steps,
-             torch_peak=torch.cuda.max_memory_allocated(), setup_s=setup_s, **holder.memory())
+             torch_peak=torch.cuda.max_memory_allocated(), device_peak=free0 - low, setup_s=setup_s,
+             **holder.memory())
     del holder
     torch.cuda.synchronize()
+    qvg.empty_cache()  # qvg's pool keeps freed memory, as PyTorch's does
     torch.cuda.empty_cache()
     if hasattr(torch._C, "_host_emptyCache"):
         torch._C._host_emptyCache()  # the pinned blocks PyTorch cached for the next mode
@@ -274,7 +292,7 @@ def main():
         print(f"  {mode:14s} {res[mode]['ms']:9.1f} ms/step  (setup {res[mode]['setup_s']:.1f} s)", flush=True)
     base = res.get("bf16")
     print(f"\n{'mode':14s} {'ms/step':>9s} {'vs bf16':>8s} {'H2D MB/step':>12s} {'KV GPU GB':>10s} "
-          f"{'pinned GB':>10s} {'staging MB':>11s} {'torch peak GB':>14s}  output")
+          f"{'pinned GB':>10s} {'staging MB':>11s} {'torch peak GB':>14s} {'device peak GB':>15s}  output")
     for mode, r in res.items():
         ref = resident(mode)
         if ref == mode or ref not in outs:
@@ -286,7 +304,8 @@ def main():
         r["vs_bf16_pct"] = 100 * (r["ms"] / base["ms"] - 1) if base else None
         vs = f"{r['vs_bf16_pct']:+7.1f}%" if base else f"{'':8s}"
         print(f"{mode:14s} {r['ms']:9.1f} {vs} {r['h2d_per_step'] / MB:12.1f} {r['gpu'] / GB:10.2f} "
-              f"{r['pinned'] / GB:10.2f} {r['staging'] / MB:11.1f} {r['torch_peak'] / GB:14.2f}  {same}")
+              f"{r['pinned'] / GB:10.2f} {r['staging'] / MB:11.1f} {r['torch_peak'] / GB:14.2f} "
+              f"{r['device_peak'] / GB:15.2f}  {same}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(config=dict(vars(a), device=torch.cuda.get_device_name(), torch=torch.__version__,

@@ -1,13 +1,20 @@
-"""qvg's cache inside a causal DiT with Wan2.1-T2V-1.3B's shapes, against Self-Forcing's BF16 cache.
+"""qvg's cache inside a causal DiT with Wan2.1's shapes, against Self-Forcing's BF16 cache.
 
-The model (random bf16 weights, fixed seed): 30 blocks of width 1536, 12 heads x 128, FFN 8960,
+The model (random bf16 weights, fixed seed), --shapes:
+  wan1.3b  Wan2.1-T2V-1.3B (Self-Forcing): 30 blocks of width 1536, 12 heads x 128, FFN 8960;
+  wan14b   Wan2.1-14B / Wan2.2-A14B (LingBot-World's base): 40 blocks of width 5120, 40 heads x 128,
+           FFN 13824 (docs/INTEGRATIONS.md, "Shapes used by the benchmarks");
 RMS-normed Q/K, 3-D RoPE (float32 tables, interleaved pairs), cross-attention to 512 text tokens,
-adaLN modulation; 1,560 tokens per latent frame (30 x 52), chunks of 3 latent frames (4,680 tokens),
+adaLN modulation; 1,560 tokens per latent frame (30 x 52; --grid), chunks of 3 latent frames (4,680 tokens),
 4 denoising passes per chunk and a clean pass that writes the cache. Attention: PyTorch's
-scaled_dot_product_attention. Caches, fed the same noise:
+scaled_dot_product_attention. --blocks N runs the first N blocks only (where the whole model does not
+fit or takes too long): every figure is then for N blocks, not the model. Caches, fed the same noise:
   bf16     Self-Forcing's per-block dicts (a preallocated BF16 buffer, the chunk written at its
-           position, rolled left past the sink when full, attention over the buffer);
-  SPEC     qvg.torch.SelfForcingKVCache with that codec for K and V (e.g. qvg, qvg-pro);
+           position, rolled left past the sink when full, attention over the buffer's last
+           --max-attention-size rows);
+  SPEC     qvg.torch.SelfForcingKVCache with that codec for K and V (e.g. qvg, qvg-pro), or with
+           --cache lingbot qvg.lingbot.LingBotWorldKVCache (the same dict semantics; LingBot-World's
+           blocks: --keep-recent, --max-attention-size);
   SPEC+overlap  the same with overlap_encode=True (spans encoded on the cache's own stream).
   SPEC+batch    the same with batch_encodes=True (every block's span encoded in one batch).
 Each chunk is timed by the wall clock from an idle device to an idle device (torch.cuda.synchronize
@@ -19,7 +26,36 @@ of both, peak memory, KV bytes, and the latent frames of history a 16 GB KV budg
 
     PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py [--frames 21] [--quant-factor 2]
         [--local-attn-size -1] [--sink-size 0] [--modes bf16 qvg qvg-pro] [--repeats 3] [--json F]
-        [--profile] [--longcat-blocks 4]
+        [--profile] [--longcat-blocks 4] [--shapes wan1.3b|wan14b] [--cache selfforcing|lingbot]
+        [--blocks N] [--grid H W] [--keep-recent 0] [--max-attention-size TOKENS]
+
+LingBot-World (issue 40 item 6): Wan-14B-shaped blocks, LingBot-World v2's cache policy (sink of 6
+frames, each finished chunk a span, the newest kept in BF16, a buffer of 68 frames). The whole model,
+40 blocks, 21 frames (weights 23.9 GB; estimated at about 2 minutes on an H100). Its BF16 buffer is
+the 21 frames generated (26.8 GB): LingBot-World's own preallocated 68-frame buffer would be 86.9 GB
+at 40 blocks (it runs 8 GPUs, 5 heads each), and 21 frames never reach the window, so the rows
+attended are the same:
+
+    PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py --shapes wan14b --cache lingbot \
+        --frames 21 --local-attn-size -1 --sink-size 6 --quant-factor 1 --keep-recent 1 \
+        --modes bf16 qvg --repeats 3 --json lingbot14b.json
+
+and the rolling window past 68 frames (90 frames; 4 of the 40 blocks, so figures are for 4 blocks;
+estimated at about 1.5 minutes):
+
+    PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py --shapes wan14b --cache lingbot \
+        --blocks 4 --frames 90 --local-attn-size 68 --sink-size 6 --quant-factor 1 --keep-recent 1 \
+        --modes bf16 qvg --repeats 3 --json lingbot14b_window.json
+
+and at LingBot-World v2's 720 x 1280 (3,600 tokens a frame; 2 blocks, 78 frames: the window fills at
+frame 68; estimated at 2-3 minutes):
+
+    PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py --shapes wan14b --cache lingbot \
+        --grid 45 80 --blocks 2 --frames 78 --local-attn-size 68 --sink-size 6 --quant-factor 1 \
+        --keep-recent 1 --modes bf16 qvg --repeats 3 --json lingbot14b_720p.json
+
+Chunks are 3 latent frames (the LingBot-World pipeline's default; QVG's v2 launcher passes its CLI's
+default of 4, with which a sink of 6 frames is not whole chunks, as qvg's cache requires).
 """
 import argparse
 import json
@@ -30,23 +66,33 @@ import torch
 import torch.nn.functional as F
 
 import qvg
+import qvg.lingbot
 import qvg.torch
 
-WAN = dict(width=1536, heads=12, dim=128, ffn=8960, blocks=30, text=512, grid=(30, 52), frames_per_chunk=3, steps=4)
+# Public configs (docs/INTEGRATIONS.md, "Shapes used by the benchmarks"); grid: latent 480 x 832 / (8 x 2)
+SHAPES = {
+    "wan1.3b": dict(width=1536, heads=12, dim=128, ffn=8960, blocks=30, text=512, grid=(30, 52), frames_per_chunk=3,
+                    steps=4),
+    "wan14b": dict(width=5120, heads=40, dim=128, ffn=13824, blocks=40, text=512, grid=(30, 52), frames_per_chunk=3,
+                   steps=4),
+}
+CACHES = {"selfforcing": qvg.torch.SelfForcingKVCache, "lingbot": qvg.lingbot.LingBotWorldKVCache}
 GB = 1e9
 
 
 class Rope3D:
     """Wan's 3-D RoPE (time / height / width parts of d - 4 (d // 6), 2 (d // 6), 2 (d // 6)
-    channels, interleaved pairs, theta 10000) with float32 tables."""
+    channels, interleaved pairs, theta 10000) with float32 tables. parts / theta: another split and
+    base (HunyuanVideo 1.5: (16, 56, 56), 256). x: [B, T, H, D], T whole frames of the grid."""
 
-    def __init__(self, dim, max_frames, grid, device):
-        parts = [dim - 4 * (dim // 6), 2 * (dim // 6), 2 * (dim // 6)]
+    def __init__(self, dim, max_frames, grid, device, parts=None, theta=10000.0):
+        parts = parts or [dim - 4 * (dim // 6), 2 * (dim // 6), 2 * (dim // 6)]
+        assert sum(parts) == dim and all(n % 2 == 0 for n in parts), parts
         h, w = grid
         ranges = [torch.arange(max_frames), torch.arange(h), torch.arange(w)]
         self.tables = []
         for n, r in zip(parts, ranges):
-            freq = 1.0 / (10000.0 ** (torch.arange(0, n, 2, dtype=torch.float64) / n))
+            freq = 1.0 / (theta ** (torch.arange(0, n, 2, dtype=torch.float64) / n))
             ang = r[:, None].double() * freq[None]
             self.tables.append((ang.cos().float().to(device), ang.sin().float().to(device)))
         self.grid = grid
@@ -114,8 +160,8 @@ class Model:
 class DictCache:
     """Self-Forcing's BF16 cache: per block a buffer of `size` tokens, end indices, a sink."""
 
-    def __init__(self, s, blocks, size, sink_tokens, device):
-        self.size, self.sink = size, sink_tokens
+    def __init__(self, s, blocks, size, sink_tokens, device, max_attention_size=None):
+        self.size, self.sink, self.max_attention_size = size, sink_tokens, max_attention_size
         self.d = [dict(k=torch.zeros(1, size, s["heads"], s["dim"], device=device, dtype=torch.bfloat16),
                        v=torch.zeros(1, size, s["heads"], s["dim"], device=device, dtype=torch.bfloat16),
                        g=0, l=0) for _ in range(blocks)]
@@ -134,7 +180,8 @@ class DictCache:
         c["k"][:, le - t:le] = k
         c["v"][:, le - t:le] = v
         c["g"], c["l"] = end, le
-        return c["k"][:, :le], c["v"][:, :le]
+        first = 0 if self.max_attention_size is None else max(0, le - self.max_attention_size)
+        return c["k"][:, first:le], c["v"][:, first:le]
 
     def kv_bytes(self):
         return sum(c[n].numel() * 2 for c in self.d for n in ("k", "v"))
@@ -150,17 +197,17 @@ def generate(model, mode, args, rope, noise, profile=None):
     total_frames = chunks * s["frames_per_chunk"]
     size = (args.local_attn_size if args.local_attn_size != -1 else total_frames) * fs
     if mode == "bf16":
-        cache = DictCache(s, nb, size, args.sink_size * fs, dev)
+        cache = DictCache(s, nb, size, args.sink_size * fs, dev, args.max_attention_size)
         upd = cache.update
     else:
         # "SPEC+overlap": overlap_encode=True (spans encoded on the cache's own stream); "SPEC": False
         spec, overlap = (mode[:-len("+overlap")], True) if mode.endswith("+overlap") else (mode, False)
         spec, batch = (spec[:-len("+batch")], True) if spec.endswith("+batch") else (spec, False)
-        cache = qvg.torch.SelfForcingKVCache(nb, s["heads"], s["dim"], frame_seqlen=fs,
-                                             frames_per_chunk=s["frames_per_chunk"],
-                                             local_attn_size=args.local_attn_size, sink_size=args.sink_size,
-                                             key=spec, value=spec, quant_factor=args.quant_factor,
-                                             overlap_encode=overlap, batch_encodes=batch)
+        cache = CACHES[args.cache](nb, s["heads"], s["dim"], frame_seqlen=fs, frames_per_chunk=s["frames_per_chunk"],
+                                   local_attn_size=args.local_attn_size, sink_size=args.sink_size, key=spec,
+                                   value=spec, quant_factor=args.quant_factor, overlap_encode=overlap,
+                                   batch_encodes=batch, keep_recent=args.keep_recent,
+                                   max_attention_size=args.max_attention_size)
         upd = lambda i, k, v, st: cache[i].update(k, v, st)  # noqa: E731
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -292,7 +339,15 @@ def main():
     ap.add_argument("--sink-size", type=int, default=0, help="sink frames (a multiple of 3)")
     ap.add_argument("--modes", nargs="+", default=["bf16", "qvg", "qvg-pro"])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--blocks", type=int, default=30)
+    ap.add_argument("--shapes", choices=sorted(SHAPES), default="wan1.3b", help="the DiT's shapes")
+    ap.add_argument("--cache", choices=sorted(CACHES), default="selfforcing",
+                    help="the qvg cache class (lingbot: qvg.lingbot.LingBotWorldKVCache)")
+    ap.add_argument("--blocks", type=int, default=None, help="blocks run (default: all of --shapes')")
+    ap.add_argument("--grid", type=int, nargs=2, default=None, metavar=("H", "W"),
+                    help="latent tokens per frame, height x width (default 30 52: 480 x 832; 45 80: 720 x 1280)")
+    ap.add_argument("--keep-recent", type=int, default=0, help="newest finished chunks kept in BF16 (qvg modes)")
+    ap.add_argument("--max-attention-size", type=int, default=None,
+                    help="rows of the buffer the attention reads, the last ones (LingBot-World's; default: all)")
     ap.add_argument("--profile", action="store_true",
                     help="profile the last chunk of a run of the first mode other than bf16")
     ap.add_argument("--longcat-blocks", type=int, default=0, help="blocks of the LongCat-shaped run (0: skip it)")
@@ -311,7 +366,11 @@ def main():
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)
         return
-    s = dict(WAN)
+    s = dict(SHAPES[args.shapes])
+    if args.blocks is None:
+        args.blocks = s["blocks"]
+    if args.grid is not None:
+        s["grid"] = tuple(args.grid)
     fs = s["grid"][0] * s["grid"][1]
     chunks = args.frames // s["frames_per_chunk"]
     model = Model(s, dev, blocks=args.blocks)
@@ -319,8 +378,10 @@ def main():
     g = torch.Generator(device=dev).manual_seed(1)
     noise = [torch.randn(1, fs * s["frames_per_chunk"], s["width"], device=dev, generator=g).to(torch.bfloat16)
              for _ in range(chunks)]
-    print(f"Wan-1.3B-shaped causal DiT: {args.blocks} blocks, {chunks} chunks of {fs * 3} tokens, "
-          f"span {args.quant_factor} chunks, local_attn_size {args.local_attn_size}, sink {args.sink_size}", flush=True)
+    part = "" if args.blocks == s["blocks"] else f" (figures for these {args.blocks} of {s['blocks']} blocks)"
+    print(f"{args.shapes}-shaped causal DiT, {args.cache} cache: {args.blocks} blocks{part}, {chunks} chunks of "
+          f"{fs * 3} tokens, span {args.quant_factor} chunks, keep_recent {args.keep_recent}, local_attn_size "
+          f"{args.local_attn_size}, sink {args.sink_size}, max_attention_size {args.max_attention_size}", flush=True)
     generate(model, "bf16", args, rope, noise[:2])  # warm-up (cuBLAS, SDPA kernels)
     runs, ref = {m: [] for m in args.modes}, None
     for rep in range(args.repeats):
@@ -339,7 +400,7 @@ def main():
             print(f"  run {rep + 1} {mode:8s} {sum(ms):9.1f} ms  (rel. L2 of latents vs bf16 {err:.3g})", flush=True)
     # Steady state: chunks after the first span was encoded (its encode happens at the start of
     # chunk quant_factor + sink chunks).
-    steady_from = min(chunks - 1, args.quant_factor + args.sink_size // 3 + 1)
+    steady_from = min(chunks - 1, args.quant_factor + args.keep_recent + args.sink_size // 3 + 1)
     result.update(config=dict(vars(args), chunks=chunks, chunk_tokens=fs * 3, steady_from_chunk=steady_from,
                               device=torch.cuda.get_device_name(), torch=torch.__version__, qvg=qvg.__version__),
                   modes={m: summarize(r, steady_from) for m, r in runs.items()})
@@ -357,7 +418,8 @@ def main():
         elif mem.get("tokens_encoded"):
             per_frame = mem["spans_bytes"] / (mem["tokens_encoded"] / fs / args.blocks)  # counts sum over blocks
             # BF16 at most: the chunks before a span and the sink (+overlap: also the last span's copies)
-            tail_frames = (2 if m.endswith("+overlap") else 1) * args.quant_factor * 3 + args.sink_size
+            tail_frames = ((2 if m.endswith("+overlap") else 1) * args.quant_factor + args.keep_recent) * 3 \
+                + args.sink_size
             frames16 = int((16 * GB - tail_frames * bf16_frame) // per_frame) + tail_frames
         else:
             frames16 = 0
