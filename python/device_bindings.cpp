@@ -113,6 +113,14 @@ void bind_device(py::module_& m) {
                           "caller's stream without host synchronization (qvg/device_codec.h).")
       .def(py::init([](const std::string& spec) { return DeviceCodec(parse_codec_spec(spec)); }), py::arg("spec"))
       .def_property_readonly("spec", [](const DeviceCodec& c) { return codec_spec(c.config()); })
+      .def_property_readonly(
+          "group_quantized", [](const DeviceCodec& c) { return method_traits(c.config().method).group_quantized; },
+          "Whether its encodings are in the group-quantized format (qvg, rtn): the ones decode_rows reads and "
+          "DeviceEncodedTensor.pack packs (the method table's flag).")
+      .def_property_readonly(
+          "clustered", [](const DeviceCodec& c) { return method_traits(c.config().method).clustered; },
+          "Whether it runs k-means stages (qvg), so that an encode may warm-start from an earlier encoding "
+          "(the method table's flag).")
       .def(
           "encode",
           [](const DeviceCodec& c, const py::object& x, const std::string& role, const py::object& stream,

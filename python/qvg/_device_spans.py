@@ -5,7 +5,6 @@ import torch
 
 from ._qvg import DeviceCodec
 
-ROWS_METHODS = ("qvg", "rtn")  # the methods DeviceCodec.decode_rows reads (include/qvg/device_codec.h)
 
 
 def stream_of(device):
@@ -60,28 +59,25 @@ def check_extra(extra, heads, dim, device):
 
 
 class Codecs:
-    """The K and V DeviceCodecs of a cache, and whether each decodes row ranges."""
+    """The K and V DeviceCodecs of a cache. A codec's group_quantized (decode_rows reads its encodings)
+    and clustered (its encodes warm-start) flags come from the method table."""
 
     def __init__(self, key, value, device):
         with torch.cuda.device(device):
             self.k = DeviceCodec(key)
             self.v = DeviceCodec(value)
-        self.rows = {id(self.k): self.k.spec.split(":", 1)[0] in ROWS_METHODS,
-                     id(self.v): self.v.spec.split(":", 1)[0] in ROWS_METHODS}
-        self.warm = {id(self.k): self.k.spec.split(":", 1)[0] == "qvg",
-                     id(self.v): self.v.spec.split(":", 1)[0] == "qvg"}
 
     def encode(self, codec, x, role, stream, warm_start=None):
         """x: [rows, tokens, dim] (any float dtype, any strides); the encoded tensor."""
         x = x.contiguous()
-        if not self.warm[id(codec)] or warm_start is None or warm_start.shape != tuple(x.shape):
+        if not codec.clustered or warm_start is None or warm_start.shape != tuple(x.shape):
             warm_start = None
         return codec.encode(x, role=role, stream=stream, warm_start=warm_start)
 
     def decode_rows(self, codec, enc, out, out_offset, begin, count, stream, scratch):
         """Rows [begin, begin + count) of enc into rows [out_offset, ...) of out ([rows, capacity, dim],
         contiguous). scratch(shape, dtype) gives a reused tensor for methods without a ranged decode."""
-        if self.rows[id(codec)]:
+        if codec.group_quantized:
             codec.decode_rows(enc, out, out_offset=out_offset, begin=begin, count=count, stream=stream)
             return
         whole = scratch(enc.shape, out.dtype)

@@ -16,7 +16,6 @@ import itertools
 
 import torch
 
-PACK_METHODS = ("qvg", "rtn")  # the methods DeviceEncodedTensor.pack packs (encoded on the device)
 ALIGN = 512  # bytes: each entry and each part of an entry starts at a multiple of this
 SLAB = 1 << 26  # bytes: pinned memory is taken in slabs of up to 64 MiB
 

@@ -138,7 +138,7 @@ class LongCatKVCache:
     def _check_packable(self):
         for name, codec in (("key", self._codecs.k), ("value", self._codecs.v)):
             method = codec.spec.split(":", 1)[0]
-            if method not in _offload.PACK_METHODS:
+            if not codec.group_quantized:
                 raise ValueError(
                     f"offload=True keeps each block's encoded K and V as packed bytes in pinned host memory, which "
                     f"the qvg and rtn codecs give (DeviceEncodedTensor.pack); the {name} codec {codec.spec!r} "
@@ -202,7 +202,7 @@ class LongCatKVCache:
         warm = self._warm.get(block) if self.warm_start else None
         if not self.offload:
             return warm or (None, None)
-        if warm is None or warm.meta(block)[2] != shape or not any(self._codecs.warm.values()):
+        if warm is None or warm.meta(block)[2] != shape or not (self._codecs.k.clustered or self._codecs.v.clustered):
             return None, None  # (no qvg codec: nothing to copy back)
         return self._unpack(warm, block)
 
