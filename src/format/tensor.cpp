@@ -12,36 +12,40 @@ HeadTensorView::HeadTensorView(const HeadTensor& x)
             " values but the shape [", x.heads, ", ", x.tokens, ", ", x.dim, "] needs ", x.numel());
 }
 
+namespace {
+
+/// The view of the given strides at p, checked (HeadTensorView::check) under `what`.
+HeadTensorView strided_view(const float* p, int64_t heads, int64_t tokens, int64_t dim, int64_t head_stride,
+                            int64_t token_stride, const char* what) {
+  HeadTensorView v;
+  v.data = p;
+  v.heads = heads;
+  v.tokens = tokens;
+  v.dim = dim;
+  v.head_stride = head_stride;
+  v.token_stride = token_stride;
+  v.check(what);
+  return v;
+}
+
+}  // namespace
+
 HeadTensorView HeadTensorView::htd(const float* p, int64_t heads, int64_t tokens, int64_t dim) {
   return rows(p, heads, tokens, dim, tokens);
 }
 
 HeadTensorView HeadTensorView::thd(const float* p, int64_t tokens, int64_t heads, int64_t dim) {
   HeadTensor::checked_numel(heads, tokens, dim);  // bounds heads * dim
-  HeadTensorView v;
-  v.data = p;
-  v.heads = heads;
-  v.tokens = tokens;
-  v.dim = dim;
-  v.head_stride = dim;
-  v.token_stride = heads * dim;
-  v.check("thd view");
-  return v;
+  return strided_view(p, heads, tokens, dim, dim, heads * dim, "thd view");
 }
 
 HeadTensorView HeadTensorView::rows(const float* p, int64_t heads, int64_t tokens, int64_t dim, int64_t row_stride) {
   HeadTensor::checked_numel(heads, tokens, dim);
   QVG_CHECK(row_stride >= tokens, "rows view: row_stride (", row_stride, ") is below tokens (", tokens, ")");
-  HeadTensorView v;
-  v.data = p;
-  v.heads = heads;
-  v.tokens = tokens;
-  v.dim = dim;
-  v.token_stride = dim;
-  QVG_CHECK(!__builtin_mul_overflow(row_stride, dim, &v.head_stride), "rows view: row_stride ", row_stride,
-            " x dim ", dim, " overflows 64 bits");
-  v.check("rows view");
-  return v;
+  int64_t head_stride = 0;
+  QVG_CHECK(!__builtin_mul_overflow(row_stride, dim, &head_stride), "rows view: row_stride ", row_stride, " x dim ",
+            dim, " overflows 64 bits");
+  return strided_view(p, heads, tokens, dim, head_stride, dim, "rows view");
 }
 
 void HeadTensorView::check(const char* what) const {
