@@ -15,6 +15,13 @@ class Cache(unittest.TestCase):
         return [(random_kv(heads, tokens, dim, seed=100 + 2 * i), random_kv(heads, tokens, dim, seed=101 + 2 * i))
                 for i in range(n)]
 
+    def three_chunk_cache(self):
+        """A one-layer cache of three chunks in spans of two (one span, one BF16 chunk)."""
+        cache = qvg.StreamingKVCache(1, 2, 64, quant_factor=2)
+        for k, v in self.chunks(3):
+            cache.append(0, k, v)
+        return cache
+
     def test_head_shards_read_the_same_heads_as_one_cache(self):
         # Head-sharded parallelism (Ulysses): a cache of heads [2, 4) of a
         # 4-head model, built with first_head=2, holds and reads exactly what
@@ -100,9 +107,7 @@ class Cache(unittest.TestCase):
         self.assertFalse(np.array_equal(got_k, bf16_round(k)))  # keys are rotated on read
 
     def test_save_and_load(self):
-        cache = qvg.StreamingKVCache(1, 2, 64, quant_factor=2)
-        for k, v in self.chunks(3):
-            cache.append(0, k, v)
+        cache = self.three_chunk_cache()
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "c.qvgc")
             cache.save(path)
@@ -142,9 +147,7 @@ class Cache(unittest.TestCase):
         # save replaced FIFOs, devices and links with a regular file (issue 41):
         # other kinds are refused and left as they are; a link is written through.
         import stat
-        cache = qvg.StreamingKVCache(1, 2, 64, quant_factor=2)
-        for k, v in self.chunks(3):
-            cache.append(0, k, v)
+        cache = self.three_chunk_cache()
         with tempfile.TemporaryDirectory() as tmp:
             fifo = os.path.join(tmp, "fifo")
             os.mkfifo(fifo)
