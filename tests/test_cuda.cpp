@@ -1093,6 +1093,107 @@ TEST(Cuda, AssignmentBreaksExactTiesToTheLowestIndex) {
     }
 }
 
+#if QVG_WITH_CUDA
+// Heads that stop at different iterations: the first half well separated
+// blobs (24 of them, for C = 16: the error stops falling after a few
+// iterations), the second half normal noise (it keeps falling); bf16 values.
+HeadTensor mixed_heads(int64_t h, int64_t n, int64_t d, unsigned seed) {
+  HeadTensor x = blobs(h, n, d, 24, seed);
+  std::mt19937 gen(seed + 1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t hh = h / 2; hh < h; ++hh)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t q = 0; q < d; ++q) x.at(hh, i, q) = nd(gen);
+  for (float& v : x.data) v = bf16_to_float(bf16_from_float(v));
+  return x;
+}
+
+/// Head h's bytes of a part of `heads` equal slices (after `skip` bytes).
+std::vector<uint8_t> head_slice(const std::vector<uint8_t>& part, int64_t heads, int64_t h, size_t skip = 0,
+                                size_t length = 0) {
+  const size_t per = (length ? length : part.size() - skip) / static_cast<size_t>(heads);
+  const auto at = part.begin() + static_cast<std::ptrdiff_t>(skip + per * static_cast<size_t>(h));
+  return {at, at + static_cast<std::ptrdiff_t>(per)};
+}
+
+// The stopping rule decided on the device (GpuKMeansOptions::device_convergence,
+// DeviceCodec's) writes each head's result from its final assignment, whether
+// that is the last one launched (the head ran max_iter iterations) or an
+// earlier one (it stopped by tol, and one pass after the loop writes max |R|
+// and the stored centroids): every head's parts equal that head encoded alone
+// with exactly its iteration count and no rule (fixed_iterations), and the
+// whole tensor equals the host rule's encode, whose statistics give the
+// counts. GPU against GPU, so near-ties do not matter; a warm start (the
+// random start of an iters=0 encode) instead of per-head seeds. One stage,
+// BF16 and FP8 centroids, D = 64 and 128.
+TEST(Cuda, DeviceStoppingRuleWritesEachHeadsFinalAssignment) {
+  REQUIRE_GPU();
+  constexpr int64_t kHeads = 6, kTokens = 1500;
+  for (int64_t d : {64, 128})
+    for (const std::string format : {"bf16", "fp8"}) {
+      const std::string what = "d=" + std::to_string(d) + " " + format;
+      const HeadTensor x = mixed_heads(kHeads, kTokens, d, static_cast<unsigned>(d) + 3);
+      std::vector<uint16_t> xb(x.data.size());
+      for (size_t i = 0; i < xb.size(); ++i) xb[i] = bf16_from_float(x.data[i]);
+      cuda::DeviceBuffer<uint16_t> xd;
+      xd.upload(xb.data(), xb.size());
+      const CodecConfig c0 = parse_codec_spec("qvg:centroids=16,iters=0,init=random");
+      cuda::Encoder enc;
+      cuda::DeviceParts start;
+      enc.encode(xd.get(), DeviceElement::bf16, cuda::make_shape(c0, kHeads, kTokens, d),
+                 cuda::GpuKMeansOptions::fixed_iterations(c0.kmeans), start, nullptr);
+      const CodecConfig c = parse_codec_spec("qvg:centroids=16,iters=4,tol=1e-3,centroid_format=" + format);
+      const cuda::QvgShape sh = cuda::make_shape(c, kHeads, kTokens, d);
+      cuda::GpuKMeansOptions km;
+      km.params = c.kmeans;
+      km.warm_bf16 = start.centroids.get();
+      km.device_convergence = true;
+      cuda::DeviceParts on_device, on_host;
+      enc.encode(xd.get(), DeviceElement::bf16, sh, km, on_device, nullptr);
+      km.device_convergence = false;
+      std::vector<KMeansStats> stats;
+      enc.encode(xd.get(), DeviceElement::bf16, sh, km, on_host, nullptr, &stats);
+      EncodedTensor dev, host;
+      cuda::download_parts(on_device, dev, nullptr);
+      cuda::download_parts(on_host, host, nullptr);
+      expect_same_parts(host, dev, what + ": device rule against host rule");
+      ASSERT_EQ(stats.size(), static_cast<size_t>(kHeads)) << what;
+      int stopped = 0, ran_all = 0;
+      for (int64_t h = 0; h < kHeads; ++h) {
+        const int iters = stats[static_cast<size_t>(h)].iterations;
+        ASSERT_GE(iters, 1) << what;
+        ++(iters < c.kmeans.max_iter ? stopped : ran_all);
+        CodecConfig ch = c;
+        ch.kmeans.max_iter = iters;
+        cuda::GpuKMeansOptions kh = cuda::GpuKMeansOptions::fixed_iterations(ch.kmeans);
+        kh.warm_bf16 = start.centroids.get() + h * c.kmeans.centroids * d;
+        cuda::DeviceParts alone;
+        enc.encode(xd.get() + h * kTokens * d, DeviceElement::bf16, cuda::make_shape(ch, 1, kTokens, d), kh, alone,
+                   nullptr);
+        EncodedTensor one;
+        cuda::download_parts(alone, one, nullptr);
+        const std::string head = what + " head " + std::to_string(h) + " (" + std::to_string(iters) + " iterations)";
+        EXPECT_EQ(one.codes, head_slice(dev.codes, kHeads, h)) << head;
+        EXPECT_EQ(one.scales, head_slice(dev.scales, kHeads, h)) << head;
+        EXPECT_EQ(one.span_scales, head_slice(dev.span_scales, kHeads, h)) << head;
+        EXPECT_EQ(one.ids, head_slice(dev.ids, kHeads, h)) << head;
+        if (format == "bf16") {
+          EXPECT_EQ(one.centroids, head_slice(dev.centroids, kHeads, h)) << head;
+        } else {  // FP8 codes [H][C][D], then FP32 scales [H]
+          const size_t codes = static_cast<size_t>(kHeads * c.kmeans.centroids * d);
+          std::vector<uint8_t> want = head_slice(dev.centroids, kHeads, h, 0, codes);
+          const std::vector<uint8_t> scale = head_slice(dev.centroids, kHeads, h, codes);
+          want.insert(want.end(), scale.begin(), scale.end());
+          EXPECT_EQ(one.centroids, want) << head;
+        }
+      }
+      // Both kinds of head in one encode (else the data no longer test what they are for).
+      EXPECT_GT(stopped, 0) << what << ": no head stopped before max_iter";
+      EXPECT_GT(ran_all, 0) << what << ": every head stopped before max_iter";
+    }
+}
+#endif
+
 TEST(Cuda, RepeatedRunsAreIdenticalAndErrorMatchesCpu) {
   REQUIRE_GPU();
   VideoLikeParams p;

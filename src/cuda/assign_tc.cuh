@@ -271,11 +271,68 @@ __global__ void __launch_bounds__(256) dist_for_empty_kernel(const T* __restrict
   }
 }
 
-/// Zero the per-head maxima of the heads that will run (inactive heads keep
-/// the value of their last assignment). One thread per head.
-static __global__ void zero_active_kernel(unsigned* __restrict__ v, const int* __restrict__ active, int heads) {
-  const int h = blockIdx.x * blockDim.x + threadIdx.x;
-  if (h < heads && (!active || active[h])) v[h] = 0u;
+/// Threads of stopped_head_outputs_kernel's block.
+constexpr int kStoppedThreads = 256;
+
+/// What a head's final assignment writes besides its ids (AssignOutputs'
+/// resid_max, next and cent_bf16, those not null), for the heads that
+/// stopped before the encoder's last assignment (active[h] == 0: their final
+/// assignment was an earlier one, which wrote only ids and distances), from
+/// that assignment's ids ([H][N]) and the centroids it read (cent, [H][C][D]
+/// float; an inactive head's are not updated again): the values
+/// assign_tc_kernel writes (exact_phase, flush_head_maxima, stage_float_rows).
+/// With r = x - bf16(c_id) (round-to-nearest subtraction):
+///   for n: resid_max[h] = max(resid_max[h], max_k |r[k]|)  (NaN wins: fmax_nan)
+///          next[h][n] = bf16(r)
+///   cent_bf16[h] = bf16(cent[h])
+/// resid_max of these heads zeroed by the caller. Heads with active[h] != 0
+/// return at once. Grid (any, H): blocks stride over the head's rows, block
+/// 0 writes the centroids; block kStoppedThreads, D / 8 threads a row, 8
+/// values each.
+template <int D, typename T>
+__global__ void __launch_bounds__(kStoppedThreads)
+    stopped_head_outputs_kernel(const T* __restrict__ x, int64_t n_tokens, const float* __restrict__ cent,
+                                int c_count, const uint8_t* __restrict__ ids, const int* __restrict__ active,
+                                AssignOutputs out) {
+  static_assert(D % 8 == 0 && kStoppedThreads % (D / 8) == 0, "whole rows a block step");
+  const int h = blockIdx.y;
+  if (active[h]) return;
+  const float* ch = cent + static_cast<int64_t>(h) * c_count * D;
+  if (out.cent_bf16 && blockIdx.x == 0)
+    for (int i = threadIdx.x; i < c_count * (D / 4); i += kStoppedThreads) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(ch) + i);
+      *reinterpret_cast<uint2*>(out.cent_bf16 + static_cast<int64_t>(h) * c_count * D + 4 * i) =
+          make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+    }
+  if (!out.resid_max && !out.next) return;  // the same for the block
+  constexpr int kPerRow = D / 8;                      // threads a row
+  constexpr int kRows = kStoppedThreads / kPerRow;    // rows a block step
+  const int q = threadIdx.x % kPerRow;                // this thread's dims: 8 q .. 8 q + 7
+  float r_max = 0.0f;
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kPerRow; n < n_tokens;
+       n += static_cast<int64_t>(gridDim.x) * kRows) {
+    const int64_t row = static_cast<int64_t>(h) * n_tokens + n;
+    float xv[8];
+    load8_as_float(x + row * D + 8 * q, xv);
+    float lo[4], hi[4];
+    const float* cp = ch + static_cast<int64_t>(ids[row]) * D + 8 * q;
+    load_float4(cp, lo);
+    load_float4(cp + 4, hi);
+    const float cv[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
+    uint32_t packed[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float d0 = __fsub_rn(xv[2 * k], round_bf16_dev(cv[2 * k]));
+      const float d1 = __fsub_rn(xv[2 * k + 1], round_bf16_dev(cv[2 * k + 1]));
+      r_max = fmax_nan(r_max, fmax_nan(fabsf(d0), fabsf(d1)));
+      packed[k] = pack_bf16x2(d0, d1);
+    }
+    if (out.next)
+      *reinterpret_cast<uint4*>(out.next + row * D + 8 * q) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
+  if (!out.resid_max) return;  // the same for the block
+  for (int off = 16; off > 0; off >>= 1) r_max = fmax_nan(r_max, __shfl_xor_sync(0xFFFFFFFFu, r_max, off));
+  if ((threadIdx.x & 31) == 0) atomicMax(out.resid_max + h, __float_as_uint(r_max));  // NaN (0x7FC00000 up) above inf
 }
 
 }  // namespace qvg::cuda

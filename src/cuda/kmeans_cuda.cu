@@ -99,18 +99,32 @@ cudaError_t launch_centroid_sum(const T* x, int64_t n, int c, int heads, const u
 }
 
 /// The tensor-core assignment of every active head (assign_tc.cuh), its
-/// per-head maxima zeroed first.
+/// per-head maxima zeroed first: those of every head (a head that stopped
+/// before gets its max |residual| from stopped_head_outputs_kernel next).
 template <int D, typename T>
 cudaError_t launch_assign(const T* x, int64_t n, const float* cent, int c, int heads, const int* active,
                           const AssignOutputs& o, cudaStream_t s) {
   QVG_CHECK(heads <= 65535, "k-means on the GPU: at most 65535 heads per tensor, got ", heads);
   QVG_CHECK(c >= 1 && c <= kAssignMaxCentroids, "k-means on the GPU: 1 to ", kAssignMaxCentroids, " centroids, got ", c);
-  for (unsigned* m : {o.x_max, o.resid_max}) {
-    if (!m) continue;
-    zero_active_kernel<<<blocks_for(heads), kThreads, 0, s>>>(m, active, heads);
-    if (cudaError_t e = cudaGetLastError()) return e;
-  }
+  for (unsigned* m : {o.x_max, o.resid_max})
+    if (m)
+      if (cudaError_t e = cudaMemsetAsync(m, 0, sizeof(unsigned) * heads, s)) return e;
   return launch_assign_tc<D, T>(x, n, cent, c, heads, active, o, s);
+}
+
+/// stopped_head_outputs_kernel over the heads with active[h] == 0: blocks a
+/// head as many as fill the device once (the heads that still ran return at
+/// once), at least one, at most one a kernel step of rows.
+template <int D, typename T>
+cudaError_t launch_stopped_head_outputs(const T* x, int64_t n, const float* cent, int c, int heads,
+                                        const uint8_t* ids, const int* active, const AssignOutputs& o,
+                                        cudaStream_t s) {
+  constexpr int kRows = kStoppedThreads / (D / 8);
+  const int64_t fill = resident_blocks(stopped_head_outputs_kernel<D, T>, kStoppedThreads, 0, "k-means outputs");
+  const int64_t per_head = std::clamp<int64_t>(fill / heads, 1, (n + kRows - 1) / kRows);
+  stopped_head_outputs_kernel<D, T><<<dim3(static_cast<unsigned>(per_head), static_cast<unsigned>(heads)),
+                                      kStoppedThreads, 0, s>>>(x, n, cent, c, ids, active, o);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -333,69 +347,89 @@ void Encoder::kmeans_stage(const T* data, const QvgShape& sh, int stage, const G
   const QvgParts here = stage_parts(parts, sh, stage);
 
   kmeans_start(data, sh, stage, km, stream);
-  // Heads still iterating: all of them without the convergence check (null).
-  active_host_.assign(static_cast<size_t>(H), 1);
-  mse_host_.assign(static_cast<size_t>(H), 0.0);
-  mse_prev_.assign(static_cast<size_t>(H), 0.0);
+  const int max_iter = km.params.max_iter;
+  // The stopping rule (check_convergence) decided on the device, or on the
+  // host (kmeans_converged: a download and a synchronisation an assignment).
   const bool on_device = km.check_convergence && km.device_convergence && !stats;
-  if (on_device) {
-    mse_prev_dev_.resize(static_cast<size_t>(H));
-    start_convergence_kernel<<<blocks_for(H), kThreads, 0, stream>>>(active_.get(), mse_prev_dev_.get(), H);
-    QVG_CUDA_CHECK(cudaGetLastError());
-  } else if (km.check_convergence) {
+  const bool on_host = km.check_convergence && !on_device;
+  if (on_host) {
+    active_host_.assign(static_cast<size_t>(H), 1);
+    mse_host_.assign(static_cast<size_t>(H), 0.0);
+    mse_prev_.assign(static_cast<size_t>(H), 0.0);
     active_.upload(active_host_.data(), active_host_.size(), stream);
   }
-  auto converged = [&](int it) {
-    if (on_device) {
-      convergence_kernel<<<blocks_for(H), kThreads, 0, stream>>>(mse_.get(), mse_prev_dev_.get(), active_.get(),
-                                                                 km.params.tol, it, H);
-      QVG_CUDA_CHECK(cudaGetLastError());
-    } else if (km.check_convergence) {
-      kmeans_converged(sh, stage, it, km, stream, stats);
-    }
-  };
+  if (on_device) mse_prev_dev_.resize(static_cast<size_t>(H));
+  // Heads still iterating: all of them without the rule (null). On the
+  // device the first assignment runs every head (null) and the rule's kernel
+  // after it sets the list.
   const int* active = km.check_convergence ? active_.get() : nullptr;
   QVG_CUDA_CHECK(cudaMemsetAsync(reseeded_.get(), 0, sizeof(int) * H, stream));
-  // Exact distances of every row: the convergence check's mean. Otherwise
-  // only the empty-cluster rule needs them, for the heads with an empty
-  // cluster (dist_for_empty_kernel in kmeans_update).
-  const bool dist_in_assign = km.check_convergence;
-  int assignments = 0;
-  auto assign = [&] {
+  // Assignment `it` (0 .. max_iter). Per assignment: the ids, and where the
+  // rule follows, every row's exact distance (the rule's error, and the
+  // farthest rows of the empty-cluster rule in the update after it; without
+  // the rule only heads with an empty cluster need them: dist_for_empty_kernel
+  // in kmeans_update). What only the result needs (max |R|, the next stage's
+  // points, the stored centroids) is written once: by the final assignment
+  // (it == max_iter) for the heads it runs, and by finish() for the heads
+  // that stopped before it.
+  auto assign = [&](int it) {
+    const bool last = it == max_iter;
+    const bool rule = on_host || (on_device && !last);  // the rule follows (on the host: also the statistics)
     AssignOutputs o;
     o.ids = here.ids;
-    o.dist = dist_in_assign ? dist_.get() : nullptr;
+    o.dist = rule ? dist_.get() : nullptr;
     // Largest |x| of each head's points (the fixed-point quantum of the
     // update sums): found by the first assignment.
-    o.x_max = assignments == 0 ? kmeans_max_.get() : nullptr;
-    ++assignments;
-    // The quantizer's max |residual| is that of the final assignment: with
-    // a fixed iteration count only the last one needs it.
-    const bool may_be_last = km.check_convergence || assignments == km.params.max_iter + 1;
-    o.resid_max = may_be_last ? resid_max : nullptr;
-    o.next = may_be_last ? next : nullptr;            // a head's last write is its final assignment's
-    o.cent_bf16 = may_be_last ? here.centroids : nullptr;  // the centroids it used: the stored ones
+    o.x_max = it == 0 ? kmeans_max_.get() : nullptr;
+    o.resid_max = last ? resid_max : nullptr;
+    o.next = last ? next : nullptr;
+    o.cent_bf16 = last ? here.centroids : nullptr;  // the centroids the final assignment used: the stored ones
+    const int* run = on_device && it == 0 ? nullptr : active;
     with_head_dim(D, [&](auto dim) {
-      QVG_CUDA_CHECK((launch_assign<decltype(dim)::value>(data, N, cent_.get(), C, H, active, o, stream)));
+      QVG_CUDA_CHECK((launch_assign<decltype(dim)::value>(data, N, cent_.get(), C, H, run, o, stream)));
     });
-    if (km.check_convergence) {
-      head_mse_kernel<<<H, 1024, 0, stream>>>(dist_.get(), N, D, mse_.get());
+    if (on_host) {
+      head_mse_kernel<<<H, kMseThreads, 0, stream>>>(dist_.get(), N, D, mse_.get());
+      QVG_CUDA_CHECK(cudaGetLastError());
+    } else if (rule) {
+      head_converged_kernel<<<H, kMseThreads, 0, stream>>>(dist_.get(), N, D, mse_prev_dev_.get(), active_.get(),
+                                                           km.params.tol, it);
       QVG_CUDA_CHECK(cudaGetLastError());
     }
   };
-  assign();
-  converged(0);
+  // The result of the heads that stopped before assignment max_iter (the
+  // rule cleared their flag), from their final assignment's ids and
+  // centroids, which no later step changed. all_stopped: no assignment
+  // max_iter ran (the host rule stopped every head), so no maximum was zeroed.
+  auto finish = [&](bool all_stopped) {
+    if (!km.check_convergence || max_iter == 0) return;
+    AssignOutputs o;
+    o.resid_max = resid_max;
+    o.next = next;
+    o.cent_bf16 = here.centroids;
+    if (all_stopped && resid_max) QVG_CUDA_CHECK(cudaMemsetAsync(resid_max, 0, sizeof(unsigned) * H, stream));
+    with_head_dim(D, [&](auto dim) {
+      QVG_CUDA_CHECK((launch_stopped_head_outputs<decltype(dim)::value>(data, N, cent_.get(), C, H, here.ids,
+                                                                        active_.get(), o, stream)));
+    });
+  };
   // Sums and counts start at 0 once a stage: each update's mean kernel
   // clears the sums it reads, the reseed kernel the counts.
-  if (km.params.max_iter > 0) QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
-  for (int it = 1; it <= km.params.max_iter; ++it) {
-    if (km.check_convergence && !on_device &&
-        std::none_of(active_host_.begin(), active_host_.end(), [](int a) { return a != 0; }))
-      break;
-    kmeans_update(data, sh, here.ids, active, dist_in_assign, stream);
-    assign();
-    converged(it);
+  if (max_iter > 0) QVG_CUDA_CHECK(cudaMemsetAsync(sums_.get(), 0, sums_.bytes(), stream));
+  bool all_stopped = false;
+  for (int it = 0; it <= max_iter; ++it) {
+    if (it > 0) {
+      if (on_host && std::none_of(active_host_.begin(), active_host_.end(), [](int a) { return a != 0; })) {
+        all_stopped = true;
+        break;
+      }
+      kmeans_update(data, sh, here.ids, active, km.check_convergence, stream);
+    }
+    assign(it);
+    if (it == max_iter) finish(false);  // before the host rule clears more flags
+    if (on_host) kmeans_converged(sh, stage, it, km, stream, stats);
   }
+  if (all_stopped) finish(true);
   if (stats) {
     std::vector<int> re(static_cast<size_t>(H));
     reseeded_.download(re.data(), re.size(), stream);

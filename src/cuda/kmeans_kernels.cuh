@@ -570,39 +570,69 @@ static __global__ void centroid_mean_kernel(unsigned long long* __restrict__ sum
   }
 }
 
-/// Mean squared distance per head, fixed-order reduction (same bits every run).
-/// One block of 1024 per head.
-static __global__ void head_mse_kernel(const float* __restrict__ dist, int64_t n_tokens, int d, double* __restrict__ mse) {
-  __shared__ double s[1024];
-  const int h = blockIdx.x;
+/// Threads of the per-head error's block (head_mse_kernel, head_converged_kernel).
+constexpr int kMseThreads = 1024;
+
+/// The sum of head h's distances dh[0 .. n) in double, in a fixed order (the
+/// same bits every run): thread t adds dh[t], dh[t + 1024], ... in turn, then
+/// a tree over the threads (s[t] += s[t + w], w = 512 .. 1). The loop it
+/// replaces, with its loads issued kAhead at a time (the adds keep their
+/// order, so the bits are the same):
+///   for (i = t; i < n; i += 1024) acc += dh[i]
+/// The whole block (kMseThreads) calls it; thread 0 gets the sum. s: shared,
+/// kMseThreads doubles.
+__device__ __forceinline__ double head_dist_sum(const float* __restrict__ dh, int64_t n, double* s) {
+  constexpr int kAhead = 8;
   double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < n_tokens; i += blockDim.x) acc += dist[static_cast<int64_t>(h) * n_tokens + i];
+  int64_t i = threadIdx.x;
+  for (; i + (kAhead - 1) * kMseThreads < n; i += kAhead * kMseThreads) {
+    float v[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) v[j] = __ldg(dh + i + j * kMseThreads);
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) acc = __dadd_rn(acc, static_cast<double>(v[j]));
+  }
+  for (; i < n; i += kMseThreads) acc = __dadd_rn(acc, static_cast<double>(__ldg(dh + i)));
   s[threadIdx.x] = acc;
   __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+  for (int w = kMseThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) s[threadIdx.x] = __dadd_rn(s[threadIdx.x], s[threadIdx.x + w]);
     __syncthreads();
   }
-  if (threadIdx.x == 0) mse[h] = s[0] / static_cast<double>(n_tokens * d);
+  return s[0];
 }
 
-/// Device-side convergence (GpuKMeansOptions::device_convergence): every
-/// head active, no previous error.
-static __global__ void start_convergence_kernel(int* __restrict__ active, double* __restrict__ prev, int heads) {
-  const int h = blockIdx.x * blockDim.x + threadIdx.x;
-  if (h >= heads) return;
-  active[h] = 1;
-  prev[h] = 0.0;
+/// Mean squared distance per head (head_dist_sum / (N D)): mse[h] for every
+/// head. Grid H; block kMseThreads.
+static __global__ void __launch_bounds__(kMseThreads)
+    head_mse_kernel(const float* __restrict__ dist, int64_t n_tokens, int d, double* __restrict__ mse) {
+  __shared__ double s[kMseThreads];
+  const int h = blockIdx.x;
+  const double sum = head_dist_sum(dist + static_cast<int64_t>(h) * n_tokens, n_tokens, s);
+  if (threadIdx.x == 0) mse[h] = sum / static_cast<double>(n_tokens * d);
 }
 
-/// The CPU's rule after assignment `it` (kmeans_converged's): an active head
-/// stops once it > 0 and its error fell by at most tol of the last one.
-static __global__ void convergence_kernel(const double* __restrict__ mse, double* __restrict__ prev,
-                                          int* __restrict__ active, double tol, int it, int heads) {
-  const int h = blockIdx.x * blockDim.x + threadIdx.x;
-  if (h >= heads || !active[h]) return;
-  if (it > 0 && __dsub_rn(prev[h], mse[h]) <= __dmul_rn(tol, prev[h])) active[h] = 0;
-  prev[h] = mse[h];
+/// Device-side convergence (GpuKMeansOptions::device_convergence) after
+/// assignment `it`: head_mse_kernel's error and the CPU's rule
+/// (kmeans_converged's) in one kernel. it == 0: every head active, prev[h]
+/// its error. it > 0: a head still active stops (active[h] = 0) once its
+/// error fell by at most tol of the last one, prev[h] its error; inactive
+/// heads return at once (their distances were not written). Grid H; block
+/// kMseThreads.
+static __global__ void __launch_bounds__(kMseThreads)
+    head_converged_kernel(const float* __restrict__ dist, int64_t n_tokens, int d, double* __restrict__ prev,
+                          int* __restrict__ active, double tol, int it) {
+  __shared__ double s[kMseThreads];
+  const int h = blockIdx.x;
+  if (it > 0 && !active[h]) return;  // the same for the block
+  const double sum = head_dist_sum(dist + static_cast<int64_t>(h) * n_tokens, n_tokens, s);
+  if (threadIdx.x != 0) return;
+  const double mse = sum / static_cast<double>(n_tokens * d);
+  if (it == 0)
+    active[h] = 1;
+  else if (__dsub_rn(prev[h], mse) <= __dmul_rn(tol, prev[h]))
+    active[h] = 0;
+  prev[h] = mse;
 }
 
 /// The rows kmeans_random_rows(n, C, seed_base + h) draws, for every head h:

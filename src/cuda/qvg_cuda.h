@@ -83,11 +83,14 @@ struct GpuKMeansOptions {
   /// the CPU (relative drop <= tol) and the statistics are filled. Off: every
   /// head runs max_iter iterations with no host synchronisation.
   bool check_convergence = true;
-  /// With check_convergence: decide on the device (a kernel applies the
-  /// CPU's rule to the per-head error after every assignment and clears
-  /// the head's active flag), so nothing waits for the host; every one of
-  /// max_iter iterations is still launched, converged heads' blocks return
-  /// at once. Ignored when statistics are asked for (they need the host).
+  /// With check_convergence: decide on the device (one kernel sums each
+  /// head's error after every assignment but the last and applies the CPU's
+  /// rule, clearing the head's active flag), so nothing waits for the host;
+  /// every one of max_iter iterations is still launched, converged heads'
+  /// blocks return at once, and after the last assignment one kernel writes
+  /// the result (max |R|, next points, stored centroids) of the heads that
+  /// stopped before it. Ignored when statistics are asked for (they need
+  /// the host).
   bool device_convergence = false;
   /// Warm start: BF16 centroids [S][H][C][D] on the device (or null).
   const uint16_t* warm_bf16 = nullptr;
@@ -199,7 +202,10 @@ class Encoder {
   /// FORMAT.md, Encode 1). next (optional, [H][N][D] BF16): the next stage's
   /// points bf16(data - bf16(centroid)). The steps: kmeans_start, then
   /// assignments and updates (kmeans_assign, kmeans_update) until every head
-  /// converged or max_iter updates ran, then kmeans_stats.
+  /// converged or max_iter updates ran. Only the last assignment (or, for a
+  /// head that stopped before it, one pass after the loop:
+  /// stopped_head_outputs_kernel) writes resid_max, next and the stored
+  /// centroids.
   template <typename T>
   void kmeans_stage(const T* data, const QvgShape& sh, int stage, const GpuKMeansOptions& km, QvgParts parts,
                     cudaStream_t stream, std::vector<KMeansStats>* stats, unsigned* resid_max, uint16_t* next);
