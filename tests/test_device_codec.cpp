@@ -83,6 +83,42 @@ TEST(DeviceCodec, EncodeEqualsTheCpuReferenceAndDecodesBitIdentically) {
   cudaStreamDestroy(s);
 }
 
+// The stopping rule on the device (DeviceCodec's): blobs whose heads stop at
+// different iterations, some by tol before max_iter and some at max_iter
+// (the CPU's statistics say which, and the test asks for both: 2 or 3
+// iterations of at most 3 with one stage, 2 to 4 of at most 4 with two), give the
+// CPU reference's parts; one and two stages, BF16 and FP8 centroids, D = 64
+// and 128; iters=0 (the start's assignment is the result) too. More blobs
+// than centroids (merged blobs, as in test_cuda's KMeansMatchesCpuWithoutNearTies)
+// from a k-means++ start: no near-ties.
+TEST(DeviceCodec, StoppingRuleOnTheDeviceEqualsTheCpuReference) {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (const std::string spec : {"qvg:centroids=4,iters=3,tol=1e-3,init=kmeans++",
+                                   "qvg:centroids=4,iters=3,tol=1e-3,init=kmeans++,centroid_format=fp8",
+                                   "qvg-pro:stages=2,centroids=4,iters=4,tol=1e-3,init=kmeans++",
+                                   "qvg-pro:stages=2,centroids=4,iters=4,tol=1e-3,init=kmeans++,centroid_format=fp8",
+                                   "qvg:centroids=4,iters=0,init=kmeans++"}) {
+      const std::string what = spec + " d=" + std::to_string(d);
+      const CodecConfig c = parse_codec_spec(spec);
+      const HeadTensor x = blobs(8, 1200, d, smoothing_stages(c), 32, static_cast<unsigned>(5 * d + 1));
+      EncodeOptions opt;
+      opt.role = TensorRole::key;
+      EncodeReport report;
+      const EncodedTensor want = make_codec(c)->encode(x, opt, &report);
+      if (c.kmeans.max_iter > 0) {
+        int stopped = 0, ran_all = 0;
+        for (const KMeansStats& st : report.kmeans) ++(st.iterations < c.kmeans.max_iter ? stopped : ran_all);
+        EXPECT_GT(stopped, 0) << what << ": no head stopped before max_iter";
+        EXPECT_GT(ran_all, 0) << what << ": every head stopped before max_iter";
+      }
+      const auto xd = to_device(x);
+      const DeviceEncodedTensor e =
+          DeviceCodec(c).encode(xd.get(), DeviceElement::f32, x.heads, x.tokens, x.dim, TensorRole::key, nullptr);
+      expect_same_parts(want, e.to_host(), what);
+    }
+}
+
 // centroids=auto (C resolved from the span's length and the budget: 16 for
 // BF16 centroids at 0.25 bits over 1,024 tokens): DeviceCodec and the
 // host-form CUDA codec give the CPU reference's parts, and the C stored is
