@@ -7,7 +7,7 @@
 # table, whose lines end with "DeviceCodec encode X ms = R x" (the API over
 # the kernels' fixed-iteration figure in the same run). Logs under $OUT.
 # Needs the carried .deps (scripts/gpu_build.sh).
-# Environment: QVG_API_REPS (bench_cuda repetitions, default 10).
+# Environment: QVG_API_REPS (bench_cuda repetitions, default 5).
 source "$(dirname "$0")/gpu_start.sh"
 step "build"
 scripts/gpu_build.sh "$OUT/build.log" test_device_codec test_kmeans test_cuda bench_cuda || exit 1
@@ -25,7 +25,7 @@ compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device
 grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 step "bench_cuda (API vs kernels)"
 # --quick: 3 encode repetitions and no CPU error comparison on random data.
-build-gpu/bench/bench_cuda --quick --reps "${QVG_API_REPS:-10}" --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || rc=1
+build-gpu/bench/bench_cuda --quick --reps "${QVG_API_REPS:-5}" --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || rc=1
 # shape, data, method, the kernels' encode ms, then the API's "ms = ratio x".
 grep -E "^(self-forcing|longcat)" "$OUT/bench.log" |
   sed -E 's/^(.{36}) (.{11}) (.{44}) +([0-9.]+) .*DeviceCodec encode ([0-9.]+) ms = ([0-9.]+)x.*/\1 \2 \3 kernel \4 ms  api \5 ms  \6x/'
