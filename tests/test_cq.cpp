@@ -2,8 +2,8 @@
 // decode against a direct computation from the parts, the encoder's choice
 // (nearest stored codeword, token scales), exact bytes against
 // expected_part_bytes and the bits formula, the spec (existing specs
-// unchanged), cache-file and encoded-tensor checks, bad input, the CUDA
-// refusal, quality ordering and the budget rule's family.
+// unchanged), cache-file and encoded-tensor checks, bad input, who encodes it for CUDA
+// (the CPU reference), quality ordering and the budget rule's family.
 #include <gtest/gtest.h>
 
 #include <cmath>
