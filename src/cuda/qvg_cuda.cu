@@ -161,7 +161,7 @@ QvgParts DeviceParts::view() const {
 }
 
 void check_device_config(const CodecConfig& c) {
-  QVG_CHECK(method_traits(c.method).group_quantized, c.name, ": the GPU encoder implements ",
+  QVG_CHECK(method_traits(c.method).group_quantized, c.name, ": the GPU encoder and fused decode implement ",
             method_names_where([](const MethodTraits& t) { return t.group_quantized; }), ", not ",
             method_name(c.method));
 }
