@@ -1,8 +1,9 @@
 // GPU benchmark of the CUDA QVG/RTN backend at real model shapes.
-//   bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch] [--warm]
-// (--starts, --batch, --warm: only the k-means starts' table, bench_starts;
-// the batched span encodes, bench_batch; iterations after a warm start,
-// bench_warm.)
+//   bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch] [--warm] [--cq]
+// (--starts, --batch, --warm, --cq: only the k-means starts' table,
+// bench_starts; the batched span encodes, bench_batch; iterations after a
+// warm start, bench_warm; qvg's code=cq decode at the Self-Forcing span,
+// bench_cq.)
 // Prints, per shape and data: the device copy bandwidth (bytes read +
 // written), decode time and achieved bandwidth, encode time of QVG (S=1,
 // B=64, 2 k-means iterations; with BF16 and with FP8 centroids) and QVG-Pro
@@ -30,6 +31,7 @@
 #include "qvg/codec.h"
 #include "qvg/data.h"
 #include "qvg/half.h"
+#include "qvg/methods.h"
 #include "qvg/metrics.h"
 
 using namespace qvg;
@@ -204,12 +206,103 @@ void bench_warm(Timer& timer, int reps) {
   }
 }
 
+/// Device-to-device copy bandwidth (bytes read + written) of 2 GiB: the
+/// reference every decode figure is a fraction of.
+double copy_bandwidth_gbs(Timer& timer, int reps) {
+  const size_t copy_bytes = size_t(2) << 30;
+  DeviceBuffer<uint8_t> c0(copy_bytes), c1(copy_bytes);
+  QVG_CUDA_CHECK(cudaMemset(c0.get(), 1, copy_bytes));
+  const double copy_ms = timer.median_ms(reps, [&] {
+    QVG_CUDA_CHECK(cudaMemcpyAsync(c1.get(), c0.get(), copy_bytes, cudaMemcpyDeviceToDevice));
+  });
+  return 2.0 * copy_bytes / (copy_ms * 1e6);
+}
+
+/// qvg's codebook residual code (code=cq) at the Self-Forcing span
+/// [12, 37440, 128] (video-like keys): the CPU reference encodes (all cores;
+/// the CUDA codecs run it), the fused decode to BF16 on the device (one
+/// launch, and back-to-back), as a fraction of the 2 GiB copy and of a copy
+/// of the decode's size, beside QVG's int decode of the same keys (encoded on
+/// the GPU); and whether the BF16 decode equals the CPU decode rounded to
+/// BF16 (mismatching values: 0 expected).
+void bench_cq(Timer& timer, int reps) {
+  const double copy_gbs = copy_bandwidth_gbs(timer, reps);
+  std::printf("copy bandwidth: %.0f GB/s (read + write of 2 GiB)\n", copy_gbs);
+  VideoLikeParams vp;
+  vp.heads = 12;
+  vp.frames = 24;
+  const HeadTensor x = make_video_like(vp, TensorRole::key);
+  const std::vector<uint16_t> xb = to_bf16(x);
+  HeadTensor xr(x.heads, x.tokens, x.dim);  // the BF16 values the device holds
+  for (size_t i = 0; i < xb.size(); ++i) xr.data[i] = bf16_to_float(xb[i]);
+  DeviceBuffer<uint16_t> xd, out(xb.size());
+  xd.upload(xb.data(), xb.size());
+  std::printf("%-36s %-58s %9s %9s %8s %10s %10s %10s %9s %9s\n", "code=cq, self-forcing span", "spec", "enc_ms",
+              "dec_ms", "dec_GB/s", "dec_%copy", "%same_copy", "b2b_%copy", "bits", "bf16_diff");
+  for (const std::string spec :
+       {"qvg:iters=2,init=random", "qvg:code=cq,iters=2,init=random",
+        "qvg:code=cq,cq_dim=2,cq_codewords=16,iters=2,init=random,centroid_format=fp8",
+        "qvg:code=cq,cq_dim=4,cq_codewords=64,iters=2,init=random,centroid_format=fp8",
+        "qvg:code=cq,cq_dim=4,cq_codewords=16,iters=2,init=random,centroid_format=fp8",
+        "qvg:code=cq,cq_dim=1,cq_codewords=4,iters=2,init=random,centroid_format=fp8",
+        "qvg:code=cq,cq_dim=8,cq_codewords=256,iters=2,init=random,centroid_format=fp8"}) {
+    const CodecConfig c = parse_codec_spec(spec);
+    const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
+    DeviceParts parts;
+    EncodedTensor host;
+    double enc_ms = 0;
+    if (device_encodes(c)) {  // QVG's int code: the GPU encoder
+      Encoder enc;
+      const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
+      enc_ms = timer.median_ms(1, [&] { enc.encode(xd.get(), DeviceElement::bf16, sh, km, parts, nullptr); });
+      host.config = c;
+      host.heads = x.heads;
+      host.tokens = x.tokens;
+      host.dim = x.dim;
+      download_parts(parts, host, nullptr);
+    } else {  // code=cq: the CPU reference, uploaded
+      EncodeOptions opt;
+      opt.threads = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      host = make_codec(c)->encode(xr, opt);
+      enc_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      upload_parts(host, sh, parts, nullptr);
+    }
+    auto dec = [&] { decode(sh, parts.view(), out.get(), DeviceElement::bf16, nullptr); };
+    const double dec_ms = timer.median_ms(reps, dec);
+    const double b2b_ms = timer.batch_median_ms(reps, 10, dec);
+    const double moved = double(parts.bytes()) + double(out.bytes());
+    double same_gbs = 0;
+    {
+      const size_t half = static_cast<size_t>(moved / 2) & ~size_t{15};
+      DeviceBuffer<uint8_t> s0(half), s1(half);
+      QVG_CUDA_CHECK(cudaMemset(s0.get(), 1, half));
+      same_gbs = 2.0 * half / (timer.median_ms(reps, [&] {
+                   QVG_CUDA_CHECK(cudaMemcpyAsync(s1.get(), s0.get(), half, cudaMemcpyDeviceToDevice));
+                 }) * 1e6);
+    }
+    dec();
+    std::vector<uint16_t> ob(xb.size());
+    out.download(ob.data(), ob.size());
+    QVG_CUDA_CHECK(cudaDeviceSynchronize());
+    HeadTensor cpu;
+    make_codec(c)->decode(host, cpu, 0);
+    size_t diff = 0;
+    for (size_t i = 0; i < ob.size(); ++i) diff += ob[i] != bf16_from_float(cpu.data[i]);
+    const double gbs = moved / (dec_ms * 1e6), b2b_gbs = moved / (b2b_ms * 1e6);
+    std::printf("%-36s %-58s %9.1f %9.4f %8.0f %9.1f%% %9.1f%% %9.1f%% %9.3f %9zu\n", "[12,37440,128] video-like keys",
+                spec.c_str(), enc_ms, dec_ms, gbs, 100.0 * gbs / copy_gbs, 100.0 * gbs / same_gbs,
+                100.0 * b2b_gbs / copy_gbs, host.bits_per_value(), diff);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
   int reps = 20;
-  bool quick = false, profile = false, starts = false, batch = false, warm = false;
+  bool quick = false, profile = false, starts = false, batch = false, warm = false, cq = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
@@ -218,8 +311,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--starts")) starts = true;
     else if (!std::strcmp(argv[i], "--batch")) batch = true;
     else if (!std::strcmp(argv[i], "--warm")) warm = true;
+    else if (!std::strcmp(argv[i], "--cq")) cq = true;
     else {
-      std::fprintf(stderr, "usage: bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch] [--warm]\n");
+      std::fprintf(stderr,
+                   "usage: bench_cuda [--json FILE] [--reps N] [--quick] [--profile] [--starts] [--batch] [--warm] "
+                   "[--cq]\n");
       return 2;
     }
   }
@@ -250,22 +346,19 @@ int main(int argc, char** argv) {
       return 0;
     }
     Timer timer;
-    if (starts || batch || warm) {  // the k-means starts, the batched encodes, warm-start iterations
+    if (starts || batch || warm || cq) {  // the k-means starts, the batched encodes, warm-start iterations, code=cq
       if (starts) bench_starts(timer, reps);
       if (batch) bench_batch(timer, reps);
       if (warm) bench_warm(timer, reps);
+      if (cq) bench_cq(timer, reps);
       return 0;
     }
     // Copy bandwidth: 2 GiB device-to-device, bytes read + written.
     const size_t copy_bytes = size_t(2) << 30;
     DeviceBuffer<uint8_t> c0(copy_bytes), c1(copy_bytes);
     QVG_CUDA_CHECK(cudaMemset(c0.get(), 1, copy_bytes));
-    const double copy_ms = timer.median_ms(reps, [&] {
-      QVG_CUDA_CHECK(cudaMemcpyAsync(c1.get(), c0.get(), copy_bytes, cudaMemcpyDeviceToDevice));
-    });
-    const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e6);
-    std::printf("copy bandwidth: %.0f GB/s (read + write of %.1f GiB in %.3f ms)\n", copy_gbs, copy_bytes / 1073741824.0,
-                copy_ms);
+    const double copy_gbs = copy_bandwidth_gbs(timer, reps);
+    std::printf("copy bandwidth: %.0f GB/s (read + write of 2.0 GiB)\n", copy_gbs);
     // References for a write-dominated kernel: write-only bandwidth
     // (cudaMemset, 2 GiB) and a copy of the decode's output size (128 MiB).
     const double set_ms = timer.median_ms(reps, [&] { QVG_CUDA_CHECK(cudaMemsetAsync(c1.get(), 0, copy_bytes)); });

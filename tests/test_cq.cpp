@@ -2,8 +2,8 @@
 // decode against a direct computation from the parts, the encoder's choice
 // (nearest stored codeword, token scales), exact bytes against
 // expected_part_bytes and the bits formula, the spec (existing specs
-// unchanged), cache-file and encoded-tensor checks, bad input, the CUDA
-// refusal, quality ordering and the budget rule's family.
+// unchanged), cache-file and encoded-tensor checks, bad input, who encodes it for CUDA
+// (the CPU reference), quality ordering and the budget rule's family.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -321,13 +321,12 @@ TEST(CqChecks, DamagedPartsAreRefused) {
   }
 }
 
-TEST(CqChecks, CudaRefusesTheCode) {
-  const CodecConfig c = parse_codec_spec("qvg:code=cq");
-  EXPECT_NE(error_of([&] { check_cuda_supported(c); })
-                .find("code=cq (codebook residual code) has no CUDA encode or decode"),
-            std::string::npos);
-  EXPECT_NO_THROW(check_cuda_supported(parse_codec_spec("qvg")));
-  EXPECT_NO_THROW(check_cuda_supported(parse_codec_spec("kivi")));
+TEST(CqChecks, TheCpuReferenceEncodesTheCodeForCuda) {
+  EXPECT_FALSE(device_encodes(parse_codec_spec("qvg:code=cq")));
+  EXPECT_FALSE(device_encodes(parse_codec_spec("qvg:code=cq,centroid_format=fp8,stages=0")));
+  EXPECT_TRUE(device_encodes(parse_codec_spec("qvg")));
+  EXPECT_TRUE(device_encodes(parse_codec_spec("rtn")));
+  EXPECT_FALSE(device_encodes(parse_codec_spec("kivi")));
 }
 
 TEST(CqChecks, HostileMagnitudesFollowTheKMeansRange) {

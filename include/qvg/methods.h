@@ -92,10 +92,11 @@ std::vector<std::string> budget_fields_of(const CodecConfig& c);
 /// quantization, log2(cq_codewords) / cq_dim for qvg's code=cq, 16 for bf16.
 double code_bits(const CodecConfig& c);
 
-/// Throws qvg::Error (prefixed with c.name) when c has no CUDA encode and
-/// decode: qvg with code=cq (the CPU codec runs it). Every CUDA entry point
-/// (CudaCodec, DeviceCodec, the device cache) calls it before its work.
-void check_cuda_supported(const CodecConfig& c);
+/// Whether the CUDA backend encodes config c on the GPU: its method's
+/// device_encode, except qvg with code=cq, whose encode the CUDA codecs
+/// (CudaCodec, DeviceCodec, the device cache) run on the CPU reference
+/// (the same bytes by definition) before decoding on the device.
+bool device_encodes(const CodecConfig& c);
 
 /// The bytes each part of an encoding of c (valid for dim) must have.
 PartBytes expected_part_bytes(const CodecConfig& c, TensorRole role, int64_t heads, int64_t tokens, int64_t dim);

@@ -84,9 +84,12 @@ class TorchCache(unittest.TestCase):
             yield ref, dev
 
     def test_kv_equals_the_host_cache_read(self):
-        # BF16 centroids in both layouts; FP8 centroids (keys) beside BF16 ones (values) in one.
+        # BF16 centroids in both layouts; FP8 centroids (keys) beside BF16 ones (values) in one; code=cq.
         cases = [("qvg:centroids=8,iters=3,tol=0",) * 2 + (layout,) for layout in ("bhtd", "bthd")]
         cases.append(("qvg:centroids=8,iters=3,tol=0,centroid_format=fp8", "qvg:centroids=8,iters=3,tol=0", "bhtd"))
+        # code=cq: encoded by the CPU reference, decoded on the device.
+        cases.append(("qvg:code=cq,centroids=8,iters=3,tol=0,cq_dim=4,cq_codewords=16,centroid_format=fp8",
+                      "qvg:code=cq,centroids=8,iters=3,tol=0", "bthd"))
         for kspec, vspec, layout in cases:
             for ref, dev in self.both(kspec, vspec, "3d", 7, layout=layout, quant_factor=2, sink=1, window_chunks=4):
                 rk, rv = ref.read(1)

@@ -81,11 +81,7 @@ double code_bits(const CodecConfig& c) {
   return c.bits;
 }
 
-void check_cuda_supported(const CodecConfig& c) {
-  QVG_CHECK(!uses_codebooks(c), c.name,
-            ": code=cq (codebook residual code) has no CUDA encode or decode yet; encode and decode it with the CPU "
-            "codec");
-}
+bool device_encodes(const CodecConfig& c) { return method_traits(c.method).device_encode && !uses_codebooks(c); }
 
 int smoothing_stages(const CodecConfig& c) { return method_traits(c.method).clustered ? c.stages : 0; }
 

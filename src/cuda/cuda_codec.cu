@@ -1,7 +1,7 @@
 // The one front of the CUDA backend: the Codec of every method on the GPU
 // and the public functions of qvg/cuda.h. One set of checks (a usable
 // device, the tensor's method, its parts); the method's row says where the
-// work runs (MethodTraits::device_encode, group_quantized): qvg_cuda.cu /
+// work runs (device_encodes, MethodTraits::group_quantized): qvg_cuda.cu /
 // kmeans_cuda.cu encode and decode the group-quantized format (qvg, rtn),
 // baseline_cuda.cu decodes the others (kivi, quarot, bf16); a method not
 // encoded on the device is encoded by the CPU reference, the same bytes by
@@ -29,7 +29,7 @@ using cuda::DeviceBuffer;
 using cuda::DeviceParts;
 
 /// Whether the GPU encoder encodes c (else the CPU reference does).
-bool encodes_on_device(const CodecConfig& c) { return method_traits(c.method).device_encode; }
+bool encodes_on_device(const CodecConfig& c) { return device_encodes(c); }
 
 /// Whether e's parts are the group-quantized format (the fused decode reads
 /// them; else the baseline decoder).

@@ -1,7 +1,7 @@
 // Device-resident encoded tensors and the stream-ordered DeviceCodec
 // (qvg/device_codec.h). The group-quantized format's parts (qvg, rtn):
-// cuda::DeviceParts, written by the Encoder and read by the decode kernels in
-// place; the other methods' (kivi, quarot, bf16): cuda::BaselineDeviceParts.
+// cuda::DeviceParts, written by the Encoder (or, for qvg's code=cq, by the
+// CPU reference and uploaded) and read by the decode kernels in place; the other methods' (kivi, quarot, bf16): cuda::BaselineDeviceParts.
 // Part memory comes from the device's stream-ordered pool
 // (DeviceBuffer::use_pool).
 #include <cuda_runtime.h>
@@ -95,6 +95,8 @@ DeviceEncodedTensor DeviceEncodedTensor::warm_state(void* stream) const {
   w->centroids_only = true;
   w->parts.centroids.resize(I.parts.centroids.size());
   w->parts.fp8_codes = I.parts.fp8_codes;
+  w->parts.book_offset = I.parts.book_offset;
+  w->parts.book_scales_offset = I.parts.book_scales_offset;
   QVG_CUDA_CHECK(cudaMemcpyAsync(w->parts.centroids.get(), I.parts.centroids.get(), I.parts.centroids.bytes(),
                                  cudaMemcpyDeviceToDevice, s));
   return DeviceEncodedTensor(std::move(w));
@@ -200,6 +202,22 @@ void check_warm(const DeviceEncodedTensor::Impl& w, const CodecConfig& c, const 
             "device)");
 }
 
+/// A host tensor of w's header holding only w's centroids part (a qvg
+/// tensor or warm_state()): the warm start of the CPU reference's encode
+/// (code=cq), which reads nothing else of it. Synchronizes s.
+EncodedTensor host_centroids(const DeviceEncodedTensor::Impl& w, cudaStream_t s) {
+  QVG_CHECK(w.qvg_parts(), "warm start: a ", method_name(w.config.method), " tensor has no centroids");
+  EncodedTensor e;
+  e.config = w.config;
+  e.role = w.role;
+  e.heads = w.heads;
+  e.tokens = w.tokens;
+  e.dim = w.dim;
+  cuda::download_bytes(w.parts.centroids, e.centroids, s);
+  QVG_CUDA_CHECK(cudaStreamSynchronize(s));
+  return e;
+}
+
 /// Heads [src_head, src_head + heads) of every stage of src (stage pitch
 /// src_heads heads of per_head bytes) -> heads from dst_head of dst (stage
 /// pitch dst_heads heads). Stream-ordered.
@@ -236,7 +254,7 @@ void copy_centroid_heads(void* group_part, const cuda::QvgShape& group, void* on
 DeviceCodec::DeviceCodec(const CodecConfig& config) : impl_(std::make_unique<Impl>()) {
   check_device();
   impl_->config = config;
-  if (method_traits(config.method).device_encode)
+  if (device_encodes(config))
     cuda::check_device_config(config);
   else
     impl_->reference = make_codec(config);
@@ -254,10 +272,15 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
   QVG_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, c.name,
             ": the input must be 16-byte aligned (the encode reads 16 bytes at a time)");
   const cudaStream_t s = as_stream(stream);
-  if (impl_->reference) {  // kivi, quarot, bf16: the CPU reference's encode
+  if (impl_->reference) {  // kivi, quarot, bf16, qvg with code=cq: the CPU reference's encode
     QVG_CHECK(heads > 0 && tokens > 0 && dim > 0, c.name, ": empty tensor [", heads, ", ", tokens, ", ", dim, "]");
     EncodeOptions opt;
     opt.role = role;
+    EncodedTensor warm;  // a warm start's centroids part (all the CPU encode reads of it)
+    if (warm_start && !warm_start->empty() && smoothing_stages(c) > 0) {
+      warm = host_centroids(warm_start->impl(), s);
+      opt.warm_start = &warm;
+    }
     return DeviceEncodedTensor::from_host(
         impl_->reference->encode(cuda::download_as_float(x, type, heads, tokens, dim, s), opt), stream);
   }

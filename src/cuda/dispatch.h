@@ -67,6 +67,35 @@ decltype(auto) with_stages(int stages, F&& f) {
   ::qvg::detail::fail("dispatch", "no tiled kernel for ", stages, " stages (0 to 4)");
 }
 
+/// f(integral_constant<int, G>) for code=cq's sub-vector sizes: 1, 2, 4, 8.
+template <typename F>
+decltype(auto) with_cq_dim(int g, F&& f) {
+  switch (g) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+  }
+  ::qvg::detail::fail("dispatch", "no kernel for cq_dim ", g, " (1, 2, 4 or 8)");
+}
+
+/// f(integral_constant<int, B>) for code=cq's index widths: 1 to 8 bits
+/// (2 to 256 codewords).
+template <typename F>
+decltype(auto) with_cq_bits(int b, F&& f) {
+  switch (b) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+  }
+  ::qvg::detail::fail("dispatch", "no kernel for ", b, "-bit codeword indices (1 to 8)");
+}
+
 /// Blocks of `threads` threads covering n threads' work.
 inline unsigned blocks_for(int64_t n, int threads = 256) {
   return static_cast<unsigned>((n + threads - 1) / threads);

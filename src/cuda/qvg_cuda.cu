@@ -1,10 +1,12 @@
 // The QVG/RTN backend on the GPU outside k-means (kmeans_cuda.cu): parts
 // on the device, the shape check, quantization, the fused decode, and the
-// Encoder's stage loop. Kernels: qvg_kernels.cuh, decode_lines.cuh.
+// Encoder's stage loop. Kernels: qvg_kernels.cuh, decode_lines.cuh,
+// decode_cq.cuh (code=cq).
 #include <algorithm>
 #include <type_traits>
 
 #include "core/codecs.h"
+#include "cuda/decode_cq.cuh"
 #include "cuda/decode_lines.cuh"
 #include "cuda/dispatch.h"
 #include "cuda/qvg_cuda.h"
@@ -107,11 +109,19 @@ cudaError_t launch_decode_vals16(const QvgShape& sh, QvgParts p, const DecodeRan
 
 void DeviceParts::allocate(const QvgShape& sh) {
   const int64_t rows = static_cast<int64_t>(sh.heads) * sh.tokens;
-  codes.resize(static_cast<size_t>(rows * sh.dim * sh.bits / 8));
-  scales.resize(static_cast<size_t>(rows * (sh.dim / sh.block) * scale_bytes(sh.scale_format)));
+  if (sh.cq_dim > 0) {  // packed indices, one FP8 scale a token
+    codes.resize(static_cast<size_t>(rows * codebook_row_bytes(sh)));
+    scales.resize(static_cast<size_t>(rows));
+  } else {
+    codes.resize(static_cast<size_t>(rows * sh.dim * sh.bits / 8));
+    scales.resize(static_cast<size_t>(rows * (sh.dim / sh.block) * scale_bytes(sh.scale_format)));
+  }
   span_scales.resize(static_cast<size_t>(sh.heads));
-  centroids.resize(static_cast<size_t>(centroid_part_bytes(sh) / 2));  // an even count: D % 16 == 0
+  // An even count of bytes: D % 16 == 0 (the stages' FP8 codes and the codebooks' D K values are even counts).
+  centroids.resize(static_cast<size_t>((centroid_part_bytes(sh) + codebook_part_bytes(sh)) / 2));
   fp8_codes = sh.fp8_centroids ? centroid_values(sh) : -1;
+  book_offset = sh.cq_dim > 0 ? centroid_part_bytes(sh) : -1;
+  book_scales_offset = sh.cq_dim > 0 && sh.fp8_books ? centroid_part_bytes(sh) + codebook_values(sh) : -1;
   ids.resize(static_cast<size_t>(static_cast<int64_t>(sh.stages) * rows));
 }
 
@@ -142,14 +152,18 @@ QvgParts DeviceParts::view() const {
   } else {
     p.centroids = centroids.get();
   }
+  if (book_offset >= 0) {  // code=cq: the codebooks, then (FP8) a scale a head
+    p.books = reinterpret_cast<uint8_t*>(centroids.get()) + book_offset;
+    if (book_scales_offset >= 0)
+      p.book_scales = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(centroids.get()) + book_scales_offset);
+  }
   return p;
 }
 
 void check_device_config(const CodecConfig& c) {
-  QVG_CHECK(method_traits(c.method).group_quantized, c.name, ": the GPU encoder implements ",
+  QVG_CHECK(method_traits(c.method).group_quantized, c.name, ": the GPU encoder and fused decode implement ",
             method_names_where([](const MethodTraits& t) { return t.group_quantized; }), ", not ",
             method_name(c.method));
-  check_cuda_supported(c);  // code=cq: no kernels yet
 }
 
 QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim) {
@@ -168,8 +182,15 @@ QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t
   sh.stages = smoothing_stages(c);
   sh.centroids = sh.stages > 0 ? c.kmeans.centroids : 0;
   sh.fp8_centroids = sh.stages > 0 && c.centroid_format == CentroidFormat::fp8;
+  if (uses_codebooks(c)) {  // validate(): G in {1, 2, 4, 8} divides D, K a power of two in 2..256
+    sh.cq_dim = c.cq_dim;
+    while ((1 << sh.cq_bits) < c.cq_codewords) ++sh.cq_bits;
+    sh.fp8_books = c.centroid_format == CentroidFormat::fp8;
+    QVG_CHECK(heads <= 65535, c.name, ": the CUDA decode of code=cq takes at most 65535 heads, got ", heads);
+  }
   if (sh.stages > 0) {
-    QVG_CHECK(dim == 64 || dim == 128, c.name, ": GPU k-means supports dim 64 and 128, got ", dim);
+    // (code=cq: encoded by the CPU reference, any dim the decode takes.)
+    QVG_CHECK(sh.cq_dim > 0 || dim == 64 || dim == 128, c.name, ": GPU k-means supports dim 64 and 128, got ", dim);
     QVG_CHECK(sh.centroids <= tokens, c.name, ": centroids (", sh.centroids, ") exceed the tokens (", tokens, ")");
   }
   return sh;
@@ -226,14 +247,25 @@ uint64_t fp8_e4m3_rule_mismatches(uint32_t* first, cudaStream_t s) {
   return c;
 }
 
+namespace {
+/// The GPU encoder codes the residual by group quantization only: code=cq
+/// tensors are encoded by the CPU reference (device_encodes).
+void check_encodes(const QvgShape& sh) {
+  QVG_CHECK(sh.cq_dim == 0, "the GPU encoder does not encode code=cq (codebook residual code); the CUDA codecs "
+            "encode it with the CPU reference and decode it on the device");
+}
+}  // namespace
+
 void Encoder::quantize_given(const void* x, DeviceElement dtype, const QvgShape& sh, DeviceParts& parts,
                              cudaStream_t stream) {
+  check_encodes(sh);
   head_max_.resize(static_cast<size_t>(sh.heads));
   quantize_any(x, dtype, sh, parts.view(), head_max_.get(), false, stream);
 }
 
 void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, const GpuKMeansOptions& km,
                      DeviceParts& parts, cudaStream_t stream, std::vector<KMeansStats>* stats) {
+  check_encodes(sh);
   parts.allocate(sh);
   head_max_.resize(static_cast<size_t>(sh.heads));
   if (sh.stages == 0) {
@@ -368,6 +400,11 @@ void decode_range(const QvgShape& sh, QvgParts p, const DecodeRange& range, void
             "decode: tokens [", range.begin, ", +", range.count, ") of ", sh.tokens, " to rows ", range.out_offset,
             ".. of ", range.out_tokens, " do not fit");
   if (range.count == 0) return;
+  if (sh.cq_dim > 0) {
+    QVG_CHECK(kernel == DecodeKernel::automatic, "decode: a code=cq tensor has one decode kernel (automatic)");
+    decode_cq(sh, p, range, out, dtype, s);
+    return;
+  }
   const bool lines_ok = lines_decode_fits(sh, range.count);
   if (kernel == DecodeKernel::automatic) kernel = lines_ok ? DecodeKernel::lines : DecodeKernel::vals16;
   QVG_CHECK(kernel != DecodeKernel::lines || lines_ok, "decode: the lines kernel needs dim 64 or 128, at most ",

@@ -14,20 +14,25 @@
 
 namespace qvg::cuda {
 
-/// The decode kernels (every one gives the same bits). `automatic` (what
-/// the codecs run): `lines` where it applies (decode_lines.cuh: dim 64 or
-/// 128, at most 4 stages, under 2^30 values per head and 2^31 ids), else
-/// `vals16` (one thread per 16 consecutive values, any shape).
+/// The decode kernels of group quantization (code=int; every one gives the
+/// same bits). `automatic` (what the codecs run): `lines` where it applies
+/// (decode_lines.cuh: dim 64 or 128, at most 4 stages, under 2^30 values
+/// per head and 2^31 ids), else `vals16` (one thread per 16 consecutive
+/// values, any shape). code=cq has one kernel (decode_cq.cuh), which
+/// `automatic` runs.
 enum class DecodeKernel { automatic, lines, vals16 };
 
 /// Device buffers for the parts of one encoded tensor, sized by allocate().
 /// centroids holds the centroids part's bytes (BF16 values, or FP8 codes
-/// and FP32 scales: centroid_part_bytes, an even count).
+/// and FP32 scales: centroid_part_bytes, then with code=cq the codebooks:
+/// codebook_part_bytes; an even count).
 struct DeviceParts {
   DeviceBuffer<uint8_t> codes, scales, ids;
   DeviceBuffer<float> span_scales;
   DeviceBuffer<uint16_t> centroids;
   int64_t fp8_codes = -1;  ///< FP8 centroids: bytes of codes before the scales (allocate()); -1: BF16
+  int64_t book_offset = -1;  ///< code=cq: byte offset of the codebooks in centroids (allocate()); -1: code=int
+  int64_t book_scales_offset = -1;  ///< code=cq, FP8 codebooks: byte offset of their FP32 scales; -1: none
   void allocate(const QvgShape& sh);
   QvgParts view() const;
   /// Allocations from the stream-ordered pool on s (DeviceBuffer::use_pool).
@@ -68,9 +73,10 @@ void upload_parts(const EncodedTensor& e, const QvgShape& sh, DeviceParts& d, cu
 /// on the host (synchronises s).
 void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s);
 
-/// Throws qvg::Error unless the GPU kernels of the group-quantized format
-/// (the encoder, the fused decode) take c's method and formats
-/// (MethodTraits::group_quantized; not code=cq).
+/// Throws qvg::Error unless the fused decode takes c's method and formats
+/// (MethodTraits::group_quantized: qvg with either residual code, rtn). The
+/// GPU encoder takes those the device encodes (device_encodes(c): not
+/// code=cq, which the CPU reference encodes); Encoder checks.
 void check_device_config(const CodecConfig& c);
 
 /// The shape struct of a config and tensor dims; validates (qvg::Error).

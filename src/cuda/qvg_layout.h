@@ -1,5 +1,6 @@
 // Shape and device pointers of one encoded QVG/RTN tensor (host-side plain
-// structs, shared by the kernels and their callers).
+// structs, shared by the kernels and their callers). Both residual codes of
+// qvg: group quantization (code=int) and codebooks (code=cq, cq_dim > 0).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,30 @@ struct QvgShape {
   int stages = 0;
   int centroids = 0;
   bool fp8_centroids = false;  ///< centroid_format=fp8: FP8 codes and a scale per stage and head
+  /// code=cq: G channels a sub-vector (1, 2, 4 or 8; bits, block, scale
+  /// format and levels unused); 0: group quantization (code=int).
+  int cq_dim = 0;
+  int cq_bits = 0;              ///< code=cq: bits of a codeword index, log2(K) (1..8)
+  bool fp8_books = false;       ///< code=cq, centroid_format=fp8: FP8 codewords and a scale per head
 };
+
+/// code=cq: bytes of one token's packed indices, ceil(D / G * b / 8).
+inline int64_t codebook_row_bytes(const QvgShape& sh) {
+  return (static_cast<int64_t>(sh.dim / sh.cq_dim) * sh.cq_bits + 7) / 8;
+}
+
+/// code=cq: codeword values of every head's codebooks, H * D * K (D / G
+/// books of K codewords of G values a head); 0 for code=int.
+inline int64_t codebook_values(const QvgShape& sh) {
+  return sh.cq_dim > 0 ? static_cast<int64_t>(sh.heads) * sh.dim * (int64_t{1} << sh.cq_bits) : 0;
+}
+
+/// code=cq: bytes of the codebook section that ends the centroids part:
+/// BF16 values, or FP8 codes then an FP32 scale a head; 0 for code=int.
+inline int64_t codebook_part_bytes(const QvgShape& sh) {
+  if (sh.cq_dim == 0) return 0;
+  return sh.fp8_books ? codebook_values(sh) + 4 * static_cast<int64_t>(sh.heads) : 2 * codebook_values(sh);
+}
 
 /// log2 of the quantization block (a power of two: validate()), the shift
 /// the tiled kernels index scales with.
@@ -37,13 +61,17 @@ inline int block_shift(const QvgShape& sh) {
 /// part holds BF16 values (centroids) or, with FP8 centroids, E4M3 codes
 /// (cent8) followed by FP32 scales (cent_scales); the other pointer is null.
 struct QvgParts {
-  uint8_t* codes = nullptr;        ///< [H][N][D*b/8]
-  uint8_t* scales = nullptr;       ///< [H][N][D/B] x (1 or 2 bytes)
+  uint8_t* codes = nullptr;        ///< [H][N][D*b/8]; code=cq: [H][N][codebook_row_bytes]
+  uint8_t* scales = nullptr;       ///< [H][N][D/B] x (1 or 2 bytes); code=cq: FP8 [H][N], one a token
   float* span_scales = nullptr;    ///< [H]
   uint16_t* centroids = nullptr;   ///< BF16 [S][H][C][D]
   uint8_t* ids = nullptr;          ///< [S][H][N]
   uint8_t* cent8 = nullptr;        ///< FP8 E4M3 [S][H][C][D]
   float* cent_scales = nullptr;    ///< FP32 [S][H], powers of two
+  /// code=cq: the codebooks [H][D/G][K][G] after the stage centroids: BF16
+  /// values (2 bytes, little-endian) or FP8 E4M3 codes (sh.fp8_books).
+  uint8_t* books = nullptr;
+  float* book_scales = nullptr;    ///< code=cq, FP8 codebooks: FP32 [H], powers of two
 };
 
 /// Values of the centroids part: S * H * C * D.
@@ -58,7 +86,7 @@ inline int64_t centroid_part_bytes(const QvgShape& sh) {
                           : 2 * centroid_values(sh);
 }
 
-/// p with its centroids and ids moved to stage s's (the rest as it is): with
+/// p with its centroids and ids moved to stage s's (code=int) (the rest as it is): with
 /// a one-stage shape, a view of stage s alone.
 inline QvgParts stage_parts(QvgParts p, const QvgShape& sh, int s) {
   const int64_t cent = static_cast<int64_t>(s) * sh.heads * sh.centroids * sh.dim;
