@@ -16,6 +16,7 @@ enum class Method {
   kivi,    ///< KIVI: keys per channel, values per token, asymmetric, recent window
   quarot,  ///< QuaRot: normalized Walsh-Hadamard rotation + asymmetric per token
   qvg,     ///< Quant VideoGen: S k-means smoothing stages + group quantization
+  fp8,     ///< FP8 E4M3 values, a power-of-two (E8M0) scale per block of B along dim
 };
 
 enum class ScaleFormat { fp8, fp16 };
@@ -188,7 +189,7 @@ Method method_from_name(const std::string& name);
 int smoothing_stages(const CodecConfig& c);
 
 /// Parse "preset[:key=value,...]". Presets: bf16, rtn, rtn-int4, kivi,
-/// kivi-int4, quarot, quarot-int4, qvg, qvg-int4, qvg-pro, qvg-pro-int4;
+/// kivi-int4, quarot, quarot-int4, qvg, qvg-int4, qvg-pro, qvg-pro-int4, fp8;
 /// the qvg ones with centroids=auto at centroid_bits = 0.25 (C = 256 on
 /// spans of 16,384 tokens or more; `centroids=256` fixes it).
 /// Keys: codec_fields(). Throws qvg::Error naming the unknown preset/key or

@@ -266,12 +266,22 @@ PartBytes quarot_bytes(const CodecConfig& c, TensorRole, int64_t heads, int64_t 
   return quarot_expected_bytes(c, heads, tokens, dim);
 }
 
+std::string describe_fp8(const CodecConfig& c) { return "E4M3 B" + std::to_string(c.block) + " e8m0"; }
+double fp8_code_bits(const CodecConfig&) { return 8.0; }
+
+// A method's own GPU decode (MethodTraits::decode_on_device): defined only in builds with CUDA.
+#if QVG_WITH_CUDA
+#define QVG_ON_DEVICE(f) f
+#else
+#define QVG_ON_DEVICE(f) nullptr
+#endif
+
 // Named configurations: QVG = INT2 S1 B64 C256; QVG-Pro = INT2 S4 B16 C256, with C
 // = centroids=auto at CodecConfig's centroid_bits (0.25 bits per value a stage): 256 on spans of
 // 16,384 tokens or more (the paper's Self-Forcing and LongCat spans, 37,440 and 29,640 tokens),
 // floor(N / 64) on shorter ones, so that on any span of 256 tokens or more `qvg` stores at most
 // 2.44 bits per value and `qvg-pro` at most 3.75 (2 + 8/16 + 4 * 8/128 + 4 * 0.25, plus the span
-// scale).
+// scale). FP8 = E4M3 with one E8M0 scale per 32 values (OCP MX's block): 8.25 bits per value.
 struct Preset {
   const char* name;
   Method method;
@@ -285,7 +295,7 @@ const Preset kPresets[] = {
     {"kivi-int4", Method::kivi, 4, 64, 0},     {"quarot", Method::quarot, 2, 64, 0},
     {"quarot-int4", Method::quarot, 4, 64, 0}, {"qvg", Method::qvg, 2, 64, 1},
     {"qvg-int4", Method::qvg, 4, 64, 1},       {"qvg-pro", Method::qvg, 2, 16, 4},
-    {"qvg-pro-int4", Method::qvg, 4, 16, 4},
+    {"qvg-pro-int4", Method::qvg, 4, 16, 4},   {"fp8", Method::fp8, 8, 32, 0},
 };
 
 }  // namespace
@@ -359,6 +369,20 @@ const std::vector<MethodTraits>& method_table() {
        .make_cpu = make_qvg_codec,
        .check_values = check_group_quantized_values,
        .reads = qvg_reads},
+      {.method = Method::fp8,
+       .name = "fp8",
+       .summary = "FP8 E4M3 values, a power-of-two (E8M0) scale per block of B along dim",
+       .fields = {"block"},
+       .budget_fields = {"block"},
+       .device_decode = true,
+       .decode_on_device = QVG_ON_DEVICE(fp8_decode_on_device),
+       .code_bits = fp8_code_bits,
+       // Below 2^-91 the block scale 2^e is clamped to e >= -100; 2^127 keeps e <= kFp8MaxScaleExponent.
+       .encodable = {0x1p-91, 0x1p127},
+       .expected_bytes = fp8_expected_bytes,
+       .describe = describe_fp8,
+       .make_cpu = make_fp8_codec,
+       .check_values = check_fp8_values},
   };
   return table;
 }
