@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "qvg/codec.h"
+#include "qvg/config.h"
 #include "qvg/half.h"
 #include "reference/baselines.h"
 
@@ -679,10 +680,122 @@ TEST(Baselines, BadInputsThrow) {
 // Every codec refuses a tensor of every other method with the same message,
 // before anything else about the tensor is checked (the other method's
 // config may not even be valid for this codec), and leaves `out` as it was.
+// ---------------------------------------------------------------- fp8
+
+/// Data over many binades: per block a magnitude from 2^-40 to 2^40, a zero
+/// block, and values down in E4M3's subnormals of their block.
+HeadTensor fp8_data(int64_t h, int64_t n, int64_t d, unsigned seed) {
+  HeadTensor x = make_data(h, n, d, seed);
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> exp(-40, 40);
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t t = 0; t < n; ++t) {
+      const float m = std::ldexp(1.0f, exp(gen));
+      for (int64_t c = 0; c < d; ++c) x.at(i, t, c) *= (c % 7 == 0 ? 1e-4f : 1.0f) * m;
+    }
+  for (int64_t c = 0; c < 16; ++c) x.at(0, 0, c) = 0.0f;  // a zero block (B = 16)
+  return x;
+}
+
+// Each value's error is at most half a step of E4M3 under its block's scale
+// 2^e: max(2^-4 |x|, 2^-10 2^e); 2^e is the least power of two with the
+// block's max |x| / 2^e <= 448 (a zero block: 1, codes zero); part sizes
+// and bits per value are FORMAT.md's.
+TEST(Fp8, ErrorWithinHalfAStepOfE4M3) {
+  for (int block : {16, 32, 64, 128}) {
+    const CodecConfig c = parse_codec_spec("fp8:block=" + std::to_string(block));
+    const HeadTensor x = fp8_data(2, 37, 128, static_cast<unsigned>(block));
+    const EncodedTensor e = make_codec(c)->encode(x);
+    ASSERT_EQ(e.codes.size(), 2u * 37 * 128);
+    ASSERT_EQ(e.scales.size(), 2u * 37 * 128 / block);
+    EXPECT_DOUBLE_EQ(e.bits_per_value(), 8.0 + 8.0 / block);
+    HeadTensor y;
+    make_codec(c)->decode(e, y);
+    for (int64_t r = 0; r < 2 * 37; ++r)
+      for (int64_t b0 = 0; b0 < 128; b0 += block) {
+        const int exponent = e.scales[static_cast<size_t>(r * (128 / block) + b0 / block)] - 127;
+        float m = 0;
+        for (int64_t j = b0; j < b0 + block; ++j) m = std::max(m, std::fabs(x.data[r * 128 + j]));
+        if (m == 0) {
+          EXPECT_EQ(exponent, 0);
+        } else {
+          EXPECT_LE(m, std::ldexp(448.0f, exponent)) << "row " << r << " block " << b0;
+          EXPECT_GT(m, std::ldexp(224.0f, exponent)) << "row " << r << " block " << b0;  // the least
+        }
+        for (int64_t j = b0; j < b0 + block; ++j) {
+          const double v = x.data[r * 128 + j], err = std::fabs(y.data[r * 128 + j] - v);
+          EXPECT_LE(err, std::max(std::ldexp(std::fabs(v), -4), std::ldexp(1.0, exponent - 10)))
+              << "B" << block << " row " << r << " channel " << j << ": " << v << " -> " << y.data[r * 128 + j];
+        }
+      }
+  }
+}
+
+// The decode is a fixed point (decoded values are E4M3 times powers of two):
+// encode -> decode -> encode -> decode gives the same floats; the bytes do
+// not depend on the thread count; larger blocks, fewer bits, no less error.
+TEST(Fp8, DecodeIsAFixedPointAndThreadIndependent) {
+  const HeadTensor x = fp8_data(3, 65, 64, 11);
+  const auto codec = make_codec("fp8");
+  EncodeOptions one, many;
+  one.threads = 1;
+  many.threads = 3;
+  const EncodedTensor e = codec->encode(x, one);
+  EXPECT_EQ(codec->encode(x, many).codes, e.codes);
+  EXPECT_EQ(codec->encode(x, many).scales, e.scales);
+  HeadTensor y, z;
+  codec->decode(e, y);
+  codec->decode(codec->encode(y), z);
+  EXPECT_EQ(y.data, z.data);
+  const HeadTensor g = make_data(2, 64, 128, 3);
+  double prev = 0;
+  for (int block : {16, 32, 64, 128}) {
+    const auto cb = make_codec("fp8:block=" + std::to_string(block));
+    HeadTensor d;
+    cb->decode(cb->encode(g), d);
+    double err = 0;
+    for (size_t i = 0; i < g.data.size(); ++i) err += (d.data[i] - g.data[i]) * double(d.data[i] - g.data[i]);
+    EXPECT_GE(err, prev * 0.999) << block;
+    prev = err;
+  }
+}
+
+// Damaged parts are refused by the decoder (and check_encoded_tensor) naming
+// the position: a NaN code, a NaN scale, a scale whose values could decode
+// beyond the float range; inputs outside 2^-91 .. 2^127 are refused.
+TEST(Fp8, BadInputsThrow) {
+  const HeadTensor x = make_data(2, 5, 32, 1);
+  const auto codec = make_codec("fp8:block=16");
+  const EncodedTensor good = codec->encode(x);
+  HeadTensor y;
+  EncodedTensor e = good;
+  e.codes[32 + 3] = 0xFF;
+  expect_error([&] { codec->decode(e, y); }, "the code of channel 3 of token 1 of head 0 is NaN (E4M3 0xFF)");
+  expect_error([&] { check_encoded_tensor(e); }, "is NaN (E4M3 0xFF)");
+  e = good;
+  e.scales[2 * 5 + 1] = 0xFF;
+  expect_error([&] { codec->decode(e, y); }, "the scale of block 1 of token 0 of head 1 is NaN (E8M0 0xFF)");
+  e.scales[2 * 5 + 1] = 127 + 120;
+  expect_error([&] { codec->decode(e, y); }, "is 2^120, above 2^119");
+  e = good;
+  e.scales.pop_back();
+  expect_error([&] { codec->decode(e, y); }, "part 'scales' has 19 bytes");
+  HeadTensor big = x;
+  big.data[7] = 0x1p127f * 1.5f;
+  expect_error([&] { codec->encode(big); }, "above");
+  HeadTensor small = x;
+  for (float& v : small.data) v *= 0x1p-100f;
+  expect_error([&] { codec->encode(small); }, "below");
+  for (float& v : big.data) v = 0;
+  big.data[0] = 0x1p127f;  // the top of the range: its decode is finite and exact
+  codec->decode(codec->encode(big), y);
+  EXPECT_EQ(y.data[0], 0x1p127f);
+}
+
 TEST(Codecs, EveryCodecRefusesATensorOfAnotherMethod) {
   const HeadTensor x = make_data(2, 64, 64, 5);
   const std::vector<std::string> specs = {"qvg:iters=1,centroids=16", "qvg-pro:iters=1,centroids=8", "rtn", "kivi",
-                                          "quarot", "bf16"};
+                                          "quarot", "bf16", "fp8"};
   for (const std::string& made_by : specs) {
     const EncodedTensor e = make_codec(made_by)->encode(x);
     for (const std::string& spec : specs) {

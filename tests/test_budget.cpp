@@ -110,8 +110,9 @@ std::string on_span(const CodecConfig& c, int64_t n) { return describe(span_conf
 // is within the limit, and then the choice is the family's cheapest; the
 // library's bits are the reference formula's.
 // The budget rule's fields come from the field table (one source): every
-// field a method row searches has hooks; each value the rule tries is one
-// the field's own check accepts, and set / get round-trip it.
+// field a method row searches declares its values there (IntValues) with a
+// grid; each value the rule tries is one validate accepts, and set / get
+// round-trip it.
 TEST(Budget, SearchedFieldsAreTheTablesWithValidValues) {
   for (const MethodTraits& row : method_table())
     for (const std::string& key : row.budget_fields) {
@@ -120,20 +121,43 @@ TEST(Budget, SearchedFieldsAreTheTablesWithValidValues) {
       for (const CodecField& f : codec_fields())
         if (key == f.key) field = &f;
       ASSERT_NE(field, nullptr);
-      ASSERT_NE(field->budget, nullptr);
+      ASSERT_NE(field->ints, nullptr);
+      ASSERT_NE(field->ints->budget, BudgetGrid::none);
       CodecConfig c = parse_codec_spec(row.name);
       if (key == "cq_dim" || key == "cq_codewords") c.code = ResidualCode::codebook;
       const std::vector<int> values = budget_field_values(c, key, 1000, 128);
       ASSERT_FALSE(values.empty());
-      EXPECT_EQ(values, field->budget->values(c, 1000, 128));
       for (int v : values) {
-        field->budget->set(c, v);
-        EXPECT_EQ(field->budget->get(c), v);
-        EXPECT_NO_THROW(field->check(c, 128)) << v;
+        field->ints->set(c, v);
+        EXPECT_EQ(field->ints->get(c), v);
+        EXPECT_NO_THROW(validate(c, 128)) << v;
       }
     }
   EXPECT_NE(error_of([] { budget_field_values(CodecConfig{}, "iters", 100, 128); }).find("not a budget field"),
             std::string::npos);
+}
+
+// The grids, as qvg/budget.h lists them, from the fields' declared values.
+TEST(Budget, GridsOfTheFields) {
+  CodecConfig c = parse_codec_spec("qvg-pro");
+  EXPECT_EQ(budget_field_values(c, "bits", 1000, 128), (std::vector<int>{2, 4}));
+  EXPECT_EQ(budget_field_values(c, "block", 1000, 128), (std::vector<int>{16, 32, 64, 128}));
+  EXPECT_EQ(budget_field_values(c, "block", 1000, 96), (std::vector<int>{16, 32}));
+  EXPECT_EQ(budget_field_values(c, "stages", 1000, 128), (std::vector<int>{1, 2, 3, 4}));
+  c.stages = 0;
+  EXPECT_EQ(budget_field_values(c, "stages", 1000, 128), (std::vector<int>{0}));
+  EXPECT_EQ(budget_field_values(c, "centroids", 5, 128), (std::vector<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(budget_field_values(c, "centroids", 1000, 128).size(), 256u);
+  EXPECT_EQ(budget_field_values(c, "cq_dim", 1000, 12), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(budget_field_values(c, "cq_codewords", 1000, 128), (std::vector<int>{2, 4, 8, 16, 32, 64, 128, 256}));
+  EXPECT_EQ(budget_field_values(c, "group", 1000, 12), (std::vector<int>{1, 2, 3, 4, 6, 12}));
+  // The help text comes from the same declaration.
+  for (const CodecField& f : codec_fields())
+    if (f.ints) {
+      SCOPED_TRACE(f.key);
+      EXPECT_FALSE(f.values.empty());
+      EXPECT_EQ(f.values, int_values_text(*f.ints));
+    }
 }
 
 TEST(Budget, LowestExpectedDistortionOfItsFamilyAgainstBruteForce) {

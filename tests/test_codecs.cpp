@@ -475,11 +475,13 @@ TEST(ConfigSpec, PresetsAndOverrides) {
   EXPECT_DOUBLE_EQ(p.kmeans.tol, 0.01);
   EXPECT_EQ(describe(parse_codec_spec("qvg-pro")), "INT2 B16 fp8 S4 Cauto(0.25 b)");  // C 256 on long spans
   for (const auto& name : codec_presets()) EXPECT_NO_THROW(parse_codec_spec(name)) << name;
-  // The CLI's default comparison: every preset but the INT4 variants, in order.
+  // The CLI's default comparison: bf16 and every preset with codes of at most 2 bits (not the INT4
+  // variants, not fp8), in order.
   std::vector<std::string> two_bit;
   for (const auto& name : codec_presets())
-    if (parse_codec_spec(name).bits != 4) two_bit.push_back(name);
+    if (name == "bf16" || code_bits(parse_codec_spec(name)) <= 2) two_bit.push_back(name);
   EXPECT_EQ(comparison_presets(), two_bit);
+  EXPECT_EQ(comparison_presets(), (std::vector<std::string>{"bf16", "rtn", "kivi", "quarot", "qvg", "qvg-pro"}));
   EXPECT_EQ(comparison_presets().front(), "bf16");
 }
 
@@ -565,7 +567,10 @@ TEST(MethodTable, FlagsAnswerForConfigs) {
   EXPECT_EQ(code_bits(parse_codec_spec("bf16")), 16.0);
   EXPECT_EQ(code_bits(parse_codec_spec("rtn-int4")), 4.0);
   EXPECT_EQ(method_names_where([](const MethodTraits& t) { return t.group_quantized; }), "rtn and qvg");
-  EXPECT_EQ(method_names_where([](const MethodTraits& t) { return !t.group_quantized; }), "bf16, kivi and quarot");
+  EXPECT_EQ(code_bits(parse_codec_spec("fp8")), 8.0);
+  EXPECT_EQ(code_bits(parse_codec_spec("qvg:code=cq,cq_dim=4,cq_codewords=256")), 2.0);
+  EXPECT_EQ(method_names_where([](const MethodTraits& t) { return !t.group_quantized; }),
+            "bf16, kivi, quarot and fp8");
   EXPECT_EQ(method_names_where([](const MethodTraits& t) { return t.uncompressed; }), "bf16");
 }
 

@@ -14,6 +14,7 @@
 
 #include "qvg/codec.h"
 #include "qvg/cuda.h"
+#include "qvg/device_codec.h"
 #include "qvg/half.h"
 
 namespace qvg {
@@ -149,6 +150,36 @@ TEST(CudaBaselines, Bf16DecodeIsBitIdentical) {
       const HeadTensor x = test_input(2, n, d, static_cast<unsigned>(n + 3 * d));
       expect_gpu_decode_matches(make_codec("bf16")->encode(x), label("bf16", TensorRole::key, n, d));
     }
+}
+
+// fp8 reaches the GPU only through its method row (MethodTraits::
+// decode_on_device): float decode bit for bit, BF16 / FP16 the CPU decode
+// rounded; every block size, odd token counts, values spanning E4M3's
+// subnormals, and the device-resident path (DeviceEncodedTensor::from_host
+// + DeviceCodec::decode) too.
+TEST(CudaBaselines, Fp8DecodeIsBitIdentical) {
+  REQUIRE_GPU();
+  for (int64_t d : {64, 128})
+    for (int64_t n : {1, 7, 33, 4681})
+      for (const std::string spec : {"fp8", "fp8:block=16", "fp8:block=64", "fp8:block=128"}) {
+        if (d % parse_codec_spec(spec).block) continue;
+        HeadTensor x = test_input(3, n, d, static_cast<unsigned>(n * 17 + d));
+        for (int64_t c = 0; c < d; c += 5) x.at(2, 0, c) *= 1e-4f;  // small values: E4M3 subnormals
+        expect_gpu_decode_matches(make_codec(spec)->encode(x), label(spec, TensorRole::key, n, d));
+      }
+  const HeadTensor x = test_input(2, 33, 128, 5);
+  const EncodedTensor e = make_codec("fp8")->encode(x);
+  HeadTensor cpu;
+  make_codec("fp8")->decode(e, cpu);
+  const DeviceEncodedTensor de = DeviceEncodedTensor::from_host(e, nullptr);
+  const std::shared_ptr<void> out = cuda_allocate(cpu.data.size() * 4);
+  DeviceCodec(e.config).decode(de, out.get(), DeviceElement::f32, nullptr);
+  std::vector<float> gpu(cpu.data.size());
+  cuda_copy_to_host(gpu.data(), out.get(), gpu.size() * 4);
+  EXPECT_EQ(first_difference(cpu.data, gpu), -1);
+  const EncodedTensor back = de.to_host(nullptr);
+  EXPECT_EQ(back.codes, e.codes);
+  EXPECT_EQ(back.scales, e.scales);
 }
 
 TEST(CudaBaselines, EncodeIsTheCpuReference) {

@@ -72,7 +72,8 @@ void expect_same_parts(const EncodedTensor& a, const EncodedTensor& b, const std
 // Every method, one spec each with several stages or a window where it has them.
 const char* const kSpecs[] = {"qvg:centroids=8,stages=2,block=16", "qvg:centroids=4,centroid_format=fp8",
                               "rtn",                                "kivi:group=16,residual=8",
-                              "quarot",                             "bf16"};
+                              "quarot",                             "bf16",
+                              "fp8:block=16"};
 
 // ---- HeadTensorView ------------------------------------------------------------------
 

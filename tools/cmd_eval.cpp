@@ -249,7 +249,7 @@ void list_methods() {
   for (const auto& p : qvg::codec_presets())
     std::printf("  %-14s %s\n", p.c_str(), qvg::describe(qvg::parse_codec_spec(p)).c_str());
   std::printf("\nkeys:\n");
-  for (const auto& f : qvg::codec_fields()) std::printf("  %-16s %s\n", f.key, f.values);
+  for (const auto& f : qvg::codec_fields()) std::printf("  %-16s %s\n", f.key, f.values.c_str());
 }
 
 }  // namespace

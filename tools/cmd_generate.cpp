@@ -226,9 +226,11 @@ void add_generate_command(CLI::App& app) {
   s->add_option("--start", a->run.start, "first context frame in the clip, default 0 (held-out: vtest 192)")
       ->check(CLI::Range(0, 1000000));
   s->add_option("--model", a->run.model, "weights (.safetensors), default models/qvg_ref_video_dit.safetensors");
+  std::string presets;
+  for (const std::string& p : qvg::codec_presets()) presets += (presets.empty() ? "" : ", ") + p;
   s->add_option("--cache", a->cache,
-                "codec of K and V (bf16, rtn, kivi, quarot, qvg, qvg-pro, *-int4, with :key=value overrides; "
-                "none = lossless float cache), default qvg");
+                "codec of K and V (" + presets + ", with :key=value overrides; none = lossless float cache), "
+                "default qvg");
   s->add_option("--key", a->key, "codec of K (overrides --cache)");
   s->add_option("--value", a->value, "codec of V (overrides --cache)");
   s->add_option("--quant-factor", a->run.quant_factor, "chunks per encoded span (768 tokens each), default 4")

@@ -23,7 +23,9 @@ namespace qvg {
 double span_bits_per_value(const CodecConfig& c, int64_t tokens, int64_t dim);
 
 /// The values a budget may give field `key` (one of c's method's
-/// budget_fields, methods.h) on this span shape, ascending:
+/// budget_fields, methods.h) on this span shape, ascending: the values the
+/// field table declares for it (config.h's IntValues) on its grid
+/// (BudgetGrid):
 ///   bits       2, 4
 ///   block      16, 32, 64, 128 that divide dim
 ///   group      the divisors of dim up to 4096 (KIVI's value groups split dim)
@@ -109,9 +111,10 @@ BudgetChoice choose_for_budget_any_format(const CodecConfig& c, double budget, i
                                           double tolerance = 0.03);
 
 /// The stored bits per value above which an encoding of c is flagged
-/// (bits_warning): 4 for 2-bit codes (the presets `qvg` and `qvg-pro` stay
-/// below it on spans of 256 tokens or more), 6 for 4-bit codes (their
-/// metadata above 2 bits a value); infinity for bf16.
+/// (bits_warning): 4 for codes of up to 2 bits (the presets `qvg` and
+/// `qvg-pro` stay below it on spans of 256 tokens or more), 6 up to 4 bits
+/// (their metadata above 2 bits a value), code bits + 2 above;
+/// infinity for bf16.
 double bits_warning_limit(const CodecConfig& c);
 
 /// "" when bits_per_value <= bits_warning_limit(c); else one line naming

@@ -16,6 +16,7 @@ enum class Method {
   kivi,    ///< KIVI: keys per channel, values per token, asymmetric, recent window
   quarot,  ///< QuaRot: normalized Walsh-Hadamard rotation + asymmetric per token
   qvg,     ///< Quant VideoGen: S k-means smoothing stages + group quantization
+  fp8,     ///< FP8 E4M3 values, a power-of-two (E8M0) scale per block of B along dim
 };
 
 enum class ScaleFormat { fp8, fp16 };
@@ -97,34 +98,61 @@ struct CodecConfig {
   int residual = 32;                      ///< R: KIVI newest tokens kept in bf16
 };
 
+/// Where the budget rule (qvg/budget.h) searches an integer field.
+enum class BudgetGrid {
+  none,           ///< never: the field keeps the config's value
+  accepted,       ///< every value the field accepts for the head dim
+  up_to_config,   ///< those from 1 up to the config's own value (0 when it is 0): stages
+  up_to_tokens,   ///< those up to the span's tokens: centroids (k-means needs C <= N)
+};
+
+/// The integers a field accepts, declared once with the field: its help
+/// text (CodecField::values), its check (validate) and the values the budget
+/// rule tries (budget_field_values) all come from it.
+struct IntValues {
+  int lo = 0, hi = 0;                 ///< the accepted values lie in lo..hi
+  bool powers_of_two = false;         ///< only the powers of two in lo..hi
+  /// Non-null: only values that divide the head dim; the name the error
+  /// gives the value ("block", "the value group").
+  const char* divides_dim = nullptr;
+  /// Text accepted besides the integers, for help and messages ("auto");
+  /// its parsing is the field's own set.
+  const char* also = nullptr;
+  const char* why = nullptr;          ///< why the range, for messages: " (ids are uint8)"
+  int (*get)(const CodecConfig& c) = nullptr;   ///< the field as an int
+  void (*set)(CodecConfig& c, int v) = nullptr;
+  BudgetGrid budget = BudgetGrid::none;
+};
+
+/// The values of `v` accepted for head dim `dim` (every dim when dim <= 0),
+/// ascending.
+std::vector<int> accepted_values(const IntValues& v, int64_t dim);
+
+/// v as help text: "2|4", "0..8", "1..256|auto".
+std::string int_values_text(const IntValues& v);
+
 /// One configuration field as the spec string, the cache file, reports and
 /// the help text name it. The table (codec_fields) is the only place that
 /// spells a field's key and its values.
-/// A field the budget rule searches (qvg/budget.h): the values it tries for
-/// a config of head dim `dim` on spans of `tokens`, and the field as an int.
-struct BudgetHooks {
-  std::vector<int> (*values)(const CodecConfig& c, int64_t tokens, int64_t dim);
-  int (*get)(const CodecConfig& c);
-  void (*set)(CodecConfig& c, int v);
-};
-
 struct CodecField {
   const char* key;     ///< spec key: "bits"
-  const char* values;  ///< accepted values, for help: "2|4"
+  /// Accepted values, for help: "2|4"; for integer fields made from `ints`.
+  std::string values;
   bool is_number;      ///< a number in JSON (else a string); centroids=auto is the string "auto"
   /// The value as canonical text ("2", "fp8", "0.0001" to 17 digits).
   std::string (*get)(const CodecConfig& c);
   /// Parses text into c; throws qvg::Error naming the key and the value.
   void (*set)(CodecConfig& c, const std::string& text);
   /// Throws qvg::Error (prefixed with c.name) when c's value is invalid for
-  /// head dim `dim`; checked only for configs that read the field.
-  void (*check)(const CodecConfig& c, int64_t dim);
+  /// head dim `dim` beyond what `ints` says (null: nothing more); checked
+  /// only for configs that read the field.
+  void (*check)(const CodecConfig& c, int64_t dim) = nullptr;
   /// A value the canonical spec, reports and files leave out (code=int: the
   /// specs and files written before the field existed stay byte for byte
   /// the same); null: always written.
   const char* omitted = nullptr;
-  /// Where the budget rule searches the field; null: it never does.
-  const BudgetHooks* budget = nullptr;
+  /// An integer field's accepted values; null for the others.
+  const IntValues* ints = nullptr;
 };
 
 /// Every configuration field, in spec order.
@@ -161,7 +189,7 @@ Method method_from_name(const std::string& name);
 int smoothing_stages(const CodecConfig& c);
 
 /// Parse "preset[:key=value,...]". Presets: bf16, rtn, rtn-int4, kivi,
-/// kivi-int4, quarot, quarot-int4, qvg, qvg-int4, qvg-pro, qvg-pro-int4;
+/// kivi-int4, quarot, quarot-int4, qvg, qvg-int4, qvg-pro, qvg-pro-int4, fp8;
 /// the qvg ones with centroids=auto at centroid_bits = 0.25 (C = 256 on
 /// spans of 16,384 tokens or more; `centroids=256` fixes it).
 /// Keys: codec_fields(). Throws qvg::Error naming the unknown preset/key or
@@ -171,8 +199,9 @@ CodecConfig parse_codec_spec(const std::string& spec);
 /// The preset names accepted by parse_codec_spec.
 std::vector<std::string> codec_presets();
 
-/// The presets compared by default (`qvg eval`, `compare`, `demo`): every
-/// preset except the INT4 variants, in codec_presets()' order.
+/// The presets compared by default (`qvg eval`, `compare`, `demo`): bf16
+/// (the reference) and every preset whose codes have at most 2 bits (not
+/// the INT4 variants), in codec_presets()' order.
 std::vector<std::string> comparison_presets();
 
 /// Throws qvg::Error when the configuration is invalid for dim (e.g. dim not

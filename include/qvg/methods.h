@@ -5,14 +5,35 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "qvg/codec.h"
 #include "qvg/config.h"
+#include "qvg/cuda.h"
 
 namespace qvg {
+
+/// An encoded tensor's parts in device memory (docs/FORMAT.md; a part the
+/// method does not store: null) and where its decode goes: what a method's
+/// own GPU decode (MethodTraits::decode_on_device) reads.
+struct DeviceDecodeArgs {
+  const CodecConfig* config = nullptr;
+  TensorRole role = TensorRole::key;
+  int64_t heads = 0, tokens = 0, dim = 0;
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  const uint8_t* zero_points = nullptr;
+  const uint8_t* span_scales = nullptr;
+  const uint8_t* centroids = nullptr;
+  const uint8_t* ids = nullptr;
+  const uint8_t* full_precision = nullptr;
+  void* out = nullptr;                     ///< [heads, tokens, dim] of `type`, 16-byte aligned
+  DeviceElement type = DeviceElement::f32;
+  void* stream = nullptr;                  ///< a cudaStream_t
+};
 
 /// One row of the method table.
 struct MethodTraits {
@@ -51,6 +72,22 @@ struct MethodTraits {
   /// The CUDA backend decodes it on the GPU (make_cuda_codec, DeviceCodec,
   /// the device cache); false: the method is CPU only.
   bool device_decode = false;
+  /// The method's own GPU decode, for a method outside the group-quantized
+  /// format (device_decode, not group_quantized): queues the decode of the
+  /// parts on a.stream and throws qvg::Error if the launch fails. The CUDA
+  /// backend calls it once the tensor passed the CPU decoder's checks
+  /// (check_decode_input with expected_bytes, then check_values) and its
+  /// parts are on the device, dim a multiple of 16. Null: the built-in
+  /// kernels of the kivi / quarot / bf16 layouts (baseline_kernels.cuh);
+  /// always null in builds without CUDA.
+  void (*decode_on_device)(const DeviceDecodeArgs& a) = nullptr;
+  /// Bits of c's code per value, metadata not counted (code_bits); null:
+  /// c.bits.
+  double (*code_bits)(const CodecConfig& c) = nullptr;
+  /// The largest input magnitudes M it encodes with an error relative to
+  /// the tensor that is independent of M (encodable_magnitudes), where c's
+  /// method runs no k-means stage.
+  MagnitudeRange encodable{0.0, std::numeric_limits<double>::infinity()};
   /// Checks beyond the fields' own (e.g. QuaRot's power-of-two dim); may be
   /// null. Throws qvg::Error prefixed with c.name.
   void (*validate)(const CodecConfig& c, int64_t dim) = nullptr;
@@ -88,8 +125,9 @@ const MethodTraits& method_traits(Method m);
 /// budget_fields that c reads (reads_field), in the table's order.
 std::vector<std::string> budget_fields_of(const CodecConfig& c);
 
-/// Bits of c's code per value, metadata not counted: `bits` for group
-/// quantization, log2(cq_codewords) / cq_dim for qvg's code=cq, 16 for bf16.
+/// Bits of c's code per value, metadata not counted: its method's
+/// MethodTraits::code_bits, else `bits` (group quantization); log2(
+/// cq_codewords) / cq_dim for qvg's code=cq, 16 for bf16.
 double code_bits(const CodecConfig& c);
 
 /// Whether the CUDA backend encodes config c on the GPU: its method's

@@ -28,10 +28,11 @@ double span_bits_per_value(const CodecConfig& c, int64_t tokens, int64_t dim) {
 
 namespace {
 
-/// The budget hooks of field `key` (codec_fields), or an error naming it.
-const BudgetHooks& budget_hooks(const std::string& key) {
+/// The values of field `key` (codec_fields) if the budget rule searches it,
+/// or an error naming it.
+const IntValues& budget_ints(const std::string& key) {
   for (const CodecField& f : codec_fields())
-    if (key == f.key && f.budget) return *f.budget;
+    if (key == f.key && f.ints && f.ints->budget != BudgetGrid::none) return *f.ints;
   QVG_CHECK(false, "budget: field '", key, "' is not a budget field");
   std::abort();  // not reached: QVG_CHECK threw
 }
@@ -39,13 +40,20 @@ const BudgetHooks& budget_hooks(const std::string& key) {
 }  // namespace
 
 std::vector<int> budget_field_values(const CodecConfig& c, const std::string& key, int64_t tokens, int64_t dim) {
-  return budget_hooks(key).values(c, tokens, dim);
+  const IntValues& v = budget_ints(key);
+  std::vector<int> out;
+  for (int x : accepted_values(v, dim)) {
+    if (v.budget == BudgetGrid::up_to_config && (x > v.get(c) || x < std::min(v.get(c), 1))) continue;
+    if (v.budget == BudgetGrid::up_to_tokens && x > tokens) continue;
+    out.push_back(x);
+  }
+  return out;
 }
 
 namespace {
 
-int get_field(const CodecConfig& c, const std::string& key) { return budget_hooks(key).get(c); }
-void set_field(CodecConfig& c, const std::string& key, int v) { budget_hooks(key).set(c, v); }
+int get_field(const CodecConfig& c, const std::string& key) { return budget_ints(key).get(c); }
+void set_field(CodecConfig& c, const std::string& key, int v) { budget_ints(key).set(c, v); }
 
 /// The family within a budget (qvg/budget.h's budget_candidates): every
 /// combination of the budget fields but centroids, and for each the most
@@ -154,9 +162,14 @@ void check_budget_args(const CodecConfig& c, double budget, int64_t tokens, int6
   validate(c, dim);
 }
 
+/// a and b agree on every field the budget rule searches but centroids (the
+/// fields it does not search are those of the config searched from).
 bool same_but_centroids(const CodecConfig& a, const CodecConfig& b) {
-  return a.bits == b.bits && a.block == b.block && a.group == b.group && a.stages == b.stages && a.code == b.code &&
-         a.cq_dim == b.cq_dim && a.cq_codewords == b.cq_codewords;
+  for (const CodecField& f : codec_fields())
+    if (f.ints && f.ints->budget != BudgetGrid::none && std::string(f.key) != "centroids" &&
+        f.ints->get(a) != f.ints->get(b))
+      return false;
+  return true;
 }
 
 /// The family within the limit, ranked, and its cheapest member.
@@ -235,7 +248,8 @@ CodecConfig budget_config_as_spec(const CodecConfig& spec, const CodecConfig& ch
 
 double bits_warning_limit(const CodecConfig& c) {
   if (method_traits(c.method).uncompressed) return std::numeric_limits<double>::infinity();
-  return code_bits(c) <= 2 ? 4.0 : 6.0;
+  const double b = code_bits(c);
+  return b <= 2 ? 4.0 : b <= 4 ? 6.0 : b + 2.0;
 }
 
 std::string bits_warning(const CodecConfig& c, double bits_per_value, int64_t tokens) {

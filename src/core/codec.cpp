@@ -32,11 +32,9 @@ std::unique_ptr<Codec> make_codec(const CodecConfig& config) { return method_tra
 std::unique_ptr<Codec> make_codec(const std::string& spec) { return make_codec(parse_codec_spec(spec)); }
 
 MagnitudeRange encodable_magnitudes(const CodecConfig& c) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
   // code=cq without stages too: its decode multiplies token scales by codewords of up to sqrt(D).
   if (smoothing_stages(c) > 0 || uses_codebooks(c)) return {std::ldexp(1.0, -60), std::ldexp(1.0, 56)};
-  if (method_traits(c.method).asymmetric_fp16) return {std::ldexp(1.0, -20), kInf};
-  return {0.0, kInf};
+  return method_traits(c.method).encodable;
 }
 
 void check_magnitude(const CodecConfig& c, double max_abs, const std::string& where) {

@@ -15,6 +15,18 @@ std::unique_ptr<Codec> make_bf16_codec(const CodecConfig& c);
 std::unique_ptr<Codec> make_qvg_codec(const CodecConfig& c);  // also RTN (S = 0)
 std::unique_ptr<Codec> make_kivi_codec(const CodecConfig& c);
 std::unique_ptr<Codec> make_quarot_codec(const CodecConfig& c);
+std::unique_ptr<Codec> make_fp8_codec(const CodecConfig& c);
+
+/// fp8 (reference/fp8_codec.cpp): the bytes of every part; the row's
+/// check_values (no NaN code, no NaN scale, no scale above
+/// 2^kFp8MaxScaleExponent); the GPU decode (cuda/fp8_decode.cu, CUDA builds).
+PartBytes fp8_expected_bytes(const CodecConfig& c, TensorRole role, int64_t heads, int64_t tokens, int64_t dim);
+void check_fp8_values(const EncodedTensor& e, const HeadTensor* decoded);
+struct DeviceDecodeArgs;
+void fp8_decode_on_device(const DeviceDecodeArgs& a);
+/// The largest block scale exponent of fp8: 448 * 2^119 < FLT_MAX, so every
+/// decoded value is finite; inputs up to 2^127 get no larger one.
+inline constexpr int kFp8MaxScaleExponent = 119;
 
 /// The method rows' check_values (encoded_check.cpp): the values of an
 /// encoding whose header, role and part sizes are right, as

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -76,16 +77,60 @@ std::vector<std::string> budget_fields_of(const CodecConfig& c) {
 bool uses_codebooks(const CodecConfig& c) { return reads_field(c, "code") && c.code == ResidualCode::codebook; }
 
 double code_bits(const CodecConfig& c) {
-  if (method_traits(c.method).uncompressed) return 16.0;
-  if (uses_codebooks(c)) return std::log2(static_cast<double>(c.cq_codewords)) / c.cq_dim;
-  return c.bits;
+  const MethodTraits& t = method_traits(c.method);
+  return t.code_bits ? t.code_bits(c) : c.bits;
 }
 
 bool device_encodes(const CodecConfig& c) { return method_traits(c.method).device_encode && !uses_codebooks(c); }
 
 int smoothing_stages(const CodecConfig& c) { return method_traits(c.method).clustered ? c.stages : 0; }
 
+std::vector<int> accepted_values(const IntValues& v, int64_t dim) {
+  std::vector<int> out;
+  for (int64_t x = v.lo; x <= v.hi; x = v.powers_of_two ? 2 * x : x + 1)
+    if (!v.divides_dim || dim <= 0 || dim % x == 0) out.push_back(static_cast<int>(x));
+  return out;
+}
+
+std::string int_values_text(const IntValues& v) {
+  std::string s;
+  if (v.powers_of_two)
+    for (int x : accepted_values(v, 0)) {
+      if (!s.empty()) s += '|';
+      s += std::to_string(x);
+    }
+  else
+    s = std::to_string(v.lo) + ".." + std::to_string(v.hi);
+  return v.also ? s + "|" + v.also : s;
+}
+
 namespace {
+
+/// What a message says field values v must be: "2 or 4", "a power of two
+/// 2..256", "0..8", ">= 0".
+std::string int_values_words(const IntValues& v) {
+  if (v.powers_of_two) {
+    const std::vector<int> all = accepted_values(v, 0);
+    if (all.size() > 4) return "a power of two " + std::to_string(v.lo) + ".." + std::to_string(v.hi);
+    std::string s;
+    for (size_t i = 0; i < all.size(); ++i)
+      s += std::string(i == 0 ? "" : (i + 1 == all.size() ? " or " : ", ")) + std::to_string(all[i]);
+    return s;
+  }
+  if (v.hi == std::numeric_limits<int>::max()) return ">= " + std::to_string(v.lo);
+  return std::to_string(v.lo) + ".." + std::to_string(v.hi);
+}
+
+/// Integer field f's value in c is one of f.ints' for dim (else qvg::Error
+/// prefixed with c.name).
+void check_int_field(const CodecField& f, const CodecConfig& c, int64_t dim) {
+  const IntValues& v = *f.ints;
+  const int x = v.get(c);
+  QVG_CHECK(x >= v.lo && x <= v.hi && (!v.powers_of_two || (x & (x - 1)) == 0), c.name, ": ", f.key, " must be ",
+            int_values_words(v), v.why ? v.why : "", v.also ? std::string(" or ") + v.also : "", ", got ", x);
+  if (v.divides_dim)
+    QVG_CHECK(dim % x == 0, c.name, ": head dim ", dim, " is not a multiple of ", v.divides_dim, " ", x);
+}
 
 const CodecField& field_named(const std::string& key) {
   std::string list;
@@ -140,7 +185,10 @@ CodecConfig parse_codec_spec(const std::string& spec) {
 void validate(const CodecConfig& c, int64_t dim) {
   QVG_CHECK(dim > 0, "head dim must be positive, got ", dim);
   const MethodTraits& t = method_traits(c.method);
-  for (const CodecField* f : config_fields(c)) f->check(c, dim);
+  for (const CodecField* f : config_fields(c)) {
+    if (f->ints) check_int_field(*f, c, dim);
+    if (f->check) f->check(c, dim);
+  }
   if (t.validate) t.validate(c, dim);
 }
 

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
-#include <initializer_list>
+#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -70,131 +70,80 @@ const char* const kCodeNames[] = {"int", "cq"};               // ResidualCode
 
 std::string int_text(int v) { return std::to_string(v); }
 
-// ---- field checks (run for the methods that read the field) -----------------------
+// ---- the integer fields' values (declared once: help, check, budget grid) ------------
 
-void check_bits(const CodecConfig& c, int64_t) {
-  QVG_CHECK(c.bits == 2 || c.bits == 4, c.name, ": bits must be 2 or 4, got ", c.bits);
-}
-void check_block(const CodecConfig& c, int64_t dim) {
-  QVG_CHECK(c.block == 16 || c.block == 32 || c.block == 64 || c.block == 128, c.name,
-            ": block must be 16, 32, 64 or 128, got ", c.block);
-  QVG_CHECK(dim % c.block == 0, c.name, ": head dim ", dim, " is not a multiple of block ", c.block);
-}
-void check_stages(const CodecConfig& c, int64_t) {
-  QVG_CHECK(c.stages >= 0 && c.stages <= 8, c.name, ": stages must be 0..8, got ", c.stages);
-}
-void check_centroids(const CodecConfig& c, int64_t) {
-  QVG_CHECK(c.kmeans.centroids >= 1 && c.kmeans.centroids <= 256, c.name,
-            ": centroids must be 1..256 (ids are uint8) or auto, got ", c.kmeans.centroids);
-}
+const IntValues kBits{.lo = 2, .hi = 4, .powers_of_two = true,
+                      .get = [](const CodecConfig& c) { return c.bits; },
+                      .set = [](CodecConfig& c, int v) { c.bits = v; }, .budget = BudgetGrid::accepted};
+const IntValues kBlock{.lo = 16, .hi = 128, .powers_of_two = true, .divides_dim = "block",
+                       .get = [](const CodecConfig& c) { return c.block; },
+                       .set = [](CodecConfig& c, int v) { c.block = v; }, .budget = BudgetGrid::accepted};
+const IntValues kStages{.lo = 0, .hi = 8, .get = [](const CodecConfig& c) { return c.stages; },
+                        .set = [](CodecConfig& c, int v) { c.stages = v; }, .budget = BudgetGrid::up_to_config};
+const IntValues kCentroids{.lo = 1, .hi = 256, .also = "auto", .why = " (ids are uint8)",
+                           .get = [](const CodecConfig& c) { return c.kmeans.centroids; },
+                           .set = [](CodecConfig& c, int v) { c.kmeans.centroids = v; },
+                           .budget = BudgetGrid::up_to_tokens};
+const IntValues kIters{.lo = 0, .hi = 10000, .get = [](const CodecConfig& c) { return c.kmeans.max_iter; },
+                       .set = [](CodecConfig& c, int v) { c.kmeans.max_iter = v; }};
+const IntValues kCqDim{.lo = 1, .hi = 8, .powers_of_two = true, .divides_dim = "cq_dim",
+                       .get = [](const CodecConfig& c) { return c.cq_dim; },
+                       .set = [](CodecConfig& c, int v) { c.cq_dim = v; }, .budget = BudgetGrid::accepted};
+const IntValues kCqCodewords{.lo = 2, .hi = 256, .powers_of_two = true,
+                             .get = [](const CodecConfig& c) { return c.cq_codewords; },
+                             .set = [](CodecConfig& c, int v) { c.cq_codewords = v; },
+                             .budget = BudgetGrid::accepted};
+// KIVI's value groups split dim (its key groups run along the tokens).
+const IntValues kGroup{.lo = 1, .hi = 4096, .divides_dim = "the value group",
+                       .get = [](const CodecConfig& c) { return c.group; },
+                       .set = [](CodecConfig& c, int v) { c.group = v; }, .budget = BudgetGrid::accepted};
+const IntValues kResidual{.lo = 0, .hi = std::numeric_limits<int>::max(),
+                          .get = [](const CodecConfig& c) { return c.residual; },
+                          .set = [](CodecConfig& c, int v) { c.residual = v; }};
+
+// ---- checks beyond the values (run for the methods that read the field) -----------------
+
 void check_centroid_bits(const CodecConfig& c, int64_t) {
   QVG_CHECK(std::isfinite(c.centroid_bits) && c.centroid_bits > 0 && c.centroid_bits <= 4096, c.name,
             ": centroid_bits must be a number in (0, 4096], got ", c.centroid_bits);
 }
-void check_iters(const CodecConfig& c, int64_t) {
-  QVG_CHECK(c.kmeans.max_iter >= 0 && c.kmeans.max_iter <= 10000, c.name, ": iters must be 0..10000, got ",
-            c.kmeans.max_iter);
-}
 void check_tol(const CodecConfig& c, int64_t) {
   QVG_CHECK(c.kmeans.tol >= 0, c.name, ": tol must be >= 0, got ", c.kmeans.tol);
 }
-void check_cq_dim(const CodecConfig& c, int64_t dim) {
-  QVG_CHECK(c.cq_dim == 1 || c.cq_dim == 2 || c.cq_dim == 4 || c.cq_dim == 8, c.name,
-            ": cq_dim must be 1, 2, 4 or 8, got ", c.cq_dim);
-  QVG_CHECK(dim % c.cq_dim == 0, c.name, ": head dim ", dim, " is not a multiple of cq_dim ", c.cq_dim);
-}
-void check_cq_codewords(const CodecConfig& c, int64_t) {
-  QVG_CHECK(c.cq_codewords >= 2 && c.cq_codewords <= 256 && (c.cq_codewords & (c.cq_codewords - 1)) == 0, c.name,
-            ": cq_codewords must be a power of two 2..256, got ", c.cq_codewords);
-}
-void check_group(const CodecConfig& c, int64_t) {
-  QVG_CHECK(c.group >= 1 && c.group <= 4096, c.name, ": group must be 1..4096, got ", c.group);
-}
-void check_residual(const CodecConfig& c, int64_t) {
-  QVG_CHECK(c.residual >= 0, c.name, ": residual must be >= 0, got ", c.residual);
-}
-void check_nothing(const CodecConfig&, int64_t) {}
-
-// ---- the budget rule's fields: the values it tries ------------------------------------
-
-std::vector<int> divisors_of(int64_t dim, std::initializer_list<int> candidates) {
-  std::vector<int> v;
-  for (int x : candidates)
-    if (dim % x == 0) v.push_back(x);
-  return v;
-}
-const BudgetHooks kBitsBudget{[](const CodecConfig&, int64_t, int64_t) { return std::vector<int>{2, 4}; },
-                              [](const CodecConfig& c) { return c.bits; }, [](CodecConfig& c, int v) { c.bits = v; }};
-const BudgetHooks kBlockBudget{
-    [](const CodecConfig&, int64_t, int64_t dim) { return divisors_of(dim, {16, 32, 64, 128}); },
-    [](const CodecConfig& c) { return c.block; }, [](CodecConfig& c, int v) { c.block = v; }};
-const BudgetHooks kStagesBudget{[](const CodecConfig& c, int64_t, int64_t) {  // 1 .. the config's (0 if it has 0)
-                                  std::vector<int> v;
-                                  for (int s = std::min(c.stages, 1); s <= c.stages; ++s) v.push_back(s);
-                                  return v;
-                                },
-                                [](const CodecConfig& c) { return c.stages; },
-                                [](CodecConfig& c, int v) { c.stages = v; }};
-const BudgetHooks kCentroidsBudget{[](const CodecConfig&, int64_t tokens, int64_t) {
-                                     std::vector<int> v;
-                                     for (int64_t n = 1; n <= std::min<int64_t>(256, tokens); ++n)
-                                       v.push_back(static_cast<int>(n));
-                                     return v;
-                                   },
-                                   [](const CodecConfig& c) { return c.kmeans.centroids; },
-                                   [](CodecConfig& c, int v) { c.kmeans.centroids = v; }};
-const BudgetHooks kCqDimBudget{[](const CodecConfig&, int64_t, int64_t dim) { return divisors_of(dim, {1, 2, 4, 8}); },
-                               [](const CodecConfig& c) { return c.cq_dim; },
-                               [](CodecConfig& c, int v) { c.cq_dim = v; }};
-const BudgetHooks kCqCodewordsBudget{[](const CodecConfig&, int64_t, int64_t) {
-                                       std::vector<int> v;
-                                       for (int k = 2; k <= 256; k *= 2) v.push_back(k);
-                                       return v;
-                                     },
-                                     [](const CodecConfig& c) { return c.cq_codewords; },
-                                     [](CodecConfig& c, int v) { c.cq_codewords = v; }};
-const BudgetHooks kGroupBudget{[](const CodecConfig&, int64_t, int64_t dim) {
-                                 std::vector<int> v;
-                                 for (int64_t g = 1; g <= std::min<int64_t>(dim, 4096); ++g)
-                                   if (dim % g == 0) v.push_back(static_cast<int>(g));
-                                 return v;
-                               },
-                               [](const CodecConfig& c) { return c.group; },
-                               [](CodecConfig& c, int v) { c.group = v; }};
 
 }  // namespace
 
 const std::vector<CodecField>& codec_fields() {
-  static const std::vector<CodecField> table = {
-      {"bits", "2|4", true, [](const CodecConfig& c) { return int_text(c.bits); },
-       [](CodecConfig& c, const std::string& v) { c.bits = parse_int("bits", v); }, check_bits, nullptr, &kBitsBudget},
-      {"block", "16|32|64|128", true, [](const CodecConfig& c) { return int_text(c.block); },
-       [](CodecConfig& c, const std::string& v) { c.block = parse_int("block", v); }, check_block, nullptr,
-       &kBlockBudget},
+  static const std::vector<CodecField> table = [] {
+    std::vector<CodecField> t = {
+      {"bits", "", true, [](const CodecConfig& c) { return int_text(c.bits); },
+       [](CodecConfig& c, const std::string& v) { c.bits = parse_int("bits", v); }, nullptr, nullptr, &kBits},
+      {"block", "", true, [](const CodecConfig& c) { return int_text(c.block); },
+       [](CodecConfig& c, const std::string& v) { c.block = parse_int("block", v); }, nullptr, nullptr, &kBlock},
       {"scale", "fp8|fp16", false,
        [](const CodecConfig& c) { return std::string(kScaleNames[static_cast<int>(c.scale_format)]); },
        [](CodecConfig& c, const std::string& v) {
          c.scale_format = static_cast<ScaleFormat>(parse_choice("scale", v, kScaleNames));
        },
-       check_nothing},
+       nullptr},
       {"levels", "symmetric|midrise", false,
        [](const CodecConfig& c) { return std::string(kLevelNames[static_cast<int>(c.levels)]); },
        [](CodecConfig& c, const std::string& v) {
          c.levels = static_cast<LevelRule>(parse_choice("levels", v, kLevelNames));
        },
-       check_nothing},
-      {"stages", "0..8", true, [](const CodecConfig& c) { return int_text(c.stages); },
-       [](CodecConfig& c, const std::string& v) { c.stages = parse_int("stages", v); }, check_stages, nullptr,
-       &kStagesBudget},
-      {"centroids", "1..256|auto", true,
+       nullptr},
+      {"stages", "", true, [](const CodecConfig& c) { return int_text(c.stages); },
+       [](CodecConfig& c, const std::string& v) { c.stages = parse_int("stages", v); }, nullptr, nullptr, &kStages},
+      {"centroids", "", true,
        [](const CodecConfig& c) { return c.auto_centroids ? std::string("auto") : int_text(c.kmeans.centroids); },
        [](CodecConfig& c, const std::string& v) {
          c.auto_centroids = v == "auto";
          c.kmeans.centroids = c.auto_centroids ? 256 : parse_int("centroids", v);  // auto: at most 256
        },
-       check_centroids, nullptr, &kCentroidsBudget},
-      {"iters", "0..10000", true, [](const CodecConfig& c) { return int_text(c.kmeans.max_iter); },
-       [](CodecConfig& c, const std::string& v) { c.kmeans.max_iter = parse_int("iters", v); }, check_iters},
+       nullptr, nullptr, &kCentroids},
+      {"iters", "", true, [](const CodecConfig& c) { return int_text(c.kmeans.max_iter); },
+       [](CodecConfig& c, const std::string& v) { c.kmeans.max_iter = parse_int("iters", v); }, nullptr, nullptr,
+       &kIters},
       {"tol", "X", true,
        [](const CodecConfig& c) {
          char tol[32];
@@ -207,7 +156,7 @@ const std::vector<CodecField>& codec_fields() {
        [](CodecConfig& c, const std::string& v) {
          c.kmeans.init = static_cast<KMeansInit>(parse_choice("init", v, kInitNames));
        },
-       check_nothing},
+       nullptr},
       {"seed", "N", true, [](const CodecConfig& c) { return std::to_string(c.kmeans.seed); },
        [](CodecConfig& c, const std::string& v) {
          uint64_t seed = 0;  // 0 .. 2^64 - 1 (a negative seed would wrap around)
@@ -216,13 +165,13 @@ const std::vector<CodecField>& codec_fields() {
                    "codec option 'seed' needs an integer 0..18446744073709551615, got '", v, "'");
          c.kmeans.seed = seed;
        },
-       check_nothing},
+       nullptr},
       {"centroid_format", "bf16|fp8", false,
        [](const CodecConfig& c) { return std::string(kCentroidNames[static_cast<int>(c.centroid_format)]); },
        [](CodecConfig& c, const std::string& v) {
          c.centroid_format = static_cast<CentroidFormat>(parse_choice("centroid_format", v, kCentroidNames));
        },
-       check_nothing},
+       nullptr},
       {"centroid_bits", "X", true,
        [](const CodecConfig& c) {
          char v[32];
@@ -236,19 +185,22 @@ const std::vector<CodecField>& codec_fields() {
        [](CodecConfig& c, const std::string& v) {
          c.code = static_cast<ResidualCode>(parse_choice("code", v, kCodeNames));
        },
-       check_nothing, "int"},
-      {"cq_dim", "1|2|4|8", true, [](const CodecConfig& c) { return int_text(c.cq_dim); },
-       [](CodecConfig& c, const std::string& v) { c.cq_dim = parse_int("cq_dim", v); }, check_cq_dim, nullptr,
-       &kCqDimBudget},
-      {"cq_codewords", "2|4|8|16|32|64|128|256", true, [](const CodecConfig& c) { return int_text(c.cq_codewords); },
-       [](CodecConfig& c, const std::string& v) { c.cq_codewords = parse_int("cq_codewords", v); },
-       check_cq_codewords, nullptr, &kCqCodewordsBudget},
-      {"group", "1..4096", true, [](const CodecConfig& c) { return int_text(c.group); },
-       [](CodecConfig& c, const std::string& v) { c.group = parse_int("group", v); }, check_group, nullptr,
-       &kGroupBudget},
-      {"residual", "0..2147483647", true, [](const CodecConfig& c) { return int_text(c.residual); },
-       [](CodecConfig& c, const std::string& v) { c.residual = parse_int("residual", v); }, check_residual},
+       nullptr, "int"},
+      {"cq_dim", "", true, [](const CodecConfig& c) { return int_text(c.cq_dim); },
+       [](CodecConfig& c, const std::string& v) { c.cq_dim = parse_int("cq_dim", v); }, nullptr, nullptr, &kCqDim},
+      {"cq_codewords", "", true, [](const CodecConfig& c) { return int_text(c.cq_codewords); },
+       [](CodecConfig& c, const std::string& v) { c.cq_codewords = parse_int("cq_codewords", v); }, nullptr, nullptr,
+       &kCqCodewords},
+      {"group", "", true, [](const CodecConfig& c) { return int_text(c.group); },
+       [](CodecConfig& c, const std::string& v) { c.group = parse_int("group", v); }, nullptr, nullptr, &kGroup},
+      {"residual", "", true, [](const CodecConfig& c) { return int_text(c.residual); },
+       [](CodecConfig& c, const std::string& v) { c.residual = parse_int("residual", v); }, nullptr, nullptr,
+       &kResidual},
   };
+    for (CodecField& f : t)
+      if (f.ints) f.values = int_values_text(*f.ints);
+    return t;
+  }();
   return table;
 }
 
@@ -286,14 +238,18 @@ bool qvg_reads(const CodecConfig& c, const std::string& key) {
   if (key == "cq_dim" || key == "cq_codewords") return cq;
   return true;
 }
+double bf16_code_bits(const CodecConfig&) { return 16.0; }
+double qvg_code_bits(const CodecConfig& c) {
+  return uses_codebooks(c) ? std::log2(static_cast<double>(c.cq_codewords)) / c.cq_dim : c.bits;
+}
+// FP16 scales and zero points go subnormal below 2^-20 (reference/baselines.h).
+constexpr MagnitudeRange kAsymmetricFp16{0x1p-20, std::numeric_limits<double>::infinity()};
+
 std::string describe_kivi(const CodecConfig& c) {
   return "INT" + std::to_string(c.bits) + " G" + std::to_string(c.group) + " R" + std::to_string(c.residual);
 }
 std::string describe_quarot(const CodecConfig& c) { return "INT" + std::to_string(c.bits) + " per-token"; }
 
-void validate_kivi(const CodecConfig& c, int64_t dim) {
-  QVG_CHECK(dim % c.group == 0, c.name, ": head dim ", dim, " is not a multiple of the value group ", c.group);
-}
 void validate_quarot(const CodecConfig& c, int64_t dim) {
   QVG_CHECK((dim & (dim - 1)) == 0, c.name, ": QuaRot's Hadamard rotation needs a power-of-two head dim, got ", dim);
 }
@@ -310,12 +266,22 @@ PartBytes quarot_bytes(const CodecConfig& c, TensorRole, int64_t heads, int64_t 
   return quarot_expected_bytes(c, heads, tokens, dim);
 }
 
+std::string describe_fp8(const CodecConfig& c) { return "E4M3 B" + std::to_string(c.block) + " e8m0"; }
+double fp8_code_bits(const CodecConfig&) { return 8.0; }
+
+// A method's own GPU decode (MethodTraits::decode_on_device): defined only in builds with CUDA.
+#if QVG_WITH_CUDA
+#define QVG_ON_DEVICE(f) f
+#else
+#define QVG_ON_DEVICE(f) nullptr
+#endif
+
 // Named configurations: QVG = INT2 S1 B64 C256; QVG-Pro = INT2 S4 B16 C256, with C
 // = centroids=auto at CodecConfig's centroid_bits (0.25 bits per value a stage): 256 on spans of
 // 16,384 tokens or more (the paper's Self-Forcing and LongCat spans, 37,440 and 29,640 tokens),
 // floor(N / 64) on shorter ones, so that on any span of 256 tokens or more `qvg` stores at most
 // 2.44 bits per value and `qvg-pro` at most 3.75 (2 + 8/16 + 4 * 8/128 + 4 * 0.25, plus the span
-// scale).
+// scale). FP8 = E4M3 with one E8M0 scale per 32 values (OCP MX's block): 8.25 bits per value.
 struct Preset {
   const char* name;
   Method method;
@@ -329,7 +295,7 @@ const Preset kPresets[] = {
     {"kivi-int4", Method::kivi, 4, 64, 0},     {"quarot", Method::quarot, 2, 64, 0},
     {"quarot-int4", Method::quarot, 4, 64, 0}, {"qvg", Method::qvg, 2, 64, 1},
     {"qvg-int4", Method::qvg, 4, 64, 1},       {"qvg-pro", Method::qvg, 2, 16, 4},
-    {"qvg-pro-int4", Method::qvg, 4, 16, 4},
+    {"qvg-pro-int4", Method::qvg, 4, 16, 4},   {"fp8", Method::fp8, 8, 32, 0},
 };
 
 }  // namespace
@@ -343,6 +309,7 @@ const std::vector<MethodTraits>& method_table() {
        .budget_fields = {},
        .uncompressed = true,
        .device_decode = true,
+       .code_bits = bf16_code_bits,
        .expected_bytes = bf16_bytes,
        .describe = describe_bf16,
        .make_cpu = make_bf16_codec,
@@ -367,7 +334,7 @@ const std::vector<MethodTraits>& method_table() {
        .asymmetric_fp16 = true,
        .role_layout = true,
        .device_decode = true,
-       .validate = validate_kivi,
+       .encodable = kAsymmetricFp16,
        .expected_bytes = kivi_expected_bytes,
        .describe = describe_kivi,
        .make_cpu = make_kivi_codec,
@@ -380,6 +347,7 @@ const std::vector<MethodTraits>& method_table() {
        .asymmetric_fp16 = true,
        .rotated = true,
        .device_decode = true,
+       .encodable = kAsymmetricFp16,
        .validate = validate_quarot,
        .expected_bytes = quarot_bytes,
        .describe = describe_quarot,
@@ -395,11 +363,26 @@ const std::vector<MethodTraits>& method_table() {
        .group_quantized = true,
        .device_encode = true,
        .device_decode = true,
+       .code_bits = qvg_code_bits,
        .expected_bytes = qvg_bytes,
        .describe = describe_qvg,
        .make_cpu = make_qvg_codec,
        .check_values = check_group_quantized_values,
        .reads = qvg_reads},
+      {.method = Method::fp8,
+       .name = "fp8",
+       .summary = "FP8 E4M3 values, a power-of-two (E8M0) scale per block of B along dim",
+       .fields = {"block"},
+       .budget_fields = {"block"},
+       .device_decode = true,
+       .decode_on_device = QVG_ON_DEVICE(fp8_decode_on_device),
+       .code_bits = fp8_code_bits,
+       // Below 2^-91 the block scale 2^e is clamped to e >= -100; 2^127 keeps e <= kFp8MaxScaleExponent.
+       .encodable = {0x1p-91, 0x1p127},
+       .expected_bytes = fp8_expected_bytes,
+       .describe = describe_fp8,
+       .make_cpu = make_fp8_codec,
+       .check_values = check_fp8_values},
   };
   return table;
 }
@@ -412,8 +395,10 @@ std::vector<std::string> codec_presets() {
 
 std::vector<std::string> comparison_presets() {
   std::vector<std::string> v;
-  for (const auto& p : kPresets)
-    if (p.bits != 4) v.emplace_back(p.name);
+  for (const auto& p : kPresets) {
+    const CodecConfig c = preset_config(p.name);
+    if (method_traits(c.method).uncompressed || code_bits(c) <= 2) v.emplace_back(p.name);
+  }
   return v;
 }
 

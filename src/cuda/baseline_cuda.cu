@@ -1,18 +1,21 @@
 // The GPU decode of the methods decoded on the GPU outside the group-quantized
-// format (KIVI, QuaRot, BF16; MethodTraits says which and how): the encoded
-// tensor is checked on the host exactly as the CPU decoder checks it, its
-// parts are uploaded and src/cuda/baseline_kernels.cuh decodes them.
+// format (MethodTraits says which and how): the encoded tensor is checked on
+// the host exactly as the CPU decoder checks it, its parts are uploaded, and
+// the method's own hook (MethodTraits::decode_on_device) or, for KIVI, QuaRot
+// and BF16, src/cuda/baseline_kernels.cuh decodes them.
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cmath>
 #include <string>
+#include <string_view>
 
 #include "core/codecs.h"
 #include "cuda/baseline_cuda.h"
 #include "cuda/baseline_kernels.cuh"
 #include "cuda/check.h"
 #include "cuda/dispatch.h"
+#include "cuda/qvg_cuda.h"
 #include "qvg/methods.h"
 
 namespace qvg::cuda {
@@ -56,6 +59,7 @@ BaselineShape checked_shape(const EncodedTensor& e) {
               " tensor has an unknown role ", static_cast<int>(e.role));
   const PartBytes need = expected_part_bytes(c, e.role, e.heads, e.tokens, e.dim);
   check_decode_parts(e, need);  // every part's size
+  if (t.decode_on_device) t.check_values(e, nullptr);  // its CPU decoder's checks
 
   QVG_CHECK(e.dim % kBaselineVals == 0, c.name, ": the CUDA backend needs dim a multiple of ",
             kBaselineVals, ", got ", e.dim);
@@ -75,37 +79,66 @@ BaselineShape checked_shape(const EncodedTensor& e) {
   sh.quantized = e.tokens - static_cast<int64_t>(need.full_precision / 2) / (e.heads * e.dim);
   // The reference's constant, by the reference's expression (wht_normalized_ref).
   if (t.rotated) sh.norm = static_cast<float>(1.0 / sqrt(static_cast<double>(e.dim)));
-  check_scales(e, t, static_cast<int64_t>(need.scales / 2) / e.heads);
+  if (!t.decode_on_device) check_scales(e, t, static_cast<int64_t>(need.scales / 2) / e.heads);
   return sh;
 }
 
-template <typename T>
-void upload_part(DeviceBuffer<T>& dst, const std::vector<uint8_t>& src, cudaStream_t s) {
-  dst.resize(src.size() / sizeof(T));
-  if (!src.empty()) QVG_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.data(), src.size(), cudaMemcpyHostToDevice, s));
+/// The index of part `name` in kPartFields.
+constexpr size_t part_index(std::string_view name) {
+  for (size_t i = 0; i < std::size(kPartFields); ++i)
+    if (name == kPartFields[i].name) return i;
+  return std::size(kPartFields);
 }
 
 }  // namespace
 
 void BaselineDeviceParts::use_pool(cudaStream_t s) {
-  for (auto* b : {&scales, &zero_points, &full_precision}) b->use_pool(s);
-  codes.use_pool(s);
+  for (auto& p : parts) p.use_pool(s);
 }
 
 void BaselineDeviceParts::upload(const EncodedTensor& e, cudaStream_t s) {
   shape = checked_shape(e);
-  upload_part(codes, e.codes, s);
-  upload_part(scales, e.scales, s);
-  upload_part(zero_points, e.zero_points, s);
-  upload_part(full_precision, e.full_precision, s);
+  config = e.config;
+  role = e.role;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::vector<uint8_t>& src = e.*kPartFields[i].data;
+    parts[i].upload(src.data(), src.size(), s);
+  }
+}
+
+void BaselineDeviceParts::download(EncodedTensor& e, cudaStream_t s) const {
+  for (size_t i = 0; i < parts.size(); ++i) download_bytes(parts[i], e.*kPartFields[i].data, s);
+  QVG_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 void BaselineDeviceParts::decode(void* out, DeviceElement type, cudaStream_t s) const {
+  auto part = [&](std::string_view name) -> const uint8_t* { return parts[part_index(name)].get(); };
+  if (const auto hook = method_traits(config.method).decode_on_device) {
+    DeviceDecodeArgs a;
+    a.config = &config;
+    a.role = role;
+    a.heads = shape.heads;
+    a.tokens = shape.tokens;
+    a.dim = shape.dim;
+    a.codes = part("codes");
+    a.scales = part("scales");
+    a.zero_points = part("zero_points");
+    a.span_scales = part("span_scales");
+    a.centroids = part("centroids");
+    a.ids = part("ids");
+    a.full_precision = part("full_precision");
+    a.out = out;
+    a.type = type;
+    a.stream = s;
+    hook(a);
+    return;
+  }
+  // FP16 / BF16 parts: 2-byte values (cudaMalloc's alignment).
   BaselineParts p;
-  p.codes = codes.get();
-  p.scales = scales.get();
-  p.zero_points = zero_points.get();
-  p.full_precision = full_precision.get();
+  p.codes = part("codes");
+  p.scales = reinterpret_cast<const uint16_t*>(part("scales"));
+  p.zero_points = reinterpret_cast<const uint16_t*>(part("zero_points"));
+  p.full_precision = reinterpret_cast<const uint16_t*>(part("full_precision"));
   with_element(type, [&](auto tag) {
     using OutT = typename decltype(tag)::type;
     QVG_CUDA_CHECK(launch_baseline_decode(shape, p, static_cast<OutT*>(out), s));

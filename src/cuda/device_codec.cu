@@ -1,7 +1,8 @@
 // Device-resident encoded tensors and the stream-ordered DeviceCodec
 // (qvg/device_codec.h). The group-quantized format's parts (qvg, rtn):
 // cuda::DeviceParts, written by the Encoder (or, for qvg's code=cq, by the
-// CPU reference and uploaded) and read by the decode kernels in place; the other methods' (kivi, quarot, bf16): cuda::BaselineDeviceParts.
+// CPU reference and uploaded) and read by the decode kernels in place; the
+// other methods' (kivi, quarot, bf16, fp8): cuda::BaselineDeviceParts.
 // Part memory comes from the device's stream-ordered pool
 // (DeviceBuffer::use_pool).
 #include <cuda_runtime.h>
@@ -44,7 +45,7 @@ struct DeviceEncodedTensor::Impl {
   int device = 0;
   cuda::QvgShape shape;             // qvg, rtn
   cuda::DeviceParts parts;          // qvg, rtn
-  cuda::BaselineDeviceParts base;   // kivi, quarot, bf16
+  cuda::BaselineDeviceParts base;   // the other methods decoded on the device
 
   /// An empty tensor of this header with its part memory from the pool on s.
   Impl(const CodecConfig& c, TensorRole r, int64_t h, int64_t n, int64_t d, cudaStream_t s)
@@ -121,11 +122,7 @@ EncodedTensor DeviceEncodedTensor::to_host(void* stream) const {
     cuda::download_parts(I.parts, e, s);  // synchronizes s
     return e;
   }
-  cuda::download_bytes(I.base.codes, e.codes, s);
-  cuda::download_bytes(I.base.scales, e.scales, s);
-  cuda::download_bytes(I.base.zero_points, e.zero_points, s);
-  cuda::download_bytes(I.base.full_precision, e.full_precision, s);
-  QVG_CUDA_CHECK(cudaStreamSynchronize(s));
+  I.base.download(e, s);  // synchronizes s
   return e;
 }
 
