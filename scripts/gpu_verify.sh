@@ -7,7 +7,8 @@
 # gpu_encode_api.sh, gpu_fat.sh) on the same warm machine. Logs under $OUT.
 # Needs the carried .deps (scripts/gpu_build.sh).
 source "$(dirname "$0")/gpu_start.sh"
-tests=(test_cuda test_kmeans test_device_codec test_device_cache test_assign_kernel test_embed test_cq_cuda test_cq)
+tests=(test_cuda test_kmeans test_device_codec test_device_cache test_assign_kernel test_embed test_cq_cuda test_cq
+  test_cuda_baselines)
 step "build"
 scripts/gpu_build.sh "$OUT/build.log" "${tests[@]}" bench_cuda || exit 1
 rc=0
