@@ -124,7 +124,7 @@ __device__ __forceinline__ void load_codeword_fp8(const uint8_t* p, float scale,
 /// block x takes item x * 8 + w = (row group r, unit u), r = item / (D/16),
 /// u = item % (D/16); lane l decodes source token range.begin + 32 r + l
 /// (when below range.count), channels [16 u, 16 u + 16), into row
-/// range.out_offset + 32 r + l of out ([H][range.out_tokens][D]).
+/// range.out_offset + 32 r + l of out (range.out_tokens rows per DecodeRange's strides).
 /// G = sh.cq_dim, B = sh.cq_bits, F8 = sh.fp8_books (the stages' centroids
 /// are FP8 too where there are stages: one centroid_format).
 /// Preconditions (the launcher's): D % 16 == 0; H <= 65535; the parts of
@@ -178,8 +178,7 @@ __global__ void __launch_bounds__(kCqThreads) decode_cq_kernel(QvgShape sh, QvgP
 #pragma unroll
     for (int k = 0; k < kCqUnit; ++k) v[k] = __fadd_rn(v[k], c[k]);
   }
-  store_vals<OutT, kCqUnit>(out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset + r) * sh.dim + col,
-                            v);
+  store_vals<OutT, kCqUnit>(out + range.out_at(h, range.out_offset + r, sh.dim) + col, v);
 }
 
 /// The code=cq decode of a token range (decode_cq.cu): decode_cq_kernel for
