@@ -17,6 +17,8 @@ fit or takes too long): every figure is then for N blocks, not the model. Caches
            blocks: --keep-recent, --max-attention-size);
   SPEC+overlap  the same with overlap_encode=True (spans encoded on the cache's own stream).
   SPEC+batch    the same with batch_encodes=True (every block's span encoded in one batch).
+  SPEC+zc       the same with zero_copy_reads=True (the history's BF16 chunks read in place); suffixes
+                combine, e.g. SPEC+batch+zc.
 Each chunk is timed by the wall clock from an idle device to an idle device (torch.cuda.synchronize
 at both ends: the cache's own stream included; the model stream's CUDA-event time is in the JSON as
 mem.stream_ms); runs of the
@@ -200,14 +202,18 @@ def generate(model, mode, args, rope, noise, profile=None):
         cache = DictCache(s, nb, size, args.sink_size * fs, dev, args.max_attention_size)
         upd = cache.update
     else:
-        # "SPEC+overlap": overlap_encode=True (spans encoded on the cache's own stream); "SPEC": False
-        spec, overlap = (mode[:-len("+overlap")], True) if mode.endswith("+overlap") else (mode, False)
-        spec, batch = (spec[:-len("+batch")], True) if spec.endswith("+batch") else (spec, False)
+        # Suffixes, in any order: "+overlap" overlap_encode=True (spans encoded on the cache's own stream),
+        # "+batch" batch_encodes=True, "+zc" zero_copy_reads=True.
+        spec, flags = mode, set()
+        while any(spec.endswith(f) for f in ("+overlap", "+batch", "+zc")):
+            spec, _, flag = spec.rpartition("+")
+            flags.add(flag)
+        extra = {"zero_copy_reads": True} if "zc" in flags else {}
         cache = CACHES[args.cache](nb, s["heads"], s["dim"], frame_seqlen=fs, frames_per_chunk=s["frames_per_chunk"],
                                    local_attn_size=args.local_attn_size, sink_size=args.sink_size, key=spec,
-                                   value=spec, quant_factor=args.quant_factor, overlap_encode=overlap,
-                                   batch_encodes=batch, keep_recent=args.keep_recent,
-                                   max_attention_size=args.max_attention_size)
+                                   value=spec, quant_factor=args.quant_factor, overlap_encode="overlap" in flags,
+                                   batch_encodes="batch" in flags, keep_recent=args.keep_recent,
+                                   max_attention_size=args.max_attention_size, **extra)
         upd = lambda i, k, v, st: cache[i].update(k, v, st)  # noqa: E731
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
