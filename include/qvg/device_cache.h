@@ -196,8 +196,9 @@ class DeviceKVCache {
   /// contiguous_views: appends the first `tokens` rows of the slot of the
   /// layer's last view() (K and V as the caller wrote them there) as the
   /// layer's next chunk, as append() would append a chunk with those BF16
-  /// values, without copying them where the slot is already the chunk's
-  /// place (it is unless a span is encoded before the chunk is placed).
+  /// values, without copying them (they move down, as the other waiting
+  /// chunks do, only where this append's or a flush's encoded span frees the
+  /// rows below them).
   /// qvg::Error (cache unchanged) unless the last call on this layer was a
   /// view() with extra >= tokens, or for tokens the config refuses.
   AppendReport append_extra(int layer, int64_t tokens, void* stream);
