@@ -6,6 +6,7 @@ its formula here, and a BF16 dict cache with Self-Forcing's write / roll / windo
 here. The GPU tests skip with the reason where PyTorch or a CUDA device is missing; the checks that
 need neither run everywhere.
 """
+import gc
 import unittest
 
 import numpy as np
@@ -111,6 +112,7 @@ class TorchCache(unittest.TestCase):
         for _, dev in self.both("qvg:centroids=8", "qvg:centroids=8", "none", 4, quant_factor=2):
             pass
         del dev, _
+        gc.collect()  # a KVCache and its blocks may form reference cycles: freed by the collector
         torch.cuda.synchronize()
         free_before = torch.cuda.mem_get_info()[0]
         released = qvg.empty_cache()
