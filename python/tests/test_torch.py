@@ -88,7 +88,7 @@ class TorchCache(unittest.TestCase):
         # BF16 centroids in both layouts; FP8 centroids (keys) beside BF16 ones (values) in one; code=cq.
         cases = [("qvg:centroids=8,iters=3,tol=0",) * 2 + (layout,) for layout in ("bhtd", "bthd")]
         cases.append(("qvg:centroids=8,iters=3,tol=0,centroid_format=fp8", "qvg:centroids=8,iters=3,tol=0", "bhtd"))
-        # code=cq: encoded by the CPU reference, decoded on the device.
+        # code=cq: encoded and decoded on the device (the CPU reference's bytes).
         cases.append(("qvg:code=cq,centroids=8,iters=3,tol=0,cq_dim=4,cq_codewords=16,centroid_format=fp8",
                       "qvg:code=cq,centroids=8,iters=3,tol=0", "bthd"))
         for kspec, vspec, layout in cases:
