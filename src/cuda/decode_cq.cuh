@@ -41,6 +41,7 @@ namespace qvg::cuda {
 constexpr int kCqThreads = 256;        // threads a block
 constexpr int kCqPiece = 8;            // values a piece; a unit is two pieces (16 values)
 constexpr int kCqPrefetchStages = 4;   // stages whose ids are loaded ahead (one byte each of a word)
+constexpr int kCqMinBlocks = 4;        // launch bounds: 64 registers a thread, 1024 threads an SM
 
 /// Code words a thread loads for one piece of G-value sub-vectors: the
 /// piece's 8 / G indices of up to 8 bits from any bit of a word (G = 1: up
@@ -89,7 +90,7 @@ struct CqRowLoads {
 struct CqHead {
   int h = 0;
   int b = 0;                  ///< bits an index
-  int64_t row_bits = 0;       ///< bits of a token's packed indices: 8 * codebook_row_bytes
+  int row_bits = 0;           ///< bits of a token's packed indices: 8 * codebook_row_bytes
   int64_t code_bytes = 0;     ///< bytes of the codes part
   float span = 0;             ///< span_scales[h]
   float book_scale = 0;       ///< FP8 codebooks: the head's codebook scale
@@ -216,8 +217,8 @@ __device__ __forceinline__ void load_codeword(const uint8_t* p, float scale, flo
 
 /// Stage st's centroid `id` of head h at the two pieces of a unit (columns
 /// col0 and col1, 8 values each) as stored: 8 BF16 values (a uint4) or 8 FP8
-/// codes (a uint2) a piece, and the FP8 codes' scale (the stage and head's).
-/// Loaded ahead; add_centroid converts them.
+/// codes (a uint2) a piece, and the FP8 codes' scale (the stage and head's);
+/// add_centroid converts them.
 template <bool F8>
 struct CqCentroid {
   using Word = std::conditional_t<F8, uint2, uint4>;
@@ -283,13 +284,8 @@ __device__ __forceinline__ void decode_cq_unit(const CqHead& hd, const QvgShape&
   constexpr int kCw = G * (F8 ? 1 : 2);  // bytes a codeword
   const int64_t n = range.begin + r;
   const int col[2] = {kCqPiece * c, sh.dim / 2 + kCqPiece * c};
-  const int last = sh.stages - 1;
 
-  // 1. The first stage to add (the last one): its loads go out first.
-  CqCentroid<F8> cen;
-  if (last >= 0) cen = load_centroid<F8>(sh, p, last, hd.h, stage_id(sh, p, hd.h, n, in.ids, last), col[0], col[1]);
-
-  // 2. The codewords of both pieces, times s.
+  // 1. The codewords of both pieces, times s.
   float v[2 * kCqPiece];
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
@@ -304,12 +300,11 @@ __device__ __forceinline__ void decode_cq_unit(const CqHead& hd, const QvgShape&
 #pragma unroll
   for (int k = 0; k < 2 * kCqPiece; ++k) v[k] = __fmul_rn(s, v[k]);
 
-  // 3. The stages' centroids, last stage first (the reference's order).
-  if (last >= 0) {
-    add_centroid<F8>(cen, v);
-    for (int st = last - 1; st >= 0; --st)
-      add_centroid<F8>(load_centroid<F8>(sh, p, st, hd.h, stage_id(sh, p, hd.h, n, in.ids, st), col[0], col[1]), v);
-  }
+  // 2. The stages' centroids, last stage first (the reference's order).
+  // (Their loads follow the gathers: loaded ahead of them, the centroid
+  // words made the BF16-codebook kernels spill at 64 registers a thread.)
+  for (int st = sh.stages - 1; st >= 0; --st)
+    add_centroid<F8>(load_centroid<F8>(sh, p, st, hd.h, stage_id(sh, p, hd.h, n, in.ids, st), col[0], col[1]), v);
   OutT* o = out + (static_cast<int64_t>(hd.h) * range.out_tokens + range.out_offset + r) * sh.dim;
   store_vals<OutT, kCqPiece>(o + col[0], v);
   store_vals<OutT, kCqPiece>(o + col[1], v + kCqPiece);
@@ -384,7 +379,7 @@ __device__ __forceinline__ void stage_books(const uint8_t* src, uint8_t* dst, in
 /// 16-byte aligned, FP8 ones 4-byte, centroids 16-byte (BF16) or 8-byte
 /// (FP8)); out 16-byte aligned.
 template <int G, bool F8, typename OutT>
-__global__ void __launch_bounds__(kCqThreads, 4) decode_cq_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
+__global__ void __launch_bounds__(kCqThreads, kCqMinBlocks) decode_cq_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out,
                                                               DecodeRange range, int book_stride) {
   static_assert(G == 1 || G == 2 || G == 4 || G == 8, "cq_dim: 1, 2, 4 or 8");
   extern __shared__ __align__(16) uint8_t cq_books[];
@@ -394,7 +389,7 @@ __global__ void __launch_bounds__(kCqThreads, 4) decode_cq_kernel(QvgShape sh, Q
   hd.b = sh.cq_bits;
   const int k = 1 << sh.cq_bits;
   const int groups = sh.dim / G;
-  hd.row_bits = 8 * ((static_cast<int64_t>(groups) * sh.cq_bits + 7) / 8);  // 8 * codebook_row_bytes(sh)
+  hd.row_bits = 8 * ((groups * sh.cq_bits + 7) / 8);  // 8 * codebook_row_bytes(sh)
   hd.code_bytes = static_cast<int64_t>(sh.heads) * sh.tokens * (hd.row_bits / 8);
   hd.span = __ldg(p.span_scales + hd.h);
   hd.book_scale = F8 ? __ldg(p.book_scales + hd.h) : 0.0f;
