@@ -9,22 +9,25 @@
 // Work: the lines layout of decode_lines.cuh. A row (token) is D/16 units;
 // unit c is the two pieces of 8 values [8c, 8c + 8) and [D/2 + 8c, D/2 +
 // 8c + 8). The D/16 consecutive threads of a row slot own one unit each
-// (D = 128: 8 threads a row, 4 rows a warp), so
-//   - each 16-byte store instruction (BF16 / FP16 output) writes whole
-//     128-byte lines: the 8 lanes of a row write [0, 64) or [64, 128) of it;
-//   - a row's packed indices are read by its neighbouring lanes, and the rows
-//     of a warp are consecutive: the codes a warp reads are one contiguous
-//     run of (32 / (D/16)) * row_bytes bytes;
-//   - a stage centroid's piece is read the same way as the output is
-//     written: 8 lanes, one 128-byte line of the centroid row (BF16);
-//   - the head's codebooks (D K values: 1 or 2 bytes each) are staged in
+// (D = 128: 8 threads a row, 4 rows a warp), and the slots of a block take
+// consecutive rows, so
+//   - each store instruction writes whole 32-byte sectors, the lanes of a
+//     row one contiguous run of D/2 values (BF16 / FP16 output, D = 128:
+//     values [0, 64) or [64, 128) of each of 4 rows, 4 whole 128-byte
+//     lines);
+//   - a row's packed indices are read by its neighbouring lanes: the codes
+//     a warp reads are one contiguous run of (32 / (D/16)) * row_bytes bytes;
+//   - a stage centroid's piece is read as the output is written (8 lanes,
+//     one 128-byte line of a BF16 centroid row at D = 128);
+//   - the head's codebooks (D K values, 1 or 2 bytes each) are staged in
 //     shared memory once per block, each group's K codewords at an odd
 //     stride in banks (cq_shared_book_stride), and the codeword gathers read
-//     shared memory.
+//     shared memory; where they do not fit, or a block decodes fewer than K
+//     rows (decode_cq.cu), the gathers read global memory.
 // A block takes rows of one head, row slot after row slot (a grid-stride
 // loop over the head's range), with as many blocks as the device holds at
-// once: the codebooks are staged by few blocks, each decoding many rows.
-// Each thread loads the next row's scale, code words and stage ids before it
+// once: each block stages the codebooks once and decodes many rows. Each
+// thread loads the next row's scale, code words and stage ids before it
 // decodes the current row.
 #pragma once
 
