@@ -101,7 +101,9 @@ void expect_device_decode_equals_cpu(const EncodedTensor& e, const std::string& 
 }
 
 // Every G and every index width (K = 2 .. 256) with BF16 and FP8 codebooks:
-// one stage, D = 64, an odd token count (the last row group partial).
+// one stage, D = 64, an odd token count (the last row group partial). A
+// block decodes about 61 rows here, so K <= 32 takes the codebooks from
+// shared memory and K >= 64 gathers them from global memory (decode_cq.cu).
 TEST(CqCuda, DecodeEqualsTheCpuReferenceForEveryDimAndWidth) {
   REQUIRE_GPU();
   const HeadTensor x = normal_tensor(2, 301, 64, 7);
