@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine for qvg's code=cq on CUDA: build, the code=cq
-# GPU tests (the fused decode against the CPU reference, the codecs' CPU-
-# reference encode), memcheck of them, the device codec / cache / CUDA tests
+# GPU tests (the fused decode and the GPU encode against the CPU reference,
+# the codecs' encode), memcheck of them, the device codec / cache / CUDA tests
 # that share its paths, the Python drop-ins where the module builds, then
-# bench_cuda --cq (decode time and fraction of copy at [12, 37440, 128]).
+# bench_cuda --cq (GPU encode time beside the CPU reference's, decode time
+# and fraction of copy at [12, 37440, 128]).
 # Logs under $OUT. Needs the carried .deps (scripts/gpu_build.sh).
 # Environment: QVG_CQ_REPS (bench_cuda repetitions, default 20).
 source "$(dirname "$0")/gpu_start.sh"
@@ -19,7 +20,7 @@ done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests.log" | head -40
 step "memcheck"
 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cq_cuda --gtest_brief=1 \
-  --gtest_filter='CqCuda.DecodeEqualsTheCpuReferenceAcrossShapes:CqCuda.DecodeRows*:CqCuda.Codecs*' \
+  --gtest_filter='CqCuda.DecodeEqualsTheCpuReferenceAcrossShapes:CqCuda.DecodeRows*:CqCuda.Codecs*:CqCuda.Encode*' \
   >"$OUT/sanitizer.log" 2>&1 || rc=1
 grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 step "python"

@@ -23,6 +23,7 @@
 #include "qvg/qvg_steps.h"
 #include "qvg/video.h"
 #include "reference/cq_code.h"
+#include "util/cq_arith.h"
 #include "util/rng.h"
 
 namespace qvg {
@@ -321,9 +322,54 @@ TEST(CqChecks, DamagedPartsAreRefused) {
   }
 }
 
+// cq_assign_ref (codewords transposed, vectorized) picks what cq_sq_dist's
+// direct loop picks, with its distance bit for bit; the codebook k-means
+// returns BF16 values, is deterministic, and finds well-separated clusters.
+TEST(CqCodec, AssignAndCodebookKMeansFollowTheirRules) {
+  SplitMix64 rng(9);
+  for (int g : {1, 2, 4, 8}) {
+    const int k = 37, n = 513;
+    std::vector<float> u(static_cast<size_t>(n * g)), book(static_cast<size_t>(k * g));
+    for (float& v : u) v = static_cast<float>(rng.normal());
+    for (float& v : book) v = round_bf16(static_cast<float>(rng.normal()));
+    std::copy_n(book.begin(), g, book.begin() + 5 * g);  // a tie: codeword 0 wins
+    std::vector<uint8_t> idx(static_cast<size_t>(n));
+    std::vector<float> dist(static_cast<size_t>(n));
+    cq_assign_ref(u.data(), n, g, book.data(), k, idx.data(), dist.data());
+    for (int i = 0; i < n; ++i) {
+      int arg = 0;
+      float best = cq_sq_dist(u.data() + i * g, book.data(), g);
+      for (int w = 1; w < k; ++w) {
+        const float dw = cq_sq_dist(u.data() + i * g, book.data() + w * g, g);
+        if (dw < best) best = dw, arg = w;
+      }
+      ASSERT_EQ(idx[i], arg) << "g " << g << " point " << i;
+      ASSERT_EQ(std::memcmp(&dist[i], &best, 4), 0) << "g " << g << " point " << i;
+      ASSERT_NE(idx[i], 5);
+    }
+    // Four clusters far apart: four codewords land on their means.
+    std::vector<float> x(static_cast<size_t>(400 * g));
+    for (int i = 0; i < 400; ++i)
+      for (int t = 0; t < g; ++t)
+        x[i * g + t] = static_cast<float>(10.0 * (i % 4) + 0.01 * rng.normal());
+    std::vector<float> b1(static_cast<size_t>(4 * g)), b2(b1.size());
+    cq_train_codebook_ref(x.data(), 400, g, 4, 20, 0.0, 7, b1.data());
+    cq_train_codebook_ref(x.data(), 400, g, 4, 20, 0.0, 7, b2.data());
+    EXPECT_TRUE(b1 == b2);
+    std::vector<int> seen(4, 0);
+    for (int w = 0; w < 4; ++w) {
+      EXPECT_EQ(b1[w * g], round_bf16(b1[w * g]));
+      const int cl = static_cast<int>(std::lround(b1[w * g] / 10.0f));
+      ASSERT_TRUE(cl >= 0 && cl < 4) << b1[w * g];
+      ++seen[cl];
+    }
+    EXPECT_EQ(seen, std::vector<int>(4, 1)) << "g " << g;
+  }
+}
+
 TEST(CqChecks, TheCpuReferenceEncodesTheCodeForCuda) {
-  EXPECT_FALSE(device_encodes(parse_codec_spec("qvg:code=cq")));
-  EXPECT_FALSE(device_encodes(parse_codec_spec("qvg:code=cq,centroid_format=fp8,stages=0")));
+  EXPECT_TRUE(device_encodes(parse_codec_spec("qvg:code=cq")));
+  EXPECT_TRUE(device_encodes(parse_codec_spec("qvg:code=cq,centroid_format=fp8,stages=0")));
   EXPECT_TRUE(device_encodes(parse_codec_spec("qvg")));
   EXPECT_TRUE(device_encodes(parse_codec_spec("rtn")));
   EXPECT_FALSE(device_encodes(parse_codec_spec("kivi")));

@@ -131,9 +131,8 @@ std::vector<std::string> budget_fields_of(const CodecConfig& c);
 double code_bits(const CodecConfig& c);
 
 /// Whether the CUDA backend encodes config c on the GPU: its method's
-/// device_encode, except qvg with code=cq, whose encode the CUDA codecs
-/// (CudaCodec, DeviceCodec, the device cache) run on the CPU reference
-/// (the same bytes by definition) before decoding on the device.
+/// device_encode (qvg with either residual code: code=cq's codebooks are
+/// trained on the GPU too, src/cuda/encode_cq.cuh, the CPU reference's bytes).
 bool device_encodes(const CodecConfig& c);
 
 /// The bytes each part of an encoding of c (valid for dim) must have.

@@ -60,6 +60,7 @@ Chunks are 3 latent frames (the LingBot-World pipeline's default; QVG's v2 launc
 default of 4, with which a sink of 6 frames is not whole chunks, as qvg's cache requires).
 """
 import argparse
+import gc
 import json
 import statistics
 import time
@@ -392,9 +393,12 @@ def main():
     runs, ref = {m: [] for m in args.modes}, None
     for rep in range(args.repeats):
         for mode in args.modes:
-            ms, out, mem, _ = generate(model, mode, args, rope, noise)
-            # The mode's cache is gone: its memory back to the driver from both pools, so that one mode's
-            # reserve does not crowd the next (qvg's pool keeps freed memory, as PyTorch's does).
+            ms, out, mem, cache = generate(model, mode, args, rope, noise)
+            # The mode's cache dropped and its memory handed back to the driver from both pools, so that
+            # neither its bytes nor a pool's reserve count in the next mode's peaks (qvg's pool keeps freed
+            # memory, as PyTorch's does; a cache can sit in reference cycles, hence the collector).
+            del cache
+            gc.collect()
             torch.cuda.synchronize()
             qvg.empty_cache()
             torch.cuda.empty_cache()

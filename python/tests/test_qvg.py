@@ -67,8 +67,8 @@ class Accounting(unittest.TestCase):
 
 class CodebookCode(unittest.TestCase):
     """qvg's code=cq (docs/FORMAT.md): specs parse through the library, encodings
-    pickle and decode the same, the budget rule picks within its family, the CUDA codec encodes with
-    the CPU reference and decodes the same values."""
+    pickle and decode the same, the budget rule picks within its family, the CUDA codec encodes to
+    the CPU reference's bytes and decodes the same values."""
 
     SPEC = "qvg:code=cq,cq_dim=4,cq_codewords=32,centroids=8"
 
@@ -95,7 +95,7 @@ class CodebookCode(unittest.TestCase):
             qvg.Codec("qvg:code=cq,bits=4")
 
     @unittest.skipUnless(qvg.cuda_available()[0], "no usable CUDA device")
-    def test_cuda_encodes_with_the_cpu_reference_and_decodes_the_same(self):
+    def test_cuda_encodes_like_the_cpu_reference_and_decodes_the_same(self):
         h, n, d = 2, 320, 64
         x = random_kv(h, n, d)
         cpu, gpu = qvg.Codec(self.SPEC), qvg.Codec(self.SPEC, device="cuda")

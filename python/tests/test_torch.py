@@ -6,6 +6,7 @@ its formula here, and a BF16 dict cache with Self-Forcing's write / roll / windo
 here. The GPU tests skip with the reason where PyTorch or a CUDA device is missing; the checks that
 need neither run everywhere.
 """
+import gc
 import unittest
 
 import numpy as np
@@ -87,7 +88,7 @@ class TorchCache(unittest.TestCase):
         # BF16 centroids in both layouts; FP8 centroids (keys) beside BF16 ones (values) in one; code=cq.
         cases = [("qvg:centroids=8,iters=3,tol=0",) * 2 + (layout,) for layout in ("bhtd", "bthd")]
         cases.append(("qvg:centroids=8,iters=3,tol=0,centroid_format=fp8", "qvg:centroids=8,iters=3,tol=0", "bhtd"))
-        # code=cq: encoded by the CPU reference, decoded on the device.
+        # code=cq: encoded and decoded on the device (the CPU reference's bytes).
         cases.append(("qvg:code=cq,centroids=8,iters=3,tol=0,cq_dim=4,cq_codewords=16,centroid_format=fp8",
                       "qvg:code=cq,centroids=8,iters=3,tol=0", "bthd"))
         for kspec, vspec, layout in cases:
@@ -111,6 +112,7 @@ class TorchCache(unittest.TestCase):
         for _, dev in self.both("qvg:centroids=8", "qvg:centroids=8", "none", 4, quant_factor=2):
             pass
         del dev, _
+        gc.collect()  # a KVCache and its blocks may form reference cycles: freed by the collector
         torch.cuda.synchronize()
         free_before = torch.cuda.mem_get_info()[0]
         released = qvg.empty_cache()

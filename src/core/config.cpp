@@ -81,7 +81,7 @@ double code_bits(const CodecConfig& c) {
   return t.code_bits ? t.code_bits(c) : c.bits;
 }
 
-bool device_encodes(const CodecConfig& c) { return method_traits(c.method).device_encode && !uses_codebooks(c); }
+bool device_encodes(const CodecConfig& c) { return method_traits(c.method).device_encode; }
 
 int smoothing_stages(const CodecConfig& c) { return method_traits(c.method).clustered ? c.stages : 0; }
 

@@ -200,8 +200,8 @@ void check_warm(const DeviceEncodedTensor::Impl& w, const CodecConfig& c, const 
 }
 
 /// A host tensor of w's header holding only w's centroids part (a qvg
-/// tensor or warm_state()): the warm start of the CPU reference's encode
-/// (code=cq), which reads nothing else of it. Synchronizes s.
+/// tensor or warm_state()): the warm start of a CPU reference's encode,
+/// which reads nothing else of it. Synchronizes s.
 EncodedTensor host_centroids(const DeviceEncodedTensor::Impl& w, cudaStream_t s) {
   QVG_CHECK(w.qvg_parts(), "warm start: a ", method_name(w.config.method), " tensor has no centroids");
   EncodedTensor e;
@@ -269,7 +269,7 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
   QVG_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, c.name,
             ": the input must be 16-byte aligned (the encode reads 16 bytes at a time)");
   const cudaStream_t s = as_stream(stream);
-  if (impl_->reference) {  // kivi, quarot, bf16, qvg with code=cq: the CPU reference's encode
+  if (impl_->reference) {  // kivi, quarot, bf16: the CPU reference's encode
     QVG_CHECK(heads > 0 && tokens > 0 && dim > 0, c.name, ": empty tensor [", heads, ", ", tokens, ", ", dim, "]");
     EncodeOptions opt;
     opt.role = role;
@@ -367,6 +367,16 @@ std::vector<DeviceEncodedTensor> DeviceCodec::encode_batch(const void* x, Device
       copy_stage_heads(p.ids.get(), heads, 0, b.ids.get(), sh.heads, i * heads, heads, tokens, one.stages, s);
       if (one.stages > 0) copy_centroid_heads(b.centroids.get(), sh, p.centroids.get(), one,
                                               i * heads, false, s);
+      if (one.cq_dim > 0) {  // code=cq: the codebooks [H][D K] values, then (FP8) a scale a head
+        const auto* bc = reinterpret_cast<const uint8_t*>(b.centroids.get());
+        auto* pc = reinterpret_cast<uint8_t*>(p.centroids.get());
+        const int64_t book_bytes = cuda::codebook_values(one) * (one.fp8_books ? 1 : 2);  // this tensor's heads
+        QVG_CUDA_CHECK(cudaMemcpyAsync(pc + p.book_offset, bc + b.book_offset + i * book_bytes,
+                                       static_cast<size_t>(book_bytes), cudaMemcpyDeviceToDevice, s));
+        if (one.fp8_books)
+          QVG_CUDA_CHECK(cudaMemcpyAsync(pc + p.book_scales_offset, bc + b.book_scales_offset + i * heads * 4,
+                                         static_cast<size_t>(heads * 4), cudaMemcpyDeviceToDevice, s));
+      }
       out.push_back(DeviceEncodedTensor(std::move(I)));
     }
   }

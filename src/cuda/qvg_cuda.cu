@@ -8,6 +8,7 @@
 #include "core/codecs.h"
 #include "cuda/decode_cq.cuh"
 #include "cuda/decode_lines.cuh"
+#include "cuda/encode_cq.cuh"
 #include "cuda/dispatch.h"
 #include "cuda/qvg_cuda.h"
 #include "cuda/qvg_kernels.cuh"
@@ -189,8 +190,7 @@ QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t
     QVG_CHECK(heads <= 65535, c.name, ": the CUDA decode of code=cq takes at most 65535 heads, got ", heads);
   }
   if (sh.stages > 0) {
-    // (code=cq: encoded by the CPU reference, any dim the decode takes.)
-    QVG_CHECK(sh.cq_dim > 0 || dim == 64 || dim == 128, c.name, ": GPU k-means supports dim 64 and 128, got ", dim);
+    QVG_CHECK(dim == 64 || dim == 128, c.name, ": GPU k-means supports dim 64 and 128, got ", dim);
     QVG_CHECK(sh.centroids <= tokens, c.name, ": centroids (", sh.centroids, ") exceed the tokens (", tokens, ")");
   }
   return sh;
@@ -248,11 +248,10 @@ uint64_t fp8_e4m3_rule_mismatches(uint32_t* first, cudaStream_t s) {
 }
 
 namespace {
-/// The GPU encoder codes the residual by group quantization only: code=cq
-/// tensors are encoded by the CPU reference (device_encodes).
+/// quantize_given codes the residual by group quantization only (code=cq
+/// trains its codebooks in encode).
 void check_encodes(const QvgShape& sh) {
-  QVG_CHECK(sh.cq_dim == 0, "the GPU encoder does not encode code=cq (codebook residual code); the CUDA codecs "
-            "encode it with the CPU reference and decode it on the device");
+  QVG_CHECK(sh.cq_dim == 0, "quantize_given does not take code=cq (codebook residual code): Encoder::encode does");
 }
 }  // namespace
 
@@ -265,9 +264,12 @@ void Encoder::quantize_given(const void* x, DeviceElement dtype, const QvgShape&
 
 void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, const GpuKMeansOptions& km,
                      DeviceParts& parts, cudaStream_t stream, std::vector<KMeansStats>* stats) {
-  check_encodes(sh);
   parts.allocate(sh);
   head_max_.resize(static_cast<size_t>(sh.heads));
+  if (sh.stages == 0 && sh.cq_dim > 0) {
+    encode_cq(x, dtype, sh, parts.view(), km, stream);
+    return;
+  }
   if (sh.stages == 0) {
     quantize_any(x, dtype, sh, parts.view(), head_max_.get(), false, stream);
     return;
@@ -327,6 +329,10 @@ void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, con
     qp.cent8 = nullptr;
     qp.cent_scales = nullptr;
   }
+  if (sh.cq_dim > 0) {  // the residual x minus every stage (load_residual16), coded by codebooks
+    encode_cq(x, dtype, qsh, qp, km, stream);
+    return;
+  }
   if (sh.stages == 1) {
     quantize_any(x, dtype, qsh, qp, head_max_.get(), max_ready, stream);
     return;
@@ -338,6 +344,58 @@ void Encoder::encode(const void* x, DeviceElement dtype, const QvgShape& sh, con
   one.stages = 1;
   quantize_any(points_.get(), DeviceElement::bf16, one, stage_parts(qp, qsh, sh.stages - 1), head_max_.get(),
                max_ready, stream);
+}
+
+void Encoder::encode_cq(const void* x, DeviceElement dtype, const QvgShape& sh, QvgParts p,
+                        const GpuKMeansOptions& kmo, cudaStream_t stream) {
+  const KMeansParams& km = kmo.params;
+  const int64_t n = sh.tokens, g = sh.cq_dim, groups = sh.dim / g, k = int64_t{1} << sh.cq_bits;
+  const int64_t rows_all = static_cast<int64_t>(sh.heads) * n;
+  QVG_CHECK(sh.heads <= 65535 && groups <= 65535, "code=cq on the GPU: at most 65535 heads and channel groups");
+  QVG_CHECK(km.max_iter >= 0, "code=cq on the GPU: max_iter must be >= 0, got ", km.max_iter);
+  // The sample (cq_encode_head_ref): every stride-th token, at most 64 K rows.
+  CqTrainArgs a;
+  a.tokens = n;
+  const int64_t want = std::min<int64_t>(n, 64 * k);
+  a.stride = (n + want - 1) / want;
+  a.rows = (n + a.stride - 1) / a.stride;
+  a.c = static_cast<int>(std::min<int64_t>(k, a.rows));
+  a.k = static_cast<int>(k);
+  a.max_iter = km.max_iter;
+  a.tol = km.tol;
+  a.seed = km.seed;
+  a.seed_period = kmo.seed_period;
+  head_max_.resize(static_cast<size_t>(sh.heads));
+  cq_rms_.resize(static_cast<size_t>(rows_all));
+  cq_u_.resize(static_cast<size_t>(rows_all * sh.dim));
+  cq_books_.resize(static_cast<size_t>(sh.heads * sh.dim * k));
+  cq_dist_.resize(static_cast<size_t>(sh.heads * groups * a.rows));
+  cq_ids_.resize(static_cast<size_t>(sh.heads * groups * a.rows));
+  cq_idx_.resize(static_cast<size_t>(rows_all * groups));
+  QVG_CUDA_CHECK(cudaMemsetAsync(head_max_.get(), 0, sizeof(unsigned) * sh.heads, stream));
+  with_element(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xt = static_cast<const T*>(x);
+    cq_rms_kernel<T><<<blocks_for(rows_all), kCqEncThreads, 0, stream>>>(xt, sh, p, cq_rms_.get(), head_max_.get());
+    QVG_CUDA_CHECK(cudaGetLastError());
+    cq_normalize_kernel<T><<<blocks_for(rows_all * (sh.dim / kValsPerThread)), kCqEncThreads, 0, stream>>>(
+        xt, sh, p, cq_rms_.get(), head_max_.get(), cq_u_.get());
+    QVG_CUDA_CHECK(cudaGetLastError());
+  });
+  with_cq_dim(sh.cq_dim, [&](auto gc) {
+    constexpr int G = decltype(gc)::value;
+    cq_train_kernel<G><<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(sh.heads)), kCqEncThreads, 0,
+                         stream>>>(cq_u_.get(), a, cq_dist_.get(), cq_ids_.get(), cq_books_.get());
+    QVG_CUDA_CHECK(cudaGetLastError());
+    cq_store_books_kernel<<<static_cast<unsigned>(sh.heads), kCqEncThreads, 0, stream>>>(sh, p, cq_books_.get());
+    QVG_CUDA_CHECK(cudaGetLastError());
+    const dim3 grid(static_cast<unsigned>((n + kCqEncThreads - 1) / kCqEncThreads), static_cast<unsigned>(groups),
+                    static_cast<unsigned>(sh.heads));
+    cq_assign_kernel<G><<<grid, kCqEncThreads, 0, stream>>>(cq_u_.get(), cq_books_.get(), n, a.k, cq_idx_.get());
+    QVG_CUDA_CHECK(cudaGetLastError());
+  });
+  cq_pack_kernel<<<blocks_for(rows_all), kCqEncThreads, 0, stream>>>(sh, cq_idx_.get(), p.codes);
+  QVG_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T>

@@ -75,8 +75,8 @@ void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s);
 
 /// Throws qvg::Error unless the fused decode takes c's method and formats
 /// (MethodTraits::group_quantized: qvg with either residual code, rtn). The
-/// GPU encoder takes those the device encodes (device_encodes(c): not
-/// code=cq, which the CPU reference encodes); Encoder checks.
+/// GPU encoder takes those the device encodes (device_encodes(c), code=cq
+/// included).
 void check_device_config(const CodecConfig& c);
 
 /// The shape struct of a config and tensor dims; validates (qvg::Error).
@@ -271,6 +271,14 @@ class Encoder {
   template <typename T>
   void start_on_host(const T* data, const QvgShape& sh, const PPStart& pp, cudaStream_t stream);
   DeviceBuffer<float> sample_;  // start_on_host: the sample rows of a group of heads
+  /// code=cq: the residual x minus sh.stages stages (load_residual16's rule)
+  /// coded by codebooks into p (token scales, span scales, codebooks,
+  /// packed indices): cq_encode_head_ref's steps, src/cuda/encode_cq.cuh.
+  /// km: its params' max_iter, tol and seed, and seed_period.
+  void encode_cq(const void* x, DeviceElement dtype, const QvgShape& sh, QvgParts p, const GpuKMeansOptions& km,
+                 cudaStream_t stream);
+  DeviceBuffer<float> cq_rms_, cq_u_, cq_books_, cq_dist_;  // [H][N], [H][D/G][N][G], [H][D/G][K][G], [H][D/G][rows]
+  DeviceBuffer<uint8_t> cq_ids_, cq_idx_;                   // [H][D/G][rows], [H][N][D/G]
   std::vector<PPStart> pp_;  // by stage
 };
 

@@ -11,7 +11,9 @@
 #include "qvg/common.h"
 #include "qvg/fp8.h"
 #include "qvg/half.h"
+#include "qvg/fixed_sum.h"
 #include "qvg/kmeans.h"
+#include "util/cq_arith.h"
 
 namespace qvg {
 
@@ -81,6 +83,90 @@ uint64_t cq_kmeans_seed(const CodecConfig& c, int64_t group, int64_t head) {
   return c.kmeans.seed + 1000003ull * static_cast<uint64_t>(9 + group) + static_cast<uint64_t>(head);
 }
 
+void cq_assign_ref(const float* u, int64_t n, int g, const float* book, int k, uint8_t* idx, float* dist) {
+  // The codewords transposed ([g][k]) so that the loop over them vectorizes:
+  // each distance still adds its g terms in order (cq_sq_dist's steps).
+  std::vector<float> bt(static_cast<size_t>(g * k));
+  for (int w = 0; w < k; ++w)
+    for (int t = 0; t < g; ++t) bt[static_cast<size_t>(t * k + w)] = book[w * g + t];
+  std::vector<float> dw(static_cast<size_t>(k));
+  for (int64_t i = 0; i < n; ++i) {
+    const float* ui = u + i * g;
+    std::fill(dw.begin(), dw.end(), 0.0f);
+    for (int t = 0; t < g; ++t) {
+      const float ut = ui[t];
+      const float* bw = bt.data() + static_cast<size_t>(t * k);
+      for (int w = 0; w < k; ++w) {
+        const float e = ut - bw[w];
+        dw[w] = dw[w] + e * e;
+      }
+    }
+    int arg = 0;
+    for (int w = 1; w < k; ++w)
+      if (dw[w] < dw[arg]) arg = w;  // strict: ties keep the lowest index
+    idx[i] = static_cast<uint8_t>(arg);
+    if (dist) dist[i] = dw[arg];
+  }
+}
+
+namespace {
+
+/// The exact total of the distances (cq_train_codebook_ref), as a double.
+double cq_total_of(const std::vector<float>& dist) {
+  float most = 0;
+  for (float v : dist) most = std::max(most, v);
+  const int e = fixed_sum_exponent(most, static_cast<int64_t>(dist.size()));
+  int64_t sum = 0;
+  for (float v : dist) sum += to_fixed(v, e);
+  return cq_total(sum, e);
+}
+
+}  // namespace
+
+void cq_train_codebook_ref(const float* x, int64_t rows, int g, int c, int max_iter, double tol, uint64_t seed,
+                           float* book) {
+  QVG_CHECK(rows >= 1 && g >= 1 && c >= 1 && c <= 256 && c <= rows, "cq codebook: ", c, " codewords from ", rows,
+            " rows of dim ", g);
+  const std::vector<int64_t> start = kmeans_random_rows(rows, c, seed);
+  for (int w = 0; w < c; ++w)
+    for (int t = 0; t < g; ++t) book[w * g + t] = round_bf16(x[start[static_cast<size_t>(w)] * g + t]);
+  std::vector<uint8_t> ids(static_cast<size_t>(rows));
+  std::vector<float> dist(static_cast<size_t>(rows));
+  cq_assign_ref(x, rows, g, book, c, ids.data(), dist.data());
+  double total = cq_total_of(dist);
+  float absmax = 0;
+  for (int64_t i = 0; i < rows * g; ++i) absmax = std::max(absmax, std::fabs(x[i]));
+  const int fx = fixed_sum_exponent(absmax, rows);
+  std::vector<int64_t> sum(static_cast<size_t>(c * g));
+  std::vector<int64_t> count(static_cast<size_t>(c));
+  std::vector<char> taken(static_cast<size_t>(rows));
+  for (int it = 1; it <= max_iter; ++it) {
+    std::fill(sum.begin(), sum.end(), 0);
+    std::fill(count.begin(), count.end(), 0);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int w = ids[i];
+      ++count[w];
+      for (int t = 0; t < g; ++t) sum[w * g + t] += to_fixed(x[i * g + t], fx);
+    }
+    std::fill(taken.begin(), taken.end(), 0);
+    for (int w = 0; w < c; ++w) {
+      if (count[w] > 0) {
+        for (int t = 0; t < g; ++t) book[w * g + t] = round_bf16(fixed_mean(sum[w * g + t], fx, count[w]));
+        continue;
+      }
+      int64_t far = -1;  // the farthest point not taken yet
+      for (int64_t i = 0; i < rows; ++i)
+        if (!taken[i] && (far < 0 || dist[i] > dist[far])) far = i;
+      taken[far] = 1;
+      for (int t = 0; t < g; ++t) book[w * g + t] = round_bf16(x[far * g + t]);
+    }
+    cq_assign_ref(x, rows, g, book, c, ids.data(), dist.data());
+    const double prev = total;
+    total = cq_total_of(dist);
+    if (cq_converged(prev, total, tol)) break;
+  }
+}
+
 void cq_encode_head_ref(EncodedTensor& e, int64_t h, const std::vector<float>& r) {
   const CodecConfig& c = e.config;
   const int64_t n = e.tokens, d = e.dim, g = c.cq_dim, k = c.cq_codewords, groups = d / g;
@@ -90,24 +176,24 @@ void cq_encode_head_ref(EncodedTensor& e, int64_t h, const std::vector<float>& r
   float most = 0;
   for (int64_t i = 0; i < n; ++i) {
     double sq = 0;
-    for (int64_t q = 0; q < d; ++q) sq += static_cast<double>(r[i * d + q]) * r[i * d + q];
-    rms[i] = static_cast<float>(std::sqrt(sq / static_cast<double>(d)));
+    for (int64_t q = 0; q < d; ++q) sq = cq_add_square(sq, r[i * d + q]);
+    rms[i] = cq_rms(sq, d);
     most = std::max(most, rms[i]);
   }
   const float span = most > 0 ? most / 448.0f : 1.0f;
   put_f32(e.span_scales, static_cast<size_t>(h), span);
   std::vector<float> s(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const uint8_t code = fp8_e4m3_from_float(rms[i] / span);
+    const uint8_t code = fp8_e4m3_from_float(cq_div(rms[i], span));
     e.scales[static_cast<size_t>(h * n + i)] = code;
-    s[i] = fp8_e4m3_to_float(code) * span;
+    s[i] = cq_mul(fp8_e4m3_to_float(code), span);
   }
   // Each group's normalized sub-vectors, [groups][n][g].
   std::vector<float> u(static_cast<size_t>(groups * n * g));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < groups; ++j)
       for (int64_t t = 0; t < g; ++t)
-        u[(j * n + i) * g + t] = s[i] > 0 ? r[i * d + j * g + t] / s[i] : 0.0f;
+        u[(j * n + i) * g + t] = s[i] > 0 ? cq_div(r[i * d + j * g + t], s[i]) : 0.0f;
   // Codebooks, [groups][k][g], from at most 64 K rows of each group.
   const int64_t want = std::min<int64_t>(n, 64 * k);
   const int64_t stride = (n + want - 1) / want;
@@ -118,12 +204,9 @@ void cq_encode_head_ref(EncodedTensor& e, int64_t h, const std::vector<float>& r
   for (int64_t j = 0; j < groups; ++j) {
     for (int64_t p = 0; p < rows; ++p)
       std::copy_n(u.begin() + (j * n + p * stride) * g, g, sample.begin() + p * g);
-    KMeansParams kp = c.kmeans;
-    kp.centroids = static_cast<int>(trained);
-    kp.seed = cq_kmeans_seed(c, j, h);
-    const KMeansResult km = kmeans_ref(sample.data(), rows, g, kp);
     float* book = books.data() + j * k * g;
-    std::copy(km.centroids.begin(), km.centroids.end(), book);
+    cq_train_codebook_ref(sample.data(), rows, static_cast<int>(g), static_cast<int>(trained), c.kmeans.max_iter,
+                          c.kmeans.tol, cq_kmeans_seed(c, j, h), book);
     for (int64_t w = trained; w < k; ++w) std::copy_n(book, g, book + w * g);
   }
   // Store them (BF16 exactly: k-means' centroids are BF16 values; or FP8
@@ -135,9 +218,9 @@ void cq_encode_head_ref(EncodedTensor& e, int64_t h, const std::vector<float>& r
     const float scale = fp8_centroid_scale_for(absmax);
     std::memcpy(e.centroids.data() + book_scale_offset(e, h), &scale, 4);
     for (size_t q = 0; q < books.size(); ++q) {
-      const uint8_t code = fp8_e4m3_from_float(books[q] / scale);
+      const uint8_t code = fp8_e4m3_from_float(cq_div(books[q], scale));
       e.centroids[base + q] = code;
-      books[q] = fp8_e4m3_to_float(code) * scale;
+      books[q] = cq_mul(fp8_e4m3_to_float(code), scale);
     }
   } else {
     for (size_t q = 0; q < books.size(); ++q) {
@@ -150,7 +233,8 @@ void cq_encode_head_ref(EncodedTensor& e, int64_t h, const std::vector<float>& r
   // Indices: the nearest stored codeword of every sub-vector, packed per token.
   std::vector<uint8_t> idx(static_cast<size_t>(groups * n));  // [groups][n]
   for (int64_t j = 0; j < groups; ++j)
-    kmeans_assign_ref(u.data() + j * n * g, n, g, books.data() + j * k * g, k, idx.data() + j * n);
+    cq_assign_ref(u.data() + j * n * g, n, static_cast<int>(g), books.data() + j * k * g, static_cast<int>(k),
+                  idx.data() + j * n);
   const int64_t row = cq_row_bytes(c, d);
   std::vector<uint8_t> tok(static_cast<size_t>(groups));
   for (int64_t i = 0; i < n; ++i) {

@@ -43,14 +43,40 @@ void cq_unpack_indices_ref(const uint8_t* in, int64_t n, int b, uint8_t* idx);
 /// kmeans.seed + 1000003 * (9 + j) + h (the stages use 1000003 * stage, < 9).
 uint64_t cq_kmeans_seed(const CodecConfig& c, int64_t group, int64_t head);
 
+/// Each of the n sub-vectors u (n x g floats)'s nearest codeword of book (k
+/// x g): idx[i] = the first w minimizing cq_sq_dist(u_i, book_w) (strict <:
+/// ties to the lowest index); dist[i] that distance (float) where dist is
+/// not null. The float steps: src/util/cq_arith.h (the CUDA encoder's too).
+void cq_assign_ref(const float* u, int64_t n, int g, const float* book, int k, uint8_t* idx, float* dist = nullptr);
+
+/// The codebook k-means of code=cq on rows x g points x (finite), c <= min(
+/// rows, 256) centroids, into book (c x g, BF16 values). Every step is exact
+/// or one stated float rounding, so the GPU gives the same bits:
+///  - start: the points kmeans_random_rows(rows, c, seed), rounded to BF16;
+///  - assignment: cq_assign_ref (float distances, ties to the lowest index);
+///    the error T = the sum of the distances in 64-bit fixed point
+///    (qvg/fixed_sum.h, exponent from the largest distance and rows), as a
+///    double (cq_total);
+///  - up to max_iter iterations: each centroid the BF16-rounded mean of its
+///    points (kmeans_ref's fixed-point sums: exponent from max |x| and
+///    rows); an empty one, in index order, takes the farthest point (largest
+///    distance, lowest index on ties) no earlier empty one took this
+///    iteration, rounded to BF16; then the assignment again; stop when
+///    cq_converged(T before, T after, tol).
+/// kmeans_ref's rules but for the start (random rows, whatever kmeans.init)
+/// and the distance (the direct float sum, not ||c||^2 - 2 x.c by Eigen's
+/// product, whose order of summation depends on the shapes).
+void cq_train_codebook_ref(const float* x, int64_t rows, int g, int c, int max_iter, double tol, uint64_t seed,
+                           float* book);
+
 /// Encodes head h's residual r (tokens x dim floats, finite) into e's codes,
 /// scales, span scale and codebook section (e sized by qvg_expected_bytes).
-/// The codebook of group j: k-means (e.config.kmeans: iterations, tol,
-/// start; seed cq_kmeans_seed) with min(K, rows) centroids on the group's
-/// normalized sub-vectors, at most 64 K of them (every ceil(N / 64 K)-th
-/// token's, from token 0); codewords past the rows copy codeword 0. Each
-/// sub-vector's index: the nearest stored (rounded) codeword, ties to the
-/// lowest index.
+/// The codebook of group j: cq_train_codebook_ref (e.config.kmeans'
+/// max_iter and tol; seed cq_kmeans_seed) with min(K, rows) centroids on the
+/// group's normalized sub-vectors, at most 64 K of them (every ceil(N / 64
+/// K)-th token's, from token 0); codewords past the rows copy codeword 0.
+/// Each sub-vector's index: cq_assign_ref against the stored (rounded)
+/// codewords.
 void cq_encode_head_ref(EncodedTensor& e, int64_t h, const std::vector<float>& r);
 
 /// Head h's stored codewords as decode uses them: [D/G][K][G] floats.
