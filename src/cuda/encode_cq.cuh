@@ -59,14 +59,7 @@ __global__ void __launch_bounds__(kCqEncThreads)
     r = cq_rms(sq, sh.dim);
     rms[g] = r;
   }
-  // max is order-independent: a warp of one head reduces first.
-  const int h0 = __shfl_sync(0xFFFFFFFFu, h, 0);
-  if (__all_sync(0xFFFFFFFFu, h == h0)) {
-    for (int off = 16; off > 0; off >>= 1) r = fmaxf(r, __shfl_xor_sync(0xFFFFFFFFu, r, off));
-    if ((threadIdx.x & 31) == 0 && h0 >= 0) atomicMax(head_max + h0, __float_as_uint(r));
-  } else if (h >= 0) {
-    atomicMax(head_max + h, __float_as_uint(r));
-  }
+  warp_head_max(head_max, h, r);
 }
 
 /// One thread per 16 values (H * N * D / 16): span scales, token scales and
