@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "qvg/cuda.h"
 
@@ -13,3 +15,15 @@
     std::string qvg_why_;                                                      \
     if (!::qvg::cuda_available(&qvg_why_)) GTEST_SKIP() << "no GPU here: " << qvg_why_; \
   } while (0)
+
+namespace qvg {
+
+/// n values of type T copied from device memory at d (qvg::cuda_copy_to_host).
+template <typename T>
+std::vector<T> download(const void* d, size_t n) {
+  std::vector<T> h(n);
+  cuda_copy_to_host(h.data(), d, n * sizeof(T));
+  return h;
+}
+
+}  // namespace qvg

@@ -58,13 +58,6 @@ std::shared_ptr<void> to_device(const HeadTensor& x) {
   return d;
 }
 
-template <typename T>
-std::vector<T> download(const void* d, size_t n) {
-  std::vector<T> h(n);
-  cuda_copy_to_host(h.data(), d, n * sizeof(T));
-  return h;
-}
-
 /// Bit patterns of the float values (== on the patterns: NaN-free data, -0 kept apart).
 std::vector<uint32_t> bits_of(const std::vector<float>& v) {
   std::vector<uint32_t> b(v.size());

@@ -31,13 +31,6 @@ std::shared_ptr<void> upload(const void* host, size_t bytes) {
   return d;
 }
 
-template <typename T>
-std::vector<T> download(const void* d, size_t n) {
-  std::vector<T> h(n);
-  cuda_copy_to_host(h.data(), d, n * sizeof(T));
-  return h;
-}
-
 /// x as [tokens, heads, dim] (Self-Forcing's layout, batch 1).
 std::vector<float> token_major(const HeadTensor& x) {
   std::vector<float> t(x.data.size());

@@ -54,6 +54,18 @@ KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams
 double kmeans_assign_ref(const float* x, int64_t n, int64_t d, const float* centroids, int64_t c,
                          uint8_t* ids, float* dist = nullptr);
 
+/// The exponent of the update's fixed-point sums for points x (n x d):
+/// fixed_sum_exponent(max |x|, n) (qvg/fixed_sum.h).
+int kmeans_fixed_exponent(const float* x, int64_t n, int64_t d);
+
+/// Update step alone (kmeans_ref's, and code=cq's codebooks'): centroid j
+/// becomes the BF16 rounding of the exact fixed-point mean (exponent fx:
+/// kmeans_fixed_exponent) of the points with ids[i] == j; an empty cluster
+/// takes the point with the largest dist (lowest index on ties) that no other
+/// empty cluster took. Returns the number of empty clusters re-seeded.
+int kmeans_update_ref(const float* x, int64_t n, int64_t d, const uint8_t* ids, const float* dist, int64_t c, int fx,
+                      float* centroids);
+
 /// The rows the `random` start takes: C distinct indices in [0, n), the first
 /// C entries of a seeded partial Fisher-Yates shuffle (SplitMix64(seed)).
 std::vector<int64_t> kmeans_random_rows(int64_t n, int c, uint64_t seed);

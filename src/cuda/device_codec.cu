@@ -56,6 +56,16 @@ struct DeviceEncodedTensor::Impl {
   }
   /// Whether the parts are the group-quantized format's (`parts`; else `base`).
   bool qvg_parts() const { return method_traits(config.method).group_quantized; }
+  /// A host tensor of this header (config, role, shape) with no parts yet.
+  EncodedTensor host_header() const {
+    EncodedTensor e;
+    e.config = config;
+    e.role = role;
+    e.heads = heads;
+    e.tokens = tokens;
+    e.dim = dim;
+    return e;
+  }
   bool centroids_only = false;  // a warm_state()
 };
 
@@ -111,12 +121,7 @@ double DeviceEncodedTensor::bits_per_value() const {
 EncodedTensor DeviceEncodedTensor::to_host(void* stream) const {
   const Impl& I = impl();
   QVG_CHECK(!I.centroids_only, "to_host: a warm_state() holds centroids only");
-  EncodedTensor e;
-  e.config = I.config;
-  e.role = I.role;
-  e.heads = I.heads;
-  e.tokens = I.tokens;
-  e.dim = I.dim;
+  EncodedTensor e = I.host_header();
   const cudaStream_t s = as_stream(stream);
   if (I.qvg_parts()) {
     cuda::download_parts(I.parts, e, s);  // synchronizes s
@@ -204,12 +209,7 @@ void check_warm(const DeviceEncodedTensor::Impl& w, const CodecConfig& c, const 
 /// which reads nothing else of it. Synchronizes s.
 EncodedTensor host_centroids(const DeviceEncodedTensor::Impl& w, cudaStream_t s) {
   QVG_CHECK(w.qvg_parts(), "warm start: a ", method_name(w.config.method), " tensor has no centroids");
-  EncodedTensor e;
-  e.config = w.config;
-  e.role = w.role;
-  e.heads = w.heads;
-  e.tokens = w.tokens;
-  e.dim = w.dim;
+  EncodedTensor e = w.host_header();
   cuda::download_bytes(w.parts.centroids, e.centroids, s);
   QVG_CUDA_CHECK(cudaStreamSynchronize(s));
   return e;

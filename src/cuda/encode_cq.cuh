@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "cuda/qvg_kernels.cuh"
+#include "cuda/random_rows.cuh"
 #include "qvg/fixed_sum.h"
 #include "qvg/fp8.h"
 #include "qvg/half.h"
@@ -58,14 +59,7 @@ __global__ void __launch_bounds__(kCqEncThreads)
     r = cq_rms(sq, sh.dim);
     rms[g] = r;
   }
-  // max is order-independent: a warp of one head reduces first.
-  const int h0 = __shfl_sync(0xFFFFFFFFu, h, 0);
-  if (__all_sync(0xFFFFFFFFu, h == h0)) {
-    for (int off = 16; off > 0; off >>= 1) r = fmaxf(r, __shfl_xor_sync(0xFFFFFFFFu, r, off));
-    if ((threadIdx.x & 31) == 0 && h0 >= 0) atomicMax(head_max + h0, __float_as_uint(r));
-  } else if (h >= 0) {
-    atomicMax(head_max + h, __float_as_uint(r));
-  }
+  warp_head_max(head_max, h, r);
 }
 
 /// One thread per 16 values (H * N * D / 16): span scales, token scales and
@@ -138,40 +132,19 @@ __global__ void __launch_bounds__(kCqEncThreads)
   const int hs = a.seed_period > 0 ? h % a.seed_period : h;
   const uint64_t seed = a.seed + 1000003ull * static_cast<uint64_t>(9 + j) + static_cast<uint64_t>(hs);
 
-  // Start: kmeans_random_rows(rows, c, seed) (random_rows_kernel's chains).
-  if (tid < c) {
-    SplitMix64 rng(seed);
-    rng.discard(static_cast<uint64_t>(tid));
-    js[tid] = tid + static_cast<int64_t>(rng.below(static_cast<uint64_t>(a.rows - tid)));
-  }
+  // Start: kmeans_random_rows(rows, c, seed).
   if (tid == 0) red_max = 0;
-  __syncthreads();
-  int last = -1;
-  if (tid < c) {
-    int pv = -1;
-    for (int k = 0; k < tid; ++k) {
-      if (js[k] == js[tid]) last = k;
-      if (js[k] == tid) pv = k;
-    }
-    prev[tid] = pv;
-  }
+  const int64_t v = block_random_row(tid, a.rows, c, seed, js, prev);  // synchronizes the block
   // max |x| of the sample (the update's fixed-point exponent).
   float amax = 0.0f;
   for (int64_t r = tid; r < a.rows; r += kCqEncThreads)
 #pragma unroll
     for (int t = 0; t < G; ++t) amax = fmaxf(amax, fabsf(x[r * step + t]));
   atomicMax(&red_max, __float_as_uint(amax));
-  __syncthreads();
-  if (tid < c) {
-    int64_t v = js[tid];
-    if (last >= 0) {
-      int k = last;
-      while (prev[k] >= 0) k = prev[k];
-      v = k;
-    }
+  if (tid < c)
 #pragma unroll
     for (int t = 0; t < G; ++t) book[tid * G + t] = round_bf16(x[v * step + t]);
-  }
+  __syncthreads();
   const int fx = fixed_sum_exponent(__uint_as_float(red_max), a.rows);
   __syncthreads();
 

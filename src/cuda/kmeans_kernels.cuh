@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "cuda/qvg_kernels.cuh"
+#include "cuda/random_rows.cuh"
 #include "qvg/fixed_sum.h"
 #include "qvg/half.h"
 #include "util/rng.h"
@@ -635,54 +636,15 @@ static __global__ void __launch_bounds__(kMseThreads)
   prev[h] = mse;
 }
 
-/// The rows kmeans_random_rows(n, C, seed_base + h) draws, for every head h:
-/// the same partial Fisher-Yates shuffle of 0..n-1 (SplitMix64), in
-/// parallel. rows: [H][C]. One block of 256 per head, thread i for step i;
-/// C <= 256.
-///
-/// The loop it replaces (idx = 0..n-1):
-///   for i < C: j[i] = i + rng.below(n - i); swap(idx[i], idx[j[i]]); rows[i] = idx[i]
-/// Draw i is SplitMix64(seed).discard(i).below(...) (one draw a step), so
-/// the j[i] are drawn at once. The swaps then follow from the j alone: step
-/// i reads positions i and j[i] >= i, so positions below i are never read
-/// again, and a position p >= i holds, before step i, p itself unless an
-/// earlier step k wrote it (j[k] == p), and then what position k held before
-/// step k. So rows[i] = j[i] if no k < i has j[k] == j[i]; else, with k the
-/// last such step, what position k held before step k: k, unless a step k'
-/// < k had j[k'] == k (the last one: prev[k]), and then what position k'
-/// held before step k', and so on down the chain k, prev[k], ... to its
-/// end (prev[k] < k, so the chain ends).
+/// The rows kmeans_random_rows(n, C, seed_base + h % period) draws, for
+/// every head h (block_random_row). rows: [H][C]. One block of 256 per head,
+/// thread i for step i; C <= 256.
 static __global__ void random_rows_kernel(int64_t n, int c, uint64_t seed_base, int period, int64_t* __restrict__ rows) {
   __shared__ int64_t js[256];
-  __shared__ int prev[256];  // last step k < i with j[k] == i, or -1
+  __shared__ int prev[256];
   const int i = threadIdx.x, h = blockIdx.x;
-  if (i < c) {
-    SplitMix64 rng(seed_base + static_cast<uint64_t>(h % period));
-    rng.discard(static_cast<uint64_t>(i));
-    js[i] = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
-  }
-  __syncthreads();
-  int last = -1;  // last step k < i with j[k] == j[i], or -1
-  if (i < c) {
-    const int64_t ji = js[i];
-    int pv = -1;
-    for (int k = 0; k < i; ++k) {
-      const int64_t jk = js[k];
-      if (jk == ji) last = k;
-      if (jk == i) pv = k;
-    }
-    prev[i] = pv;
-  }
-  __syncthreads();
-  if (i < c) {
-    int64_t v = js[i];
-    if (last >= 0) {
-      int k = last;
-      while (prev[k] >= 0) k = prev[k];
-      v = k;
-    }
-    rows[static_cast<int64_t>(h) * c + i] = v;
-  }
+  const int64_t v = block_random_row(i, n, c, seed_base + static_cast<uint64_t>(h % period), js, prev);
+  if (i < c) rows[static_cast<int64_t>(h) * c + i] = v;
 }
 
 /// Gather rows of x: cent[h][c] = bf16(x[h][rows[h*C + c]]) (the random

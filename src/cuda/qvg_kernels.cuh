@@ -153,6 +153,21 @@ __device__ __forceinline__ void load_residual16(const InT* x, const QvgShape& sh
   }
 }
 
+/// head_max[h] = max(head_max[h], m) for each lane's head h (-1: none), m
+/// >= 0 as float bits (max is order-independent, so exact). Every lane of the
+/// warp calls it. Lanes of one warp may belong to two heads at a head
+/// boundary: the warp reduces first only when all its lanes share the head,
+/// else each lane uses its own atomic.
+__device__ __forceinline__ void warp_head_max(unsigned int* head_max, int h, float m) {
+  const int h0 = __shfl_sync(0xFFFFFFFFu, h, 0);
+  if (__all_sync(0xFFFFFFFFu, h == h0)) {
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    if ((threadIdx.x & 31) == 0 && h0 >= 0) atomicMax(head_max + h0, __float_as_uint(m));
+  } else if (h >= 0) {
+    atomicMax(head_max + h, __float_as_uint(m));
+  }
+}
+
 /// Pass 1 of quantization: per-head max |residual| into head_max (float bits
 /// as uint32, initialised to 0; max is order-independent, so exact).
 /// Grid: one thread per 16 values, H*N*(D/16) threads.
@@ -170,15 +185,7 @@ __global__ void residual_absmax_kernel(const InT* __restrict__ x, QvgShape sh, Q
 #pragma unroll
     for (int i = 0; i < kValsPerThread; ++i) m = fmaxf(m, fabsf(v[i]));
   }
-  // Lanes of one warp may belong to two heads at a head boundary: reduce
-  // only when the whole warp shares the head, else use atomics per lane.
-  const int h0 = __shfl_sync(0xFFFFFFFFu, h, 0);
-  if (__all_sync(0xFFFFFFFFu, h == h0)) {
-    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
-    if ((threadIdx.x & 31) == 0 && h0 >= 0) atomicMax(head_max + h0, __float_as_uint(m));
-  } else if (h >= 0) {
-    atomicMax(head_max + h, __float_as_uint(m));
-  }
+  warp_head_max(head_max, h, m);
 }
 
 /// Pass 2: block scales, codes and span scales. Same grid as pass 1.

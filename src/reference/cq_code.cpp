@@ -134,32 +134,9 @@ void cq_train_codebook_ref(const float* x, int64_t rows, int g, int c, int max_i
   std::vector<float> dist(static_cast<size_t>(rows));
   cq_assign_ref(x, rows, g, book, c, ids.data(), dist.data());
   double total = cq_total_of(dist);
-  float absmax = 0;
-  for (int64_t i = 0; i < rows * g; ++i) absmax = std::max(absmax, std::fabs(x[i]));
-  const int fx = fixed_sum_exponent(absmax, rows);
-  std::vector<int64_t> sum(static_cast<size_t>(c * g));
-  std::vector<int64_t> count(static_cast<size_t>(c));
-  std::vector<char> taken(static_cast<size_t>(rows));
+  const int fx = kmeans_fixed_exponent(x, rows, g);
   for (int it = 1; it <= max_iter; ++it) {
-    std::fill(sum.begin(), sum.end(), 0);
-    std::fill(count.begin(), count.end(), 0);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int w = ids[i];
-      ++count[w];
-      for (int t = 0; t < g; ++t) sum[w * g + t] += to_fixed(x[i * g + t], fx);
-    }
-    std::fill(taken.begin(), taken.end(), 0);
-    for (int w = 0; w < c; ++w) {
-      if (count[w] > 0) {
-        for (int t = 0; t < g; ++t) book[w * g + t] = round_bf16(fixed_mean(sum[w * g + t], fx, count[w]));
-        continue;
-      }
-      int64_t far = -1;  // the farthest point not taken yet
-      for (int64_t i = 0; i < rows; ++i)
-        if (!taken[i] && (far < 0 || dist[i] > dist[far])) far = i;
-      taken[far] = 1;
-      for (int t = 0; t < g; ++t) book[w * g + t] = round_bf16(x[far * g + t]);
-    }
+    kmeans_update_ref(x, rows, g, ids.data(), dist.data(), c, fx, book);
     cq_assign_ref(x, rows, g, book, c, ids.data(), dist.data());
     const double prev = total;
     total = cq_total_of(dist);

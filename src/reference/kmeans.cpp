@@ -240,6 +240,42 @@ std::vector<float> kmeans_start_from_sample(const float* sample, int64_t d, int 
   return cent;
 }
 
+int kmeans_fixed_exponent(const float* x, int64_t n, int64_t d) {
+  float absmax = 0.0f;
+  for (int64_t i = 0; i < n * d; ++i) absmax = std::max(absmax, std::fabs(x[i]));
+  return fixed_sum_exponent(absmax, n);
+}
+
+int kmeans_update_ref(const float* x, int64_t n, int64_t d, const uint8_t* ids, const float* dist, int64_t c, int fx,
+                      float* centroids) {
+  std::vector<int64_t> sum(static_cast<size_t>(c * d));
+  std::vector<int64_t> count(static_cast<size_t>(c));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t j = ids[i];
+    ++count[j];
+    const float* xi = x + i * d;
+    int64_t* sj = sum.data() + j * d;
+    for (int64_t k = 0; k < d; ++k) sj[k] += to_fixed(xi[k], fx);
+  }
+  std::vector<char> taken(static_cast<size_t>(n));
+  int reseeded = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    float* cj = centroids + j * d;
+    if (count[j] > 0) {
+      for (int64_t k = 0; k < d; ++k) cj[k] = round_bf16(fixed_mean(sum[j * d + k], fx, count[j]));
+      continue;
+    }
+    // Empty cluster: re-seed at the farthest point not taken yet.
+    int64_t far = -1;
+    for (int64_t i = 0; i < n; ++i)
+      if (!taken[i] && (far < 0 || dist[i] > dist[far])) far = i;
+    taken[far] = 1;
+    std::transform(x + far * d, x + far * d + d, cj, round_bf16);
+    ++reseeded;
+  }
+  return reseeded;
+}
+
 KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams& p,
                         const float* init) {
   const int64_t c = p.centroids;
@@ -264,38 +300,9 @@ KMeansResult kmeans_ref(const float* x, int64_t n, int64_t d, const KMeansParams
 
   // Update sums in exact fixed point (qvg/fixed_sum.h): the same bits for
   // any order of accumulation, so the GPU's atomics reproduce them.
-  float absmax = 0.0f;
-  for (int64_t i = 0; i < n * d; ++i) absmax = std::max(absmax, std::fabs(x[i]));
-  const int fx = fixed_sum_exponent(absmax, n);
-  std::vector<int64_t> sum(static_cast<size_t>(c * d));
-  std::vector<int64_t> count(static_cast<size_t>(c));
-  std::vector<char> taken(static_cast<size_t>(n));
+  const int fx = kmeans_fixed_exponent(x, n, d);
   for (int it = 1; it <= p.max_iter; ++it) {
-    // Update: mean of each cluster.
-    std::fill(sum.begin(), sum.end(), 0);
-    std::fill(count.begin(), count.end(), 0);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t j = r.ids[i];
-      ++count[j];
-      const float* xi = x + i * d;
-      int64_t* sj = sum.data() + j * d;
-      for (int64_t k = 0; k < d; ++k) sj[k] += to_fixed(xi[k], fx);
-    }
-    std::fill(taken.begin(), taken.end(), 0);
-    for (int64_t j = 0; j < c; ++j) {
-      float* cj = r.centroids.data() + j * d;
-      if (count[j] > 0) {
-        for (int64_t k = 0; k < d; ++k) cj[k] = round_bf16(fixed_mean(sum[j * d + k], fx, count[j]));
-        continue;
-      }
-      // Empty cluster: re-seed at the farthest point not taken yet.
-      int64_t far = -1;
-      for (int64_t i = 0; i < n; ++i)
-        if (!taken[i] && (far < 0 || dist[i] > dist[far])) far = i;
-      taken[far] = 1;
-      std::transform(x + far * d, x + far * d + d, cj, round_bf16);
-      ++r.stats.empty_reassigned;
-    }
+    r.stats.empty_reassigned += kmeans_update_ref(x, n, d, r.ids.data(), dist.data(), c, fx, r.centroids.data());
     const double prev = mse;
     mse = kmeans_assign_ref(x, n, d, r.centroids.data(), c, r.ids.data(), dist.data());
     r.stats.mse.push_back(mse);
