@@ -35,19 +35,13 @@ if [ -z "${QVG_SKIP_PYTHON:-}" ]; then  # python/tests, test_gpu_module.py's GPU
   fi
 fi
 step "compute-sanitizer memcheck"
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
-  --gtest_filter='Cuda.QuantizeGiven*:Cuda.QuantizeAt*:Cuda.BlockScales*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.DecodeOfEvery*:Cuda.DecodeOfARange*:Cuda.CentroidSums*:Cuda.CacheReadDevice*:Cuda.KMeansMatchesCpu*:Cuda.SampledStarts*:Cuda.WarmStart*:Cuda.EncodeEquals*:Cuda.MultiStage*:Cuda.FixedIteration*:Cuda.Assignment*' \
-  >"$OUT/sanitizer.log" 2>&1 || rc=1
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_baselines --gtest_brief=1 \
-  >>"$OUT/sanitizer.log" 2>&1 || rc=1
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_assign_kernel --gtest_brief=1 \
-  >>"$OUT/sanitizer.log" 2>&1 || rc=1
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device_codec --gtest_brief=1 \
-  >>"$OUT/sanitizer.log" 2>&1 || rc=1
+sanitize memcheck test_cuda 'Cuda.QuantizeGiven*:Cuda.QuantizeAt*:Cuda.BlockScales*:Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.DecodeOfEvery*:Cuda.DecodeOfARange*:Cuda.CentroidSums*:Cuda.CacheReadDevice*:Cuda.KMeansMatchesCpu*:Cuda.SampledStarts*:Cuda.WarmStart*:Cuda.EncodeEquals*:Cuda.MultiStage*:Cuda.FixedIteration*:Cuda.Assignment*'
+sanitize memcheck test_cuda_baselines
+sanitize memcheck test_assign_kernel
+sanitize memcheck test_device_codec
 grep -E "tests from .* ran|PASSED|SKIPPED|FAILED|ERROR SUMMARY" "$OUT/sanitizer.log"
 step "compute-sanitizer racecheck"
-compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
-  --gtest_filter='Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.DecodeOfARange*:Cuda.CentroidSums*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
+sanitize racecheck test_cuda 'Cuda.DecodeIsBitIdentical:Cuda.DecodeKernelsAgree:Cuda.DecodeOfARange*:Cuda.CentroidSums*'
 grep -E "RACECHECK SUMMARY" "$OUT/sanitizer.log"
 # The k-means++ kernel (clusters, distributed shared memory) runs slowly under
 # racecheck: more than 4.5 minutes for its tests on the H200, so it gets its

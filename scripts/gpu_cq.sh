@@ -19,9 +19,8 @@ for t in test_cq_cuda test_cq test_device_codec test_device_cache test_cuda; do
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests.log" | head -40
 step "memcheck"
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cq_cuda --gtest_brief=1 \
-  --gtest_filter='CqCuda.DecodeEqualsTheCpuReferenceAcrossShapes:CqCuda.DecodeRows*:CqCuda.Codecs*:CqCuda.Encode*' \
-  >"$OUT/sanitizer.log" 2>&1 || rc=1
+sanitize memcheck test_cq_cuda \
+  'CqCuda.DecodeEqualsTheCpuReferenceAcrossShapes:CqCuda.DecodeRows*:CqCuda.Codecs*:CqCuda.Encode*'
 grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 step "python"
 [ -n "$python" ] && for p in test_qvg.py test_torch.py; do

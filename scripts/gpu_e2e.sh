@@ -25,12 +25,9 @@ for t in test_kmeans test_device_codec test_device_cache test_assign_kernel test
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests.log" | head -40
 step "memcheck"
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
-  --gtest_filter='Cuda.SampledStarts*' >"$OUT/sanitizer.log" 2>&1 || rc=1
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device_codec --gtest_brief=1 \
-  --gtest_filter='*Batch*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device_cache --gtest_brief=1 \
-  --gtest_filter='*Batched*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
+sanitize memcheck test_cuda 'Cuda.SampledStarts*'
+sanitize memcheck test_device_codec '*Batch*'
+sanitize memcheck test_device_cache '*Batched*'
 grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 step "python drop-ins"
 [ -n "$python" ] && for p in test_integrations.py test_torch.py; do

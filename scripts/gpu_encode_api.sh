@@ -18,10 +18,8 @@ for t in test_device_codec test_kmeans test_cuda; do
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ|head [0-9]" "$OUT/tests.log" | head -40
 step "memcheck"
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda --gtest_brief=1 \
-  --gtest_filter='Cuda.DeviceStoppingRule*:Cuda.KMeansMatchesCpu*:Cuda.FixedIteration*' >"$OUT/sanitizer.log" 2>&1 || rc=1
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device_codec --gtest_brief=1 \
-  --gtest_filter='*StoppingRule*' >>"$OUT/sanitizer.log" 2>&1 || rc=1
+sanitize memcheck test_cuda 'Cuda.DeviceStoppingRule*:Cuda.KMeansMatchesCpu*:Cuda.FixedIteration*'
+sanitize memcheck test_device_codec '*StoppingRule*'
 grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 step "bench_cuda (API vs kernels)"
 # --quick: 3 encode repetitions and no CPU error comparison on random data.

@@ -29,8 +29,7 @@ done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests_sm80.log" | head -40
 if [ -z "${QVG_FAT_SKIP_HOPPER:-}" ]; then
   step "the assignment forms on sm_90a (float rows in shared memory / through L1), memcheck"
-  compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_assign_kernel --gtest_brief=1 \
-    >"$OUT/sanitizer.log" 2>&1 || { rc=1; echo "test_assign_kernel (sm_90a, memcheck) FAILED"; }
+  sanitize memcheck test_assign_kernel
   grep -E "PASSED|FAILED|ERROR SUMMARY" "$OUT/sanitizer.log"
 fi
 step "bench_cuda: sm_80 build"

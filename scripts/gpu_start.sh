@@ -1,6 +1,7 @@
 # Sourced by the GPU scripts (gpu_check.sh, gpu_e2e.sh, gpu_fat.sh): strict
 # mode, the repository root, $OUT (the logs that come back), step() for
-# timestamped headings, and the device's line in $OUT/device.log.
+# timestamped headings, sanitize() for compute-sanitizer runs, and the device's line in
+# $OUT/device.log.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/qvg-gpu-out}
@@ -8,3 +9,9 @@ mkdir -p "$OUT"
 step() { echo "== $(date +%T) $*"; }
 step "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/device.log"
+# sanitize TOOL TEST [FILTER]: compute-sanitizer's TOOL (memcheck, racecheck) on build-gpu/tests/TEST with
+# gtest filter FILTER (default all), appended to $OUT/sanitizer.log; on failure a line and rc=1.
+sanitize() {
+  compute-sanitizer --tool "$1" --error-exitcode 9 "build-gpu/tests/$2" --gtest_brief=1 --gtest_filter="${3:-*}" \
+    >>"$OUT/sanitizer.log" 2>&1 || { rc=1; echo "$1 $2 ${3:-*} FAILED"; }
+}

@@ -21,8 +21,7 @@ done
 build-gpu/tests/test_cuda --gtest_brief=1 --gtest_filter='*KMeans*:*FixedIteration*:*WarmStart*:*MultiStage*:*EncodeEquals*' \
   >>"$OUT/tests.log" 2>&1 || { rc=1; echo "test_cuda (k-means) FAILED"; }
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual|error" "$OUT/tests.log" | head -40
-compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_device_cache --gtest_brief=1 \
-  >"$OUT/sanitizer.log" 2>&1 || rc=1
+sanitize memcheck test_device_cache
 grep -E "PASSED|FAILED|ERROR SUMMARY" "$OUT/sanitizer.log"
 step "python"
 PYTHONPATH=build-gpu/python python3 -m unittest discover -s python/tests -v >"$OUT/python.log" 2>&1 || rc=1

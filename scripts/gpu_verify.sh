@@ -20,12 +20,10 @@ for t in "${tests[@]}"; do
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests.log" | head -40
 step "memcheck"
-memcheck() { compute-sanitizer --tool memcheck --error-exitcode 9 "build-gpu/tests/$1" --gtest_brief=1 \
-  --gtest_filter="$2" >>"$OUT/sanitizer.log" 2>&1 || { rc=1; echo "memcheck $1 $2 FAILED"; }; }
-memcheck test_cuda 'Cuda.DeviceStoppingRule*:Cuda.SampledStarts*'
-memcheck test_device_codec '*StoppingRule*:*Batch*'
-memcheck test_device_cache '*Batched*:*ReleasePool*'
-memcheck test_cq_cuda 'CqCuda.DecodeEqualsTheCpuReferenceAcrossShapes:CqCuda.DecodeRows*:CqCuda.Codecs*'
+sanitize memcheck test_cuda 'Cuda.DeviceStoppingRule*:Cuda.SampledStarts*'
+sanitize memcheck test_device_codec '*StoppingRule*:*Batch*'
+sanitize memcheck test_device_cache '*Batched*:*ReleasePool*'
+sanitize memcheck test_cq_cuda 'CqCuda.DecodeEqualsTheCpuReferenceAcrossShapes:CqCuda.DecodeRows*:CqCuda.Codecs*:CqCuda.Encode*'
 grep -E "ERROR SUMMARY" "$OUT/sanitizer.log"
 step "python"
 [ -n "$python" ] && for p in test_qvg.py test_torch.py test_integrations.py test_offload_streams.py; do

@@ -243,10 +243,12 @@ TEST(Cuda, DecodeIsBitIdentical) {
 // decodes to finite values.
 // The host-form CUDA codec follows the magnitude policy (check_magnitude):
 // an input near float's top is refused naming its largest magnitude, and
-// the range's top (2^56) encodes to a finite decode.
+// the range's top (2^56) encodes to a finite decode; code=cq's encode
+// (its residual's RMS in double, the span scale from their max) as well.
 TEST(Cuda, HugeInputIsRefusedAndTheRangesTopEncodes) {
   REQUIRE_GPU();
-  for (const std::string spec : {"qvg:centroids=2,init=random", "qvg-pro:centroids=2,init=random"}) {
+  for (const std::string spec :
+       {"qvg:centroids=2,init=random", "qvg-pro:centroids=2,init=random", "qvg:centroids=2,init=random,code=cq"}) {
     const CodecConfig c = parse_codec_spec(spec);
     const auto gpu = make_codec(c, Backend::cuda);
     const HeadTensor hot = test::overflow_input(3.0e38f);

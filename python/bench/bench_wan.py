@@ -22,7 +22,8 @@ fit or takes too long): every figure is then for N blocks, not the model. Caches
 Each chunk is timed by the wall clock from an idle device to an idle device (torch.cuda.synchronize
 at both ends: the cache's own stream included; the model stream's CUDA-event time is in the JSON as
 mem.stream_ms); runs of the
-modes alternate, --repeats times, and the median run of each mode is reported: ms per chunk, the
+modes alternate, --repeats times, and the median run of each mode is reported (of an even count,
+the faster of the middle two): ms per chunk, the
 whole run, the steady state (chunks after the first span was encoded), the overhead against BF16
 of both, peak memory, KV bytes, and the latent frames of history a 16 GB KV budget holds.
 
@@ -258,9 +259,10 @@ def generate(model, mode, args, rope, noise, profile=None):
 
 
 def summarize(runs, steady_from):
-    """The median run (by total) of a mode's repeats."""
+    """The median run (by total) of a mode's repeats; of an even count, the faster of the middle two
+    (a run, not an average, so that its per-chunk times and memory belong together)."""
     runs = sorted(runs, key=lambda r: sum(r["ms"]))
-    r = runs[len(runs) // 2]
+    r = runs[(len(runs) - 1) // 2]
     return dict(ms=r["ms"], total_ms=sum(r["ms"]), steady_ms=sum(r["ms"][steady_from:]), mem=r["mem"],
                 all_totals=[sum(x["ms"]) for x in runs])
 

@@ -11,6 +11,7 @@
 #include "core/codecs.h"
 #include "qvg/common.h"
 #include "qvg/methods.h"
+#include "util/join.h"
 
 namespace qvg {
 
@@ -30,19 +31,16 @@ std::string method_names_where(bool (*keep)(const MethodTraits& t)) {
   std::vector<const char*> names;
   for (const auto& t : method_table())
     if (keep(t)) names.push_back(t.name);
-  std::string list;
-  for (size_t i = 0; i < names.size(); ++i)
-    list += std::string(i == 0 ? "" : (i + 1 == names.size() ? " and " : ", ")) + names[i];
-  return list;
+  return join(names, ", ", " and ");
 }
 
 Method method_from_name(const std::string& name) {
-  std::string list;
+  std::vector<const char*> names;
   for (const auto& t : method_table()) {
     if (name == t.name) return t.method;
-    list += (list.empty() ? "" : ", ") + std::string(t.name);
+    names.push_back(t.name);
   }
-  QVG_CHECK(false, "unknown method '", name, "' (known: ", list, ")");
+  QVG_CHECK(false, "unknown method '", name, "' (known: ", join(names), ")");
 }
 
 std::vector<const CodecField*> method_fields(Method m) {
@@ -112,10 +110,7 @@ std::string int_values_words(const IntValues& v) {
   if (v.powers_of_two) {
     const std::vector<int> all = accepted_values(v, 0);
     if (all.size() > 4) return "a power of two " + std::to_string(v.lo) + ".." + std::to_string(v.hi);
-    std::string s;
-    for (size_t i = 0; i < all.size(); ++i)
-      s += std::string(i == 0 ? "" : (i + 1 == all.size() ? " or " : ", ")) + std::to_string(all[i]);
-    return s;
+    return join(all, ", ", " or ");
   }
   if (v.hi == std::numeric_limits<int>::max()) return ">= " + std::to_string(v.lo);
   return std::to_string(v.lo) + ".." + std::to_string(v.hi);
@@ -133,12 +128,12 @@ void check_int_field(const CodecField& f, const CodecConfig& c, int64_t dim) {
 }
 
 const CodecField& field_named(const std::string& key) {
-  std::string list;
+  std::vector<const char*> keys;
   for (const CodecField& f : codec_fields()) {
     if (key == f.key) return f;
-    list += (list.empty() ? "" : ", ") + std::string(f.key);
+    keys.push_back(f.key);
   }
-  QVG_CHECK(false, "unknown codec option '", key, "' (known: ", list, ")");
+  QVG_CHECK(false, "unknown codec option '", key, "' (known: ", join(keys), ")");
 }
 
 }  // namespace
@@ -162,21 +157,18 @@ CodecConfig parse_codec_spec(const std::string& spec) {
       const CodecField& f = field_named(key);
       // A key the method does not read would be accepted and do nothing (issue 41).
       const std::vector<std::string>& reads = method_traits(c.method).fields;
-      if (std::find(reads.begin(), reads.end(), key) == reads.end()) {
-        std::string list;
-        for (const std::string& k : reads) list += (list.empty() ? "" : ", ") + k;
-        QVG_CHECK(false, "codec option '", key, "' in '", spec, "' does nothing for method ", method_name(c.method),
-                  list.empty() ? " (it has no options)" : " (it reads " + list + ")");
-      }
+      QVG_CHECK(std::find(reads.begin(), reads.end(), key) != reads.end(), "codec option '", key, "' in '", spec,
+                "' does nothing for method ", method_name(c.method),
+                reads.empty() ? " (it has no options)" : " (it reads " + join(reads) + ")");
       f.set(c, item.substr(eq + 1));
     }
     // Nor one that the config's other fields switch off (qvg's bits with code=cq).
     for (const std::string& key : seen)
       if (!reads_field(c, key)) {
-        std::string list;
-        for (const CodecField* f : config_fields(c)) list += (list.empty() ? "" : ", ") + std::string(f->key);
+        std::vector<const char*> keys;
+        for (const CodecField* f : config_fields(c)) keys.push_back(f->key);
         QVG_CHECK(false, "codec option '", key, "' in '", spec, "' does nothing with code=",
-                  field_named("code").get(c), " (this config reads ", list, ")");
+                  field_named("code").get(c), " (this config reads ", join(keys), ")");
       }
   }
   return c;

@@ -13,6 +13,7 @@
 #include "core/codecs.h"
 #include "qvg/common.h"
 #include "reference/baselines.h"
+#include "util/join.h"
 
 namespace qvg {
 
@@ -414,9 +415,9 @@ CodecConfig preset_config(const std::string& name) {
       c.auto_centroids = p.stages > 0;
       return c;
     }
-  std::string list;
-  for (const auto& p : kPresets) list += (list.empty() ? "" : ", ") + std::string(p.name);
-  QVG_CHECK(false, "unknown method '", name, "' (known: ", list, ")");
+  std::vector<const char*> names;
+  for (const auto& p : kPresets) names.push_back(p.name);
+  QVG_CHECK(false, "unknown method '", name, "' (known: ", join(names), ")");
 }
 
 }  // namespace qvg

@@ -10,6 +10,7 @@
 #include "data/synth.h"
 #include "qvg/data.h"
 #include "qvg/video.h"
+#include "util/join.h"
 #include "util/parallel.h"
 
 namespace qvg {
@@ -25,11 +26,8 @@ std::string data_dir() {
 
 std::string builtin_clip_path(const std::string& name) {
   const auto clips = builtin_clips();
-  if (std::find(clips.begin(), clips.end(), name) == clips.end()) {
-    std::string known;
-    for (const auto& c : clips) known += (known.empty() ? "" : ", ") + c;
-    QVG_CHECK(false, "unknown built-in clip '", name, "' (known: ", known, ")");
-  }
+  QVG_CHECK(std::find(clips.begin(), clips.end(), name) != clips.end(), "unknown built-in clip '", name, "' (known: ",
+            join(clips), ")");
   return data_dir() + "/clips/" + name + ".mp4";
 }
 
