@@ -18,10 +18,8 @@ for t in "${tests[@]}"; do
 done
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ|error" "$OUT/tests.log" | head -60
 step "memcheck"
-memcheck() { compute-sanitizer --tool memcheck --error-exitcode 9 "build-gpu/tests/$1" --gtest_brief=1 \
-  --gtest_filter="$2" >>"$OUT/sanitizer.log" 2>&1 || { rc=1; echo "memcheck $1 $2 FAILED"; }; }
-memcheck test_contiguous_views '*'
-memcheck test_device_codec '*TokenMajor*'
+sanitize memcheck test_contiguous_views
+sanitize memcheck test_device_codec '*TokenMajor*'
 grep -E "ERROR SUMMARY" "$OUT/sanitizer.log"
 step "python"
 if [ -n "$python" ]; then
