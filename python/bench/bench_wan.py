@@ -29,7 +29,7 @@ of both, peak memory, KV bytes, and the latent frames of history a 16 GB KV budg
 
     PYTHONPATH=build-gpu/python python3 python/bench/bench_wan.py [--frames 21] [--quant-factor 2]
         [--local-attn-size -1] [--sink-size 0] [--modes bf16 qvg qvg-pro] [--repeats 3] [--json F]
-        [--profile] [--longcat-blocks 4] [--shapes wan1.3b|wan14b] [--cache selfforcing|lingbot]
+        [--profile [--profile-chunk -1]] [--longcat-blocks 4] [--shapes wan1.3b|wan14b] [--cache selfforcing|lingbot]
         [--blocks N] [--grid H W] [--keep-recent 0] [--max-attention-size TOKENS]
 
 LingBot-World (issue 40 item 6): Wan-14B-shaped blocks, LingBot-World v2's cache policy (sink of 6
@@ -225,7 +225,8 @@ def generate(model, mode, args, rope, noise, profile=None):
     for c in range(chunks):
         start, frame = c * T, c * s["frames_per_chunk"]
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        prof = profile if (profile is not None and c == chunks - 1) else None
+        wanted = args.profile_chunk if args.profile_chunk >= 0 else chunks + args.profile_chunk
+        prof = profile if (profile is not None and c == wanted) else None
         if prof:
             prof.__enter__()
         torch.cuda.synchronize()
@@ -358,7 +359,9 @@ def main():
     ap.add_argument("--max-attention-size", type=int, default=None,
                     help="rows of the buffer the attention reads, the last ones (LingBot-World's; default: all)")
     ap.add_argument("--profile", action="store_true",
-                    help="profile the last chunk of a run of the first mode other than bf16")
+                    help="profile a chunk (--profile-chunk) of a run of the first mode other than bf16")
+    ap.add_argument("--profile-chunk", type=int, default=-1,
+                    help="the chunk --profile profiles, from 0 (negative: from the end; default -1, the last)")
     ap.add_argument("--longcat-blocks", type=int, default=0, help="blocks of the LongCat-shaped run (0: skip it)")
     ap.add_argument("--longcat-passes", type=int, default=5, help="timed passes of the LongCat-shaped run")
     ap.add_argument("--skip-wan", action="store_true", help="only the LongCat-shaped run")
@@ -448,13 +451,14 @@ def main():
               f"{mem['kv_bytes'] / GB:7.3f} {peak:8.2f} {frames16:16d} {dev / GB:10.2f} {frames16_dev:16d}")
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
-        result["profile_last_chunk"] = {}
+        result["profile_chunk"], result["profile_last_chunk"] = args.profile_chunk, {}
         for mode in [m for m in args.modes if m != "bf16"][:1]:  # the first qvg mode
             prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
             generate(model, mode, args, rope, noise, profile=prof)
             found = check_profile(prof)
             result["profile_last_chunk"][mode] = found
-            print(f"\nprofiled last chunk ({mode}): host<->device copies / synchronizations: {found or 'none'}")
+            print(f"\nprofiled chunk {args.profile_chunk} ({mode}): host<->device copies / synchronizations: "
+                  f"{found or 'none'}")
             print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.profile_rows,
                                             max_name_column_width=60))
     if args.json:
