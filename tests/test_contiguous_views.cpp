@@ -4,7 +4,8 @@
 // read() of a cache without the option, given the same chunks, transposed
 // to token-major, bit for bit, across the span policies, codecs, overlapped
 // and batched encodes, odd chunk lengths, chunks appended from the view's
-// slot (append_extra) and ranges that outgrow their first reservation.
+// slot (append_extra; a read() and other layers' views between the view and
+// its append) and ranges that outgrow their first reservation.
 #include <gtest/gtest.h>
 
 #include "blobs.h"
@@ -130,6 +131,15 @@ void run_case(const Case& k) {
         const size_t at = static_cast<size_t>(w.rows) * k.heads * k.dim * 2;
         CUDA_OK(cudaMemcpy(static_cast<uint8_t*>(w.k) + at, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(static_cast<uint8_t*>(w.v) + at, hv.data(), hv.size() * 2, cudaMemcpyHostToDevice));
+        // Between the view and its append, as a model's other blocks and a caller's checks do: a read() of
+        // this layer and views of the others (which rewrite the shared rows); the slot stays as written.
+        if (got.chunks_appended(layer) > 0) {
+          const size_t values = static_cast<size_t>(got.live_tokens(layer)) * k.heads * k.dim;
+          auto rk = cuda_allocate(values * 2), rv = cuda_allocate(values * 2);
+          got.read(layer, rk.get(), rv.get(), DeviceElement::bf16, got.live_tokens(layer), nullptr);
+        }
+        for (int l = 0; l < k.layers; ++l)
+          if (l != layer) got.view(l, 0, nullptr);
         got.append_extra(layer, t, nullptr);
       } else {
         got.append(layer, token_major_view(dk.get(), k, t), token_major_view(dv.get(), k, t), {}, nullptr);

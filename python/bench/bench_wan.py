@@ -256,6 +256,9 @@ def generate(model, mode, args, rope, noise, profile=None):
         mem.update(kv_bytes=m["kv_bytes"] + m["pending"], spans_bytes=m["kv_bytes"] - m["k_tail"] - m["v_tail"],
                    tail_bytes=m["k_tail"] + m["v_tail"] + m["pending"], tokens_encoded=m["tokens_encoded"],
                    buffers=m["buffers"], scratch=m["scratch"], bits_per_value=m["bits_per_value"])
+        if "views" in m:  # +zc: the pages behind the views stand where kv()'s buffers (in torch_peak) stood:
+            # the shared (decoded history) pages and the own pages beyond the BF16 chunks (the slots)
+            mem["views_bytes"] = m["views"]["shared"] + m["views"]["own"] - m["k_tail"] - m["v_tail"]
     return times, torch.stack(outs), mem, cache
 
 
@@ -433,13 +436,13 @@ def main():
         elif mem.get("tokens_encoded"):
             per_frame = mem["spans_bytes"] / (mem["tokens_encoded"] / fs / args.blocks)  # counts sum over blocks
             # BF16 at most: the chunks before a span and the sink (+overlap: also the last span's copies)
-            tail_frames = ((2 if m.endswith("+overlap") else 1) * args.quant_factor + args.keep_recent) * 3 \
+            tail_frames = ((2 if "+overlap" in m else 1) * args.quant_factor + args.keep_recent) * 3 \
                 + args.sink_size
             frames16 = int((16 * GB - tail_frames * bf16_frame) // per_frame) + tail_frames
         else:
             frames16 = 0
         r["frames_in_16GB"] = frames16
-        peak = (mem["torch_peak"] + mem.get("spans_bytes", 0) + mem.get("scratch", 0)) / GB
+        peak = (mem["torch_peak"] + mem.get("spans_bytes", 0) + mem.get("scratch", 0) + mem.get("views_bytes", 0)) / GB
         # Device level: the lowest free memory (cudaMemGetInfo after every chunk; PyTorch's caching
         # allocator and qvg's stream-ordered pool keep what they reserved, so it is the run's peak)
         # below the free memory before it: model activations, PyTorch's pool and qvg's together.

@@ -58,7 +58,8 @@ class KVCache:
     bfloat16): kv() returns views of memory the cache owns, where each layer's chunks still in BF16 already
     sit after the decoded history (qvg.DeviceKVCache's contiguous_views, docs/PYTHON.md): it decodes the spans
     and copies the sink, not the waiting chunks; kv(extra=(k, v)) copies the chunk into the slot after the
-    history, and append() of those same tensors next takes them from there. The same K and V as without it.
+    history, and append() of those same tensors next takes them from there. The same K and V as without it;
+    the views' rows after the decoded history are the chunks the cache stores: do not write into them.
     """
 
     def __init__(self, layers, heads, dim, *, key="qvg", value="qvg", bits=None, chunk_tokens=0, quant_factor=8,

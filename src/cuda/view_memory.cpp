@@ -43,10 +43,14 @@ const Driver& driver() {
     auto get = [&](const char* name, auto& fn) {
       void* p = nullptr;
       cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
       const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, kDriverAbi, cudaEnableDefault, &q);
+#else  // before CUDA 12.5: the toolkit's own ABI of each entry point (12.0's for every one named here)
+      const cudaError_t e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &q);
+#endif
       if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || p == nullptr) {
         if (r.missing.empty())
-          r.missing = std::string(name) + " (cudaGetDriverEntryPointByVersion: " + cudaGetErrorString(e) +
+          r.missing = std::string(name) + " (cudaGetDriverEntryPoint: " + cudaGetErrorString(e) +
                       ", query result " + std::to_string(static_cast<int>(q)) + ")";
         (void)cudaGetLastError();  // the lookup's error is reported by missing, not left for later calls
         return;

@@ -197,8 +197,15 @@ struct Views {
   }
   Views(const Views&) = delete;
   Views& operator=(const Views&) = delete;
-  /// No work may read or write the addresses once they are unmapped.
-  ~Views() { (void)cudaDeviceSynchronize(); }
+  /// No work may read or write the addresses once they are unmapped: the
+  /// views' device is synchronized (whichever device is current).
+  ~Views() {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess) return;
+    if (current != device) (void)cudaSetDevice(device);
+    (void)cudaDeviceSynchronize();
+    if (current != device) (void)cudaSetDevice(current);
+  }
 
   /// Pages for at least `shared_rows` shared rows and `own_rows` rows of
   /// the layer's own, mapped into the layer's ranges.
@@ -402,6 +409,8 @@ DeviceKVCache::DeviceKVCache(CacheConfig config, DeviceCacheOptions options) : i
     QVG_CHECK(c.rope.mode == RopeMode::none, "DeviceKVCache: contiguous_views holds keys as attention reads them; "
               "RoPE on read (rope ", rope_mode_name(c.rope.mode), ") is not offered with it (append roped keys with "
               "rope none)");
+    QVG_CHECK((int64_t{c.heads} * c.dim) % 8 == 0, "DeviceKVCache: contiguous_views needs rows of a multiple of 16 "
+              "bytes (heads x dim a multiple of 8, BF16), got ", c.heads, " x ", c.dim);
     std::string why;
     QVG_CHECK(cuda::view_memory_supported(impl_->device, &why), "DeviceKVCache: contiguous_views needs CUDA virtual "
               "memory management: ", why);
@@ -759,7 +768,13 @@ int64_t DeviceKVCache::read(int layer, void* k_out, void* v_out, DeviceElement t
             c.dim, ")");
   if (I.views) {  // through the view: its token-major rows into head-major ones
     QVG_CHECK(type == DeviceElement::bf16, "read: a cache with contiguous_views reads bf16 only (view() is BF16)");
+    // view() with no slot, then the slot of the caller's last view() back: a read() between a view(extra) and
+    // its append_extra leaves the slot (the rows the caller writes) as it was.
+    DLayer& M = const_cast<DLayer&>(L);
+    const int64_t slot_at = M.extra_at, slot_rows = M.extra_rows;
     const DeviceKVView w = const_cast<DeviceKVCache*>(this)->view(layer, 0, stream);
+    M.extra_at = slot_at;
+    M.extra_rows = slot_rows;
     const int64_t hd = int64_t{c.heads} * c.dim;
     cuda::gather_bf16_to(w.k, DeviceElement::bf16, c.heads, n, c.dim, c.dim, hd, static_cast<uint16_t*>(k_out),
                          row_stride * c.dim, c.dim, s);
