@@ -27,11 +27,14 @@ std::vector<uint8_t> model_to_pixels(std::span<const float> x) {
   return u8;
 }
 
-std::vector<float> patchify(std::span<const float> frames, const ModelConfig& c) {
+namespace {
+
+/// fn(token value index, frame value index) for every value of a chunk, in
+/// token order: tokens row by row over the patch grid, each patch's rows,
+/// columns, then channels.
+template <typename Fn>
+void for_each_patch_value(const ModelConfig& c, Fn&& fn) {
   const int g = c.grid(), p = c.patch, C = c.channels, F = c.frame;
-  QVG_CHECK(frames.size() == static_cast<size_t>(c.chunk_frames * c.frame_values()), "patchify: ",
-            frames.size(), " values, a chunk of ", c.chunk_frames, " frames needs ", c.chunk_frames * c.frame_values());
-  std::vector<float> tok(frames.size());
   size_t o = 0;
   for (int f = 0; f < c.chunk_frames; ++f)
     for (int r = 0; r < g; ++r)
@@ -39,23 +42,24 @@ std::vector<float> patchify(std::span<const float> frames, const ModelConfig& c)
         for (int py = 0; py < p; ++py)
           for (int px = 0; px < p; ++px)
             for (int ch = 0; ch < C; ++ch)
-              tok[o++] = frames[((static_cast<size_t>(f) * F + (r * p + py)) * F + (cc * p + px)) * C + ch];
+              fn(o++, ((static_cast<size_t>(f) * F + (r * p + py)) * F + (cc * p + px)) * C + ch);
+}
+
+}  // namespace
+
+std::vector<float> patchify(std::span<const float> frames, const ModelConfig& c) {
+  QVG_CHECK(frames.size() == static_cast<size_t>(c.chunk_frames * c.frame_values()), "patchify: ",
+            frames.size(), " values, a chunk of ", c.chunk_frames, " frames needs ", c.chunk_frames * c.frame_values());
+  std::vector<float> tok(frames.size());
+  for_each_patch_value(c, [&](size_t t, size_t f) { tok[t] = frames[f]; });
   return tok;
 }
 
 std::vector<float> unpatchify(std::span<const float> tokens, const ModelConfig& c) {
-  const int g = c.grid(), p = c.patch, C = c.channels, F = c.frame;
   QVG_CHECK(tokens.size() == static_cast<size_t>(c.tokens_per_chunk()) * c.patch_dim(), "unpatchify: ",
             tokens.size(), " values, a chunk needs ", c.tokens_per_chunk(), " x ", c.patch_dim());
   std::vector<float> frames(tokens.size());
-  size_t o = 0;
-  for (int f = 0; f < c.chunk_frames; ++f)
-    for (int r = 0; r < g; ++r)
-      for (int cc = 0; cc < g; ++cc)
-        for (int py = 0; py < p; ++py)
-          for (int px = 0; px < p; ++px)
-            for (int ch = 0; ch < C; ++ch)
-              frames[((static_cast<size_t>(f) * F + (r * p + py)) * F + (cc * p + px)) * C + ch] = tokens[o++];
+  for_each_patch_value(c, [&](size_t t, size_t f) { frames[f] = tokens[t]; });
   return frames;
 }
 
