@@ -340,7 +340,7 @@ TEST(DeviceCodec, DecodeRowsTokenMajorEqualsHeadMajorTransposed) {
     const HeadTensor x = blobs(heads, tokens, dim, 1, 8, 11);
     DeviceCodec codec(c);
     DeviceEncodedTensor e;
-    if (device_encodes(c)) {
+    if (device_encodes(c) && (smoothing_stages(c) == 0 || dim == 64 || dim == 128)) {  // GPU k-means: 64, 128
       const auto xd = to_device(x);
       e = codec.encode(xd.get(), DeviceElement::f32, heads, tokens, dim, TensorRole::key, nullptr);
     } else {
