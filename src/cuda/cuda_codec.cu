@@ -85,7 +85,7 @@ class CudaCodec final : public Codec {
     // centroids=auto: the span's C, chosen from its length; the encoding holds it.
     if (config_.auto_centroids && smoothing_stages(config_) > 0)
       return CudaCodec(span_config(config_, host.tokens)).encode_on_device(x, dtype, host, opt, report);
-    const cuda::QvgShape sh = cuda::make_shape(config_, host.heads, host.tokens, host.dim);
+    const cuda::QvgShape sh = cuda::make_encode_shape(config_, host.heads, host.tokens, host.dim);
     cuda::GpuKMeansOptions km;
     km.params = config_.kmeans;
     DeviceBuffer<uint16_t> warm;
@@ -197,7 +197,7 @@ EncodedTensor cuda_qvg_encode_given_centroids(const HeadTensor& x, const CodecCo
   check_device();
   check_finite(x, "input tensor");
   QVG_CHECK(c.centroid_format == CentroidFormat::bf16, c.name, ": given centroids are BF16 (centroid_format=bf16)");
-  const cuda::QvgShape sh = cuda::make_shape(c, x.heads, x.tokens, x.dim);
+  const cuda::QvgShape sh = cuda::make_encode_shape(c, x.heads, x.tokens, x.dim);
   check_bf16_finite(centroids, c.name + ": given centroid");
   DeviceParts parts;
   parts.allocate(sh);

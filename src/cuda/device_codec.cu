@@ -281,7 +281,7 @@ DeviceEncodedTensor DeviceCodec::encode(const void* x, DeviceElement type, int64
     return DeviceEncodedTensor::from_host(
         impl_->reference->encode(cuda::download_as_float(x, type, heads, tokens, dim, s), opt), stream);
   }
-  const cuda::QvgShape sh = cuda::make_shape(c, heads, tokens, dim);
+  const cuda::QvgShape sh = cuda::make_encode_shape(c, heads, tokens, dim);
   cuda::GpuKMeansOptions km;  // the CPU's stopping rule, applied on the device
   km.params = c.kmeans;
   km.device_convergence = true;
@@ -322,7 +322,7 @@ std::vector<DeviceEncodedTensor> DeviceCodec::encode_batch(const void* x, Device
   QVG_CHECK(x != nullptr && reinterpret_cast<uintptr_t>(x) % 16 == 0 && stride % 16 == 0, c.name,
             ": encode_batch needs a non-null, 16-byte aligned input with tensors of a multiple of 16 bytes");
   const cudaStream_t s = as_stream(stream);
-  const cuda::QvgShape one = cuda::make_shape(c, heads, tokens, dim);
+  const cuda::QvgShape one = cuda::make_encode_shape(c, heads, tokens, dim);
   int64_t warm_count = 0;
   for (int64_t i = 0; i < count; ++i)
     if (warm_of(i)) {
@@ -336,7 +336,7 @@ std::vector<DeviceEncodedTensor> DeviceCodec::encode_batch(const void* x, Device
   std::lock_guard<std::mutex> lock(impl_->mutex);
   for (int64_t g0 = 0; g0 < count; g0 += per_group) {
     const int64_t n = std::min(per_group, count - g0);
-    const cuda::QvgShape sh = cuda::make_shape(c, heads * n, tokens, dim);
+    const cuda::QvgShape sh = cuda::make_encode_shape(c, heads * n, tokens, dim);
     cuda::GpuKMeansOptions km;  // the CPU's stopping rule, applied on the device; each tensor's seeds
     km.params = c.kmeans;
     km.device_convergence = true;

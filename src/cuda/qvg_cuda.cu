@@ -189,10 +189,14 @@ QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t
     sh.fp8_books = c.centroid_format == CentroidFormat::fp8;
     QVG_CHECK(heads <= 65535, c.name, ": the CUDA decode of code=cq takes at most 65535 heads, got ", heads);
   }
-  if (sh.stages > 0) {
-    QVG_CHECK(dim == 64 || dim == 128, c.name, ": GPU k-means supports dim 64 and 128, got ", dim);
+  if (sh.stages > 0)
     QVG_CHECK(sh.centroids <= tokens, c.name, ": centroids (", sh.centroids, ") exceed the tokens (", tokens, ")");
-  }
+  return sh;
+}
+
+QvgShape make_encode_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim) {
+  const QvgShape sh = make_shape(c, heads, tokens, dim);
+  QVG_CHECK(sh.stages == 0 || dim == 64 || dim == 128, c.name, ": GPU k-means supports dim 64 and 128, got ", dim);
   return sh;
 }
 

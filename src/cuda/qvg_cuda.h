@@ -79,8 +79,13 @@ void download_parts(const DeviceParts& d, EncodedTensor& e, cudaStream_t s);
 /// included).
 void check_device_config(const CodecConfig& c);
 
-/// The shape struct of a config and tensor dims; validates (qvg::Error).
+/// The shape struct of a config and tensor dims; validates (qvg::Error)
+/// what the decode needs.
 QvgShape make_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim);
+
+/// make_shape, and what the GPU encoder needs besides: k-means (stages > 0)
+/// takes head dims 64 and 128 only.
+QvgShape make_encode_shape(const CodecConfig& c, int64_t heads, int64_t tokens, int64_t dim);
 
 /// k-means options of one encode on the GPU.
 struct GpuKMeansOptions {
