@@ -35,6 +35,16 @@ DeviceInput destination(const py::object& x, void* stream, const qvg::CacheConfi
   return d;
 }
 
+py::dict report_dict(const qvg::AppendReport& r) {
+  py::dict d;
+  d["chunk"] = r.chunk;
+  py::list spans;
+  for (const qvg::SpanReport& sr : r.spans) spans.append(span_dict(sr));
+  d["spans"] = spans;
+  d["evicted"] = r.evicted;
+  return d;
+}
+
 }  // namespace
 
 void bind_device_cache(py::module_& m) {
@@ -46,25 +56,27 @@ void bind_device_cache(py::module_& m) {
                        int64_t chunk_tokens, int quant_factor, int keep_recent, int sink, int64_t window_chunks,
                        int64_t window_tokens, const std::string& rope, double rope_theta,
                        const std::string& rope_pairing, bool warm_start, bool overlap_encode, int64_t first_head,
-                       bool batch_encodes) {
+                       bool batch_encodes, bool contiguous_views) {
              return std::make_unique<PyDeviceCache>(
                  make_cache_config(layers, heads, dim, key, value, chunk_tokens, quant_factor, keep_recent, sink,
                                    window_chunks, window_tokens, rope, rope_theta, rope_pairing, "bf16", warm_start,
                                    first_head),
-                 qvg::DeviceCacheOptions{.overlap_encode = overlap_encode, .batch_encodes = batch_encodes});
+                 qvg::DeviceCacheOptions{.overlap_encode = overlap_encode, .batch_encodes = batch_encodes,
+                                         .contiguous_views = contiguous_views});
            }),
            py::arg("layers"), py::arg("heads"), py::arg("dim"), py::kw_only(), py::arg("key") = "qvg",
            py::arg("value") = "qvg", py::arg("chunk_tokens") = 0, py::arg("quant_factor") = 8,
            py::arg("keep_recent") = 0, py::arg("sink") = 0, py::arg("window_chunks") = 0, py::arg("window_tokens") = 0,
            py::arg("rope") = "none", py::arg("rope_theta") = 10000.0, py::arg("rope_pairing") = "interleaved",
            py::arg("warm_start") = true, py::arg("overlap_encode") = false, py::arg("first_head") = 0,
-           py::arg("batch_encodes") = false,
+           py::arg("batch_encodes") = false, py::arg("contiguous_views") = false,
            "The policy and codecs of qvg.StreamingKVCache (same arguments, first_head included); full-precision "
            "chunks held in BF16. "
            "overlap_encode: encode spans on a stream of the cache's own while the caller goes on; a span's "
            "chunks are read in BF16 until the layer's next append (qvg/device_cache.h). batch_encodes: spans are "
            "encoded together, every layer's at once, by flush() or the first append of a later chunk; until then "
-           "their chunks are read in BF16.")
+           "their chunks are read in BF16. contiguous_views: view() hands out each layer's K and V as contiguous "
+           "token-major BF16 rows that attention reads in place (CUDA virtual memory; rope \"none\" only).")
       .def(
           "append",
           [](PyDeviceCache& c, int layer, const py::object& k, const py::object& v, const std::string& layout,
@@ -85,15 +97,7 @@ void bind_device_cache(py::module_& m) {
               pos.height = height;
               pos.width = width;
             }
-            const qvg::AppendReport r =
-                c.run_mut([&](qvg::DeviceKVCache& cc) { return cc.append(layer, kv, vv, pos, s); });
-            py::dict d;
-            d["chunk"] = r.chunk;
-            py::list spans;
-            for (const qvg::SpanReport& sr : r.spans) spans.append(span_dict(sr));
-            d["spans"] = spans;
-            d["evicted"] = r.evicted;
-            return d;
+            return report_dict(c.run_mut([&](qvg::DeviceKVCache& cc) { return cc.append(layer, kv, vv, pos, s); }));
           },
           py::arg("layer"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("layout") = "htd",
           py::arg("positions") = py::none(), py::arg("first") = py::none(), py::arg("height") = 0,
@@ -120,6 +124,39 @@ void bind_device_cache(py::module_& m) {
           "Writes the layer's live K and V into rows 0 .. n-1 of k_out and v_out (contiguous CUDA tensors [heads, "
           "rows, dim] or [1, heads, rows, dim], rows >= n, both bfloat16 or both float32) on `stream`, keys rotated "
           "with RoPE on read; returns n. No synchronization.")
+      .def(
+          "view",
+          [](PyDeviceCache& c, int layer, int64_t extra, const py::object& stream) {
+            void* s = stream_of(stream);
+            const qvg::DeviceKVView w = c.run_mut([&](qvg::DeviceKVCache& cc) { return cc.view(layer, extra, s); });
+            return py::make_tuple(reinterpret_cast<uintptr_t>(w.k), reinterpret_cast<uintptr_t>(w.v), w.rows,
+                                  w.extra);
+          },
+          py::arg("layer"), py::kw_only(), py::arg("extra") = 0, py::arg("stream") = py::none(),
+          "contiguous_views: (k address, v address, rows, extra): the layer's K and V as contiguous token-major "
+          "BF16 [rows + extra, heads, dim] in device memory the cache owns (valid until its next call rewrites "
+          "them; mapped until the cache is destroyed), rows of history then a slot of `extra` rows for the "
+          "caller's chunk. Queued on `stream`.")
+      .def(
+          "append_extra",
+          [](PyDeviceCache& c, int layer, int64_t tokens, const py::object& stream) {
+            void* s = stream_of(stream);
+            return report_dict(c.run_mut([&](qvg::DeviceKVCache& cc) { return cc.append_extra(layer, tokens, s); }));
+          },
+          py::arg("layer"), py::arg("tokens"), py::kw_only(), py::arg("stream") = py::none(),
+          "contiguous_views: appends the first `tokens` rows of the slot of the layer's last view() (as the caller "
+          "wrote them) as the layer's next chunk, without copying them. Returns {chunk, spans, evicted}.")
+      .def_property_readonly("view_memory",
+                             [](const PyDeviceCache& c) {
+                               const qvg::ViewMemory m =
+                                   c.run([](const qvg::DeviceKVCache& cc) { return cc.view_memory(); });
+                               py::dict d;
+                               d["own"] = m.own_bytes;
+                               d["shared"] = m.shared_bytes;
+                               d["reserved"] = m.reserved_bytes;
+                               d["reservations"] = m.reservations;
+                               return d;
+                             })
       .def(
           "flush",
           [](PyDeviceCache& c, const py::object& stream) {

@@ -8,7 +8,7 @@
 # Needs the carried .deps (scripts/gpu_build.sh).
 source "$(dirname "$0")/gpu_start.sh"
 tests=(test_cuda test_kmeans test_device_codec test_device_cache test_assign_kernel test_embed test_cq_cuda test_cq
-  test_cuda_baselines)
+  test_cuda_baselines test_contiguous_views)
 step "build"
 scripts/gpu_build.sh "$OUT/build.log" "${tests[@]}" bench_cuda || exit 1
 rc=0
@@ -23,6 +23,7 @@ step "memcheck"
 sanitize memcheck test_cuda 'Cuda.DeviceStoppingRule*:Cuda.SampledStarts*'
 sanitize memcheck test_device_codec '*StoppingRule*:*Batch*'
 sanitize memcheck test_device_cache '*Batched*:*ReleasePool*'
+sanitize memcheck test_contiguous_views 'ContiguousViews.SplitRanges*:ContiguousViews.MisuseIsAnError:ContiguousViews.ACacheMadeAgain*'
 sanitize memcheck test_cq_cuda 'CqCuda.DecodeEqualsTheCpuReferenceAcrossShapes:CqCuda.DecodeRows*:CqCuda.Codecs*:CqCuda.Encode*'
 grep -E "ERROR SUMMARY" "$OUT/sanitizer.log"
 step "python"

@@ -10,12 +10,14 @@
 #include "gpu_util.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <random>
 
 #include "qvg/codec.h"
 #include "qvg/device_codec.h"
 #include "qvg/half.h"
+#include "qvg/methods.h"
 #if QVG_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -314,6 +316,70 @@ TEST(DeviceCodec, DecodeRowsWritesOnlyItsRows) {
       }
   EXPECT_EQ(wrong, 0u);
   EXPECT_THROW(codec.decode_rows(e, out.get(), DeviceElement::bf16, rows, rows - 10, nullptr), Error);
+}
+
+// decode_rows_token_major writes the values decode_rows writes, at token-major
+// addresses ([rows][heads][dim]), and nothing else: every decode kernel (the
+// lines decode with 0, 1, 2 and 4 stages, BF16 and FP8 centroids; the
+// 16-values decode for dims the lines decode does not take; code=cq), bf16
+// and f32 output, odd ranges.
+TEST(DeviceCodec, DecodeRowsTokenMajorEqualsHeadMajorTransposed) {
+  REQUIRE_GPU();
+  struct Case {
+    const char* spec;
+    int64_t dim;
+  };
+  for (const Case& k : {Case{"qvg:centroids=8,iters=2,init=random", 128}, Case{"qvg:centroids=8,iters=2,init=random", 64},
+                        Case{"qvg:centroids=8,iters=2,init=random,centroid_format=fp8", 128},
+                        Case{"qvg-pro:centroids=8,iters=2,stages=2", 128},
+                        Case{"qvg-pro:centroids=4,iters=2,stages=4,centroid_format=fp8", 64}, Case{"rtn", 128},
+                        Case{"rtn-int4:block=16", 48}, Case{"qvg:centroids=8,iters=2,init=random,block=32", 96},
+                        Case{"qvg:code=cq,cq_dim=2,cq_codewords=16,centroids=8,iters=2", 128}}) {
+    const CodecConfig c = parse_codec_spec(k.spec);
+    const int64_t heads = 3, tokens = 301, dim = k.dim;
+    const HeadTensor x = blobs(heads, tokens, dim, 1, 8, 11);
+    DeviceCodec codec(c);
+    DeviceEncodedTensor e;
+    if (device_encodes(c) && (smoothing_stages(c) == 0 || dim == 64 || dim == 128)) {  // GPU k-means: 64, 128
+      const auto xd = to_device(x);
+      e = codec.encode(xd.get(), DeviceElement::f32, heads, tokens, dim, TensorRole::key, nullptr);
+    } else {
+      e = DeviceEncodedTensor::from_host(make_codec(c)->encode(x));
+    }
+    for (const DeviceElement type : {DeviceElement::bf16, DeviceElement::f32}) {
+      const size_t elt = type == DeviceElement::f32 ? 4 : 2;
+      const std::string what = std::string(k.spec) + " dim " + std::to_string(dim) + (elt == 4 ? " f32" : " bf16");
+      // The head-major decode of the whole tensor: what the rows must hold.
+      auto whole = cuda_allocate(static_cast<size_t>(heads * tokens * dim) * elt);
+      codec.decode_rows(e, whole.get(), type, tokens, 0, nullptr);
+      std::vector<uint8_t> want(static_cast<size_t>(heads * tokens * dim) * elt);
+      cuda_copy_to_host(want.data(), whole.get(), want.size());
+      for (const auto& [begin, count, rows, at] :
+           {std::array<int64_t, 4>{0, 301, 301, 0}, std::array<int64_t, 4>{17, 283, 400, 57},
+            std::array<int64_t, 4>{300, 1, 5, 4}, std::array<int64_t, 4>{5, 7, 7, 0}}) {
+        const size_t bytes = static_cast<size_t>(rows * heads * dim) * elt;
+        auto out = cuda_allocate(bytes);
+        ASSERT_EQ(cudaMemset(out.get(), 0xA5, bytes), cudaSuccess);
+        codec.decode_rows_token_major(e, out.get(), type, rows, at, nullptr, begin, count);
+        std::vector<uint8_t> got(bytes);
+        cuda_copy_to_host(got.data(), out.get(), bytes);
+        size_t wrong = 0;
+        const size_t row = static_cast<size_t>(dim) * elt;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t h = 0; h < heads; ++h) {
+            const uint8_t* g = got.data() + static_cast<size_t>(r * heads + h) * row;
+            if (r >= at && r < at + count)
+              wrong += std::memcmp(g, want.data() + static_cast<size_t>(h * tokens + begin + r - at) * row, row) != 0;
+            else
+              wrong += std::any_of(g, g + row, [](uint8_t b) { return b != 0xA5; });
+          }
+        EXPECT_EQ(wrong, 0u) << what << " tokens [" << begin << ", +" << count << ") to rows " << at << " of " << rows;
+      }
+    }
+    auto out = cuda_allocate(static_cast<size_t>(10 * heads * dim) * 2);
+    EXPECT_THROW(codec.decode_rows_token_major(e, out.get(), DeviceElement::bf16, 10, 5, nullptr, 0, 6), Error)
+        << k.spec << ": rows past the destination";
+  }
 }
 
 // What the decoders refuse is refused on upload; a tensor of another method

@@ -38,6 +38,27 @@
 // host wait) and drops the copies. So read() after append k equals the
 // read of a cache without the option after append k, except that the
 // chunks of the spans formed by append k read as they were appended (BF16).
+//
+// Contiguous views (DeviceCacheOptions::contiguous_views): view() hands out
+// a layer's K and V as contiguous token-major BF16 tensors [rows, heads,
+// dim] (flash-attention's and Self-Forcing's layout) that attention reads in
+// place, followed by a slot for the chunk being generated. Each layer and
+// role (K, V) has a range of device addresses (CUDA virtual memory
+// management) split at a page boundary: below it, pages shared by all layers
+// (one set per role, as read()'s caller shares one buffer between layers)
+// that view() fills with the rows it must produce (sink chunks and the
+// decodes of spans), ending at the boundary; from the boundary up, the
+// layer's own pages, which hold the layer's full-precision chunks after the
+// last encoded one (the chunks waiting for their span, keep_recent's,
+// overlap_encode's and batch_encodes' until encoded) in order, then the
+// slot. append() stores a chunk straight into its place there; when a span
+// is encoded the chunks after it move down to the start once (a copy per
+// span, not per read). So view() writes the decoded history and copies
+// nothing of the waiting chunks. Memory: the own pages hold at most the
+// BF16 chunks the cache holds anyway plus the slot, rounded up to whole
+// pages (kept at their peak until the cache is destroyed); the shared pages
+// one layer's produced rows per role. RoPE on read is not offered in this
+// mode (the constructor refuses it): keys are cached as attention reads them.
 #pragma once
 
 #include <cstdint>
@@ -105,6 +126,32 @@ struct DeviceCacheOptions {
   /// buffers, and memory counts them as BF16. The spans' bytes equal those of
   /// encoding them at once. Not with overlap_encode.
   bool batch_encodes = false;
+  /// Contiguous token-major views (view(), append_extra(); see the file
+  /// comment). Needs rope == none and a device with virtual memory
+  /// management. read() then reads through view() (bf16 output only).
+  bool contiguous_views = false;
+};
+
+/// A layer's K and V as view() hands them out: token-major BF16 tensors
+/// [rows + extra, heads, dim] (row r of head h at k + (r * heads + h) * dim
+/// elements), 16-byte aligned. Rows [0, rows) are the live history, rows
+/// [rows, rows + extra) the slot for the caller's chunk (contents undefined
+/// until written). Valid until the next call on the cache (a later view()
+/// of another layer rewrites the rows the layers share); the addresses stay
+/// mapped until the cache is destroyed.
+struct DeviceKVView {
+  void* k = nullptr;
+  void* v = nullptr;
+  int64_t rows = 0;
+  int64_t extra = 0;
+};
+
+/// The memory behind contiguous views (DeviceKVCache::view_memory).
+struct ViewMemory {
+  int64_t own_bytes = 0;       ///< the layers' own pages, all roles (full-precision chunks + slots)
+  int64_t shared_bytes = 0;    ///< the shared pages, both roles
+  int64_t reserved_bytes = 0;  ///< address space reserved (no memory), retired ranges included
+  int64_t reservations = 0;    ///< ranges reserved over all layers and roles (> 2 x layers: some grew)
 };
 
 class DeviceKVCache {
@@ -136,6 +183,28 @@ class DeviceKVCache {
   /// nothing is allocated once the scratch has grown to the layer's size.
   /// Throws qvg::Error for an empty layer or a bad destination.
   int64_t read(int layer, void* k_out, void* v_out, DeviceElement type, int64_t row_stride, void* stream) const;
+
+  /// contiguous_views: the layer's live K and V as contiguous token-major
+  /// BF16 rows, followed by a slot of `extra` rows (>= 0) for the chunk the
+  /// caller attends with (see DeviceKVView); an empty layer gives rows 0.
+  /// Decodes the spans (and copies the sink chunks) into the shared rows
+  /// before the layer's own; stream-ordered. Grows the pages (and, past the
+  /// reserved addresses, reserves a larger range) when the history needs
+  /// more. qvg::Error without contiguous_views.
+  DeviceKVView view(int layer, int64_t extra, void* stream);
+
+  /// contiguous_views: appends the first `tokens` rows of the slot of the
+  /// layer's last view() (K and V as the caller wrote them there) as the
+  /// layer's next chunk, as append() would append a chunk with those BF16
+  /// values, without copying them (they move down, as the other waiting
+  /// chunks do, only where this append's or a flush's encoded span frees the
+  /// rows below them).
+  /// qvg::Error (cache unchanged) unless the last call on this layer was a
+  /// view() with extra >= tokens, or for tokens the config refuses.
+  AppendReport append_extra(int layer, int64_t tokens, void* stream);
+
+  /// contiguous_views: the pages and addresses held (zeros otherwise).
+  ViewMemory view_memory() const;
 
   /// batch_encodes: encodes every pending span now (in waves: the first
   /// pending span of every layer, then the second, ...; each wave's K of

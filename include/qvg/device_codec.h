@@ -145,6 +145,14 @@ class DeviceCodec {
   void decode_rows(const DeviceEncodedTensor& e, void* out, DeviceElement type, int64_t out_tokens,
                    int64_t out_offset, void* stream, int64_t begin = 0, int64_t count = -1) const;
 
+  /// decode_rows into a token-major destination: out holds out_tokens rows
+  /// of [heads, dim] ([out_tokens, heads, dim], flash-attention's layout);
+  /// token begin + i of head h goes to row out_offset + i. The same values
+  /// as decode_rows (the kernels differ only in where they store). qvg and
+  /// rtn.
+  void decode_rows_token_major(const DeviceEncodedTensor& e, void* out, DeviceElement type, int64_t out_tokens,
+                               int64_t out_offset, void* stream, int64_t begin = 0, int64_t count = -1) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

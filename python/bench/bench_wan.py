@@ -17,6 +17,8 @@ fit or takes too long): every figure is then for N blocks, not the model. Caches
            blocks: --keep-recent, --max-attention-size);
   SPEC+overlap  the same with overlap_encode=True (spans encoded on the cache's own stream).
   SPEC+batch    the same with batch_encodes=True (every block's span encoded in one batch).
+  SPEC+zc       the same with zero_copy_reads=True (the history's BF16 chunks read in place); suffixes
+                combine, e.g. SPEC+batch+zc.
 Each chunk is timed by the wall clock from an idle device to an idle device (torch.cuda.synchronize
 at both ends: the cache's own stream included; the model stream's CUDA-event time is in the JSON as
 mem.stream_ms); runs of the
@@ -202,14 +204,18 @@ def generate(model, mode, args, rope, noise, profile=None):
         cache = DictCache(s, nb, size, args.sink_size * fs, dev, args.max_attention_size)
         upd = cache.update
     else:
-        # "SPEC+overlap": overlap_encode=True (spans encoded on the cache's own stream); "SPEC": False
-        spec, overlap = (mode[:-len("+overlap")], True) if mode.endswith("+overlap") else (mode, False)
-        spec, batch = (spec[:-len("+batch")], True) if spec.endswith("+batch") else (spec, False)
+        # Suffixes, in any order: "+overlap" overlap_encode=True (spans encoded on the cache's own stream),
+        # "+batch" batch_encodes=True, "+zc" zero_copy_reads=True.
+        spec, flags = mode, set()
+        while any(spec.endswith(f) for f in ("+overlap", "+batch", "+zc")):
+            spec, _, flag = spec.rpartition("+")
+            flags.add(flag)
+        extra = {"zero_copy_reads": True} if "zc" in flags else {}
         cache = CACHES[args.cache](nb, s["heads"], s["dim"], frame_seqlen=fs, frames_per_chunk=s["frames_per_chunk"],
                                    local_attn_size=args.local_attn_size, sink_size=args.sink_size, key=spec,
-                                   value=spec, quant_factor=args.quant_factor, overlap_encode=overlap,
-                                   batch_encodes=batch, keep_recent=args.keep_recent,
-                                   max_attention_size=args.max_attention_size)
+                                   value=spec, quant_factor=args.quant_factor, overlap_encode="overlap" in flags,
+                                   batch_encodes="batch" in flags, keep_recent=args.keep_recent,
+                                   max_attention_size=args.max_attention_size, **extra)
         upd = lambda i, k, v, st: cache[i].update(k, v, st)  # noqa: E731
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -250,6 +256,9 @@ def generate(model, mode, args, rope, noise, profile=None):
         mem.update(kv_bytes=m["kv_bytes"] + m["pending"], spans_bytes=m["kv_bytes"] - m["k_tail"] - m["v_tail"],
                    tail_bytes=m["k_tail"] + m["v_tail"] + m["pending"], tokens_encoded=m["tokens_encoded"],
                    buffers=m["buffers"], scratch=m["scratch"], bits_per_value=m["bits_per_value"])
+        if "views" in m:  # +zc: the pages behind the views stand where kv()'s buffers (in torch_peak) stood:
+            # the shared (decoded history) pages and the own pages beyond the BF16 chunks (the slots)
+            mem["views_bytes"] = m["views"]["shared"] + m["views"]["own"] - m["k_tail"] - m["v_tail"]
     return times, torch.stack(outs), mem, cache
 
 
@@ -427,13 +436,13 @@ def main():
         elif mem.get("tokens_encoded"):
             per_frame = mem["spans_bytes"] / (mem["tokens_encoded"] / fs / args.blocks)  # counts sum over blocks
             # BF16 at most: the chunks before a span and the sink (+overlap: also the last span's copies)
-            tail_frames = ((2 if m.endswith("+overlap") else 1) * args.quant_factor + args.keep_recent) * 3 \
+            tail_frames = ((2 if "+overlap" in m else 1) * args.quant_factor + args.keep_recent) * 3 \
                 + args.sink_size
             frames16 = int((16 * GB - tail_frames * bf16_frame) // per_frame) + tail_frames
         else:
             frames16 = 0
         r["frames_in_16GB"] = frames16
-        peak = (mem["torch_peak"] + mem.get("spans_bytes", 0) + mem.get("scratch", 0)) / GB
+        peak = (mem["torch_peak"] + mem.get("spans_bytes", 0) + mem.get("scratch", 0) + mem.get("views_bytes", 0)) / GB
         # Device level: the lowest free memory (cudaMemGetInfo after every chunk; PyTorch's caching
         # allocator and qvg's stream-ordered pool keep what they reserved, so it is the run's peak)
         # below the free memory before it: model activations, PyTorch's pool and qvg's together.

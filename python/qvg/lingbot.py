@@ -28,9 +28,10 @@ class LingBotWorldKVCache(SelfForcingKVCache):
 
     def __init__(self, num_blocks=40, heads=40, dim=128, *, frame_seqlen=1560, frames_per_chunk=3,
                  local_attn_size=-1, sink_size=0, max_attention_size=None, key="qvg", value="qvg", quant_factor=8,
-                 keep_recent=0, device=None, first_head=0, overlap_encode=False, batch_encodes=False):
+                 keep_recent=0, device=None, first_head=0, overlap_encode=False, batch_encodes=False,
+                 zero_copy_reads=False):
         super().__init__(num_blocks, heads, dim, frame_seqlen=frame_seqlen, frames_per_chunk=frames_per_chunk,
                          local_attn_size=local_attn_size, sink_size=sink_size, key=key, value=value,
                          quant_factor=quant_factor, device=device, overlap_encode=overlap_encode,
                          first_head=first_head, batch_encodes=batch_encodes, keep_recent=keep_recent,
-                         max_attention_size=max_attention_size)
+                         max_attention_size=max_attention_size, zero_copy_reads=zero_copy_reads)

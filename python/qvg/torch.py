@@ -54,15 +54,25 @@ class KVCache:
     quant_factor tokens (qvg.budget.cache_specs; needs chunk_tokens > 0). batch_encodes: True: a span is
     encoded later, with the spans the other layers form, in one batch (the K of every layer, then the V)
     by flush() or by the first append of a later chunk; until then kv() reads its chunks in BF16. The
-    spans' bytes equal those encoded at once.
+    spans' bytes equal those encoded at once. zero_copy_reads: True (layout "bthd", rope "none", kv() in
+    bfloat16): kv() returns views of memory the cache owns, where each layer's chunks still in BF16 already
+    sit after the decoded history (qvg.DeviceKVCache's contiguous_views, docs/PYTHON.md): it decodes the spans
+    and copies the sink, not the waiting chunks; kv(extra=(k, v)) copies the chunk into the slot after the
+    history, and append() of those same tensors next takes them from there. The same K and V as without it;
+    the views' rows after the decoded history are the chunks the cache stores: do not write into them.
     """
 
     def __init__(self, layers, heads, dim, *, key="qvg", value="qvg", bits=None, chunk_tokens=0, quant_factor=8,
                  keep_recent=0, sink=0, window_chunks=0, window_tokens=0, rope="none", rope_theta=10000.0,
                  rope_pairing="interleaved", warm_start=True, layout="bthd", device=None, overlap_encode=False,
-                 first_head=0, batch_encodes=False):
+                 first_head=0, batch_encodes=False, zero_copy_reads=False):
         if layout not in _LAYOUTS:
             raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
+        if zero_copy_reads and layout != "bthd":
+            raise ValueError("zero_copy_reads hands out token-major views: layout must be \"bthd\"")
+        if zero_copy_reads and rope != "none":
+            raise ValueError("zero_copy_reads caches keys as attention reads them: rope must be \"none\" (append "
+                             "roped keys)")
         if not torch.cuda.is_available():
             raise RuntimeError("qvg.torch.KVCache needs a CUDA device (torch.cuda.is_available() is False)")
         self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
@@ -78,7 +88,9 @@ class KVCache:
                             keep_recent=keep_recent, sink=sink, window_chunks=window_chunks,
                             window_tokens=window_tokens, rope=rope, rope_theta=rope_theta,
                             rope_pairing=rope_pairing, warm_start=warm_start, overlap_encode=overlap_encode,
-                            first_head=first_head, batch_encodes=batch_encodes)
+                            first_head=first_head, batch_encodes=batch_encodes,
+                            contiguous_views=bool(zero_copy_reads))
+        self.zero_copy_reads = bool(zero_copy_reads)
         self.reset()
         self._buffers = {}  # dtype -> (k, v), each [1, heads, capacity, dim]
 
@@ -86,6 +98,7 @@ class KVCache:
         """Empties every layer (a new video); kv()'s buffers are kept."""
         with torch.cuda.device(self.device):
             self._cache = DeviceKVCache(*self._args, **self._kwargs)
+        self._slot = {}  # zero_copy_reads: layer -> (k, v) last copied into the layer's slot by kv()
 
     # ---- properties -------------------------------------------------------------------------
     @property
@@ -140,6 +153,9 @@ class KVCache:
             if grid is not None:
                 kw["height"], kw["width"] = (int(g) for g in grid)
         with torch.cuda.device(self.device):
+            slot = self._slot.pop(layer, None)
+            if slot is not None and slot[0] is k and slot[1] is v and not kw:  # already in the slot, in BF16
+                return self._cache.append_extra(layer, k.shape[1], stream=_stream(self.device))
             return self._cache.append(layer, k, v, layout="thd" if self.layout == "bthd" else "htd",
                                       stream=_stream(self.device), **kw)
 
@@ -161,6 +177,8 @@ class KVCache:
         denoised. dtype: torch.bfloat16 or torch.float32."""
         if dtype not in (torch.bfloat16, torch.float32):
             raise ValueError(f"dtype must be torch.bfloat16 or torch.float32, got {dtype}")
+        if self.zero_copy_reads:
+            return self._kv_view(layer, dtype, extra)
         n = self._cache.live_tokens(layer)
         t = 0
         if extra is not None:
@@ -184,6 +202,30 @@ class KVCache:
             return k.transpose(1, 2), v.transpose(1, 2)
         return k, v
 
+    def _kv_view(self, layer, dtype, extra):
+        """zero_copy_reads: kv() as views of the cache's own memory."""
+        if dtype != torch.bfloat16:
+            raise ValueError("zero_copy_reads: kv() returns the cache's BF16 rows (dtype must be torch.bfloat16)")
+        t = 0
+        if extra is not None:
+            ek, ev = extra
+            self._check(ek, "extra k")
+            self._check(ev, "extra v")
+            if ek.shape != ev.shape or ek.shape[2:] != (self.heads, self.dim):
+                raise ValueError(f"extra k and v must both be [1, tokens, {self.heads}, {self.dim}], got "
+                                 f"{list(ek.shape)} and {list(ev.shape)}")
+            t = ek.shape[1]
+        self._slot.pop(layer, None)
+        with torch.cuda.device(self.device):
+            kp, vp, n, _ = self._cache.view(layer, extra=t, stream=_stream(self.device))
+        k, v = (_device_rows(p, n + t, self.heads, self.dim, self.device, self._cache) for p in (kp, vp))
+        if extra is not None:
+            k[:, n:].copy_(ek)
+            v[:, n:].copy_(ev)
+            if ek.dtype == torch.bfloat16:  # the slot holds them bit for bit: append() takes them from there
+                self._slot[layer] = (ek, ev)
+        return k, v
+
     # ---- queries -----------------------------------------------------------------------------
     def live_tokens(self, layer):
         return self._cache.live_tokens(layer)
@@ -197,7 +239,26 @@ class KVCache:
         m = self._cache.memory(layer)
         m["buffers"] = sum(t.numel() * t.element_size() for pair in self._buffers.values() for t in pair)
         m["scratch"] = self._cache.scratch_bytes
+        if self.zero_copy_reads:  # the pages behind the views (own: the BF16 chunks counted above, plus slots)
+            m["views"] = self._cache.view_memory
         return m
+
+
+class _DeviceRows:
+    """__cuda_array_interface__ of int16 rows [1, rows, heads, dim] at a device address the cache owns
+    (kept alive with the tensors made from it)."""
+
+    def __init__(self, ptr, rows, heads, dim, owner):
+        self._owner = owner
+        self.__cuda_array_interface__ = {"shape": (1, rows, heads, dim), "typestr": "<i2", "data": (ptr, False),
+                                         "version": 3, "strides": None, "stream": None}
+
+
+def _device_rows(ptr, rows, heads, dim, device, owner):
+    """A bfloat16 tensor [1, rows, heads, dim] over the cache's memory at ptr, without a copy."""
+    if rows == 0:
+        return torch.empty((1, 0, heads, dim), dtype=torch.bfloat16, device=device)
+    return torch.as_tensor(_DeviceRows(ptr, rows, heads, dim, owner), device=device).view(torch.bfloat16)
 
 
 class SelfForcingBlockCache:
@@ -275,12 +336,15 @@ class SelfForcingKVCache:
     max_attention_size: update() returns only the last max_attention_size rows of the sink, history and
     chunk, as the block's attention slices its buffer (None: all of them). batch_encodes: at the first
     update() of a chunk, every block's finished chunk goes into the cache at once and the spans they
-    complete are encoded together (KVCache's batch_encodes).
+    complete are encoded together (KVCache's batch_encodes). zero_copy_reads: update() returns views of the
+    cache's memory in which the history's BF16 chunks already sit before the chunk (KVCache's
+    zero_copy_reads): the same K and V, without copying the chunks that wait for their span at every call.
     """
 
     def __init__(self, num_blocks=30, heads=12, dim=128, *, frame_seqlen=1560, frames_per_chunk=3,
                  local_attn_size=-1, sink_size=0, key="qvg", value="qvg", bits=None, quant_factor=8, device=None,
-                 overlap_encode=False, first_head=0, batch_encodes=False, keep_recent=0, max_attention_size=None):
+                 overlap_encode=False, first_head=0, batch_encodes=False, keep_recent=0, max_attention_size=None,
+                 zero_copy_reads=False):
         if not torch.cuda.is_available():
             raise RuntimeError("qvg.torch.SelfForcingKVCache needs a CUDA device (torch.cuda.is_available() is "
                                "False)")
@@ -302,7 +366,7 @@ class SelfForcingKVCache:
         self.cache = KVCache(num_blocks, heads, dim, key=key, value=value, bits=bits, chunk_tokens=chunk,
                              quant_factor=quant_factor, keep_recent=keep_recent, sink=sink_size // frames_per_chunk,
                              window_tokens=window, layout="bthd", device=device, overlap_encode=overlap_encode,
-                             first_head=first_head, batch_encodes=batch_encodes)
+                             first_head=first_head, batch_encodes=batch_encodes, zero_copy_reads=zero_copy_reads)
         self.batch_encodes = batch_encodes
         self.device = self.cache.device
         self._blocks = [SelfForcingBlockCache(self, i) for i in range(num_blocks)]

@@ -345,6 +345,52 @@ class SelfForcingAdapter(unittest.TestCase):
         self.assertGreater(m["spans"], 0)
         self.assertGreater(m["ratio"], 1.0)
 
+    def test_zero_copy_reads_return_the_same_kv(self):
+        """SelfForcingKVCache with zero_copy_reads: every update() returns the K and V of one without it, bit
+        for bit (spans of 1 and 2 chunks, a sink, a window, batched encodes, max_attention_size, reset)."""
+        import qvg.torch
+        t = self.FS * self.FPC
+        for spec, qf, local, sink, batch, mas in (("qvg:centroids=8,iters=2", 2, -1, 0, False, None),
+                                                  ("qvg:centroids=8,iters=2", 2, 10, 2, True, None),
+                                                  ("rtn", 1, 8, 0, False, 5 * self.FS),
+                                                  ("bf16", 2, -1, 2, True, None)):
+            kw = dict(frame_seqlen=self.FS, frames_per_chunk=self.FPC, local_attn_size=local, sink_size=sink,
+                      key=spec, value=spec, quant_factor=qf, batch_encodes=batch, max_attention_size=mas)
+            ref = qvg.torch.SelfForcingKVCache(self.BLOCKS, self.H, self.D, **kw)
+            zc = qvg.torch.SelfForcingKVCache(self.BLOCKS, self.H, self.D, zero_copy_reads=True, **kw)
+            for video in range(2):
+                gen = torch.Generator(device="cuda").manual_seed(video)
+                for c in range(7):
+                    for step in range(3):
+                        for b in range(self.BLOCKS):
+                            k = torch.randn(1, t, self.H, self.D, device="cuda", generator=gen).to(torch.bfloat16)
+                            v = torch.randn(1, t, self.H, self.D, device="cuda", generator=gen).to(torch.bfloat16)
+                            rk, rv = ref[b].update(k, v, c * t)
+                            zk, zv = zc[b].update(k, v, c * t)
+                            what = f"{spec} qf {qf} local {local} sink {sink} batch {batch}: video {video} " \
+                                   f"chunk {c} pass {step} block {b}"
+                            self.assertEqual(zk.shape, rk.shape, what)
+                            self.assertTrue(torch.equal(zk, rk), what + ": K")
+                            self.assertTrue(torch.equal(zv, rv), what + ": V")
+                self.assertIn("views", zc.memory())
+                ref.reset()
+                zc.reset()
+
+    def test_zero_copy_reads_refuse_what_they_cannot_give(self):
+        import qvg.torch
+        with self.assertRaises(ValueError):
+            qvg.torch.KVCache(1, self.H, self.D, layout="bhtd", zero_copy_reads=True)
+        with self.assertRaises(ValueError):
+            qvg.torch.KVCache(1, self.H, self.D, rope="3d", zero_copy_reads=True)
+        cache = qvg.torch.KVCache(1, self.H, self.D, zero_copy_reads=True, quant_factor=2)
+        k = torch.randn(1, 32, self.H, self.D, device="cuda", dtype=torch.bfloat16)
+        cache.append(0, k, k)
+        with self.assertRaises(ValueError):
+            cache.kv(0, dtype=torch.float32)
+        kk, vv = cache.kv(0)
+        self.assertTrue(torch.equal(kk, k))
+        self.assertTrue(torch.equal(vv, k))
+
     def test_rewriting_compressed_tokens_is_refused(self):
         import qvg.torch
         cache = qvg.torch.SelfForcingKVCache(1, self.H, self.D, frame_seqlen=self.FS, frames_per_chunk=self.FPC,

@@ -16,15 +16,17 @@ __device__ inline float widen(__half x) { return __half2float(x); }
 
 template <typename T>
 __global__ void gather_kernel(const T* __restrict__ src, int64_t heads, int64_t tokens, int64_t dim,
-                              int64_t head_stride, int64_t token_stride, __nv_bfloat16* __restrict__ dst) {
+                              int64_t head_stride, int64_t token_stride, __nv_bfloat16* __restrict__ dst,
+                              int64_t dst_head_stride, int64_t dst_token_stride) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= heads * tokens * dim) return;
   const int64_t c = g % dim, ht = g / dim, t = ht % tokens, h = ht / tokens;
   const T x = src[h * head_stride + t * token_stride + c];
+  const int64_t o = h * dst_head_stride + t * dst_token_stride + c;
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    dst[g] = x;  // bf16 to bf16: the bits as they are
+    dst[o] = x;  // bf16 to bf16: the bits as they are
   else
-    dst[g] = __float2bfloat16_rn(widen(x));
+    dst[o] = __float2bfloat16_rn(widen(x));
 }
 
 __global__ void positions_kernel(int32_t* __restrict__ dst, int64_t tokens, int dims, int64_t first, int64_t height,
@@ -47,21 +49,28 @@ unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBl
 
 void gather_bf16(const void* src, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim, int64_t head_stride,
                  int64_t token_stride, uint16_t* dst, cudaStream_t stream) {
+  gather_bf16_to(src, type, heads, tokens, dim, head_stride, token_stride, dst, tokens * dim, dim, stream);
+}
+
+void gather_bf16_to(const void* src, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim,
+                    int64_t head_stride, int64_t token_stride, uint16_t* dst, int64_t dst_head_stride,
+                    int64_t dst_token_stride, cudaStream_t stream) {
   const int64_t n = heads * tokens * dim;
   if (n == 0) return;
   auto* out = reinterpret_cast<__nv_bfloat16*>(dst);
   switch (type) {
     case DeviceElement::f32:
       gather_kernel<<<blocks(n), kBlock, 0, stream>>>(static_cast<const float*>(src), heads, tokens, dim, head_stride,
-                                                      token_stride, out);
+                                                      token_stride, out, dst_head_stride, dst_token_stride);
       break;
     case DeviceElement::bf16:
       gather_kernel<<<blocks(n), kBlock, 0, stream>>>(static_cast<const __nv_bfloat16*>(src), heads, tokens, dim,
-                                                      head_stride, token_stride, out);
+                                                      head_stride, token_stride, out, dst_head_stride,
+                                                      dst_token_stride);
       break;
     case DeviceElement::f16:
       gather_kernel<<<blocks(n), kBlock, 0, stream>>>(static_cast<const __half*>(src), heads, tokens, dim, head_stride,
-                                                      token_stride, out);
+                                                      token_stride, out, dst_head_stride, dst_token_stride);
       break;
   }
   QVG_CUDA_CHECK(cudaGetLastError());

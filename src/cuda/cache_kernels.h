@@ -15,6 +15,14 @@ namespace qvg::cuda {
 void gather_bf16(const void* src, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim, int64_t head_stride,
                  int64_t token_stride, uint16_t* dst, cudaStream_t stream);
 
+/// gather_bf16 into strided rows: dst[h * dst_head_stride + t *
+/// dst_token_stride + c] (elements; token-major [tokens][heads][dim]:
+/// dst_head_stride dim, dst_token_stride heads * dim). BF16 input is copied
+/// bit for bit.
+void gather_bf16_to(const void* src, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim,
+                    int64_t head_stride, int64_t token_stride, uint16_t* dst, int64_t dst_head_stride,
+                    int64_t dst_token_stride, cudaStream_t stream);
+
 /// Positions of `tokens` tokens: dims 3 -> (first + n / (height * width),
 /// (n / width) % height, n % width); dims 1 -> first + n. int32, token-major.
 void grid_positions(int32_t* dst, int64_t tokens, int dims, int64_t first, int64_t height, int64_t width,

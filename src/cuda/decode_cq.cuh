@@ -308,7 +308,7 @@ __device__ __forceinline__ void decode_cq_unit(const CqHead& hd, const QvgShape&
   // words made the BF16-codebook kernels spill at 64 registers a thread.)
   for (int st = sh.stages - 1; st >= 0; --st)
     add_centroid<F8>(load_centroid<F8>(sh, p, st, hd.h, stage_id(sh, p, hd.h, n, in.ids, st), col[0], col[1]), v);
-  OutT* o = out + (static_cast<int64_t>(hd.h) * range.out_tokens + range.out_offset + r) * sh.dim;
+  OutT* o = out + range.out_at(hd.h, range.out_offset + r, sh.dim);
   store_vals<OutT, kCqPiece>(o + col[0], v);
   store_vals<OutT, kCqPiece>(o + col[1], v + kCqPiece);
 }

@@ -1,9 +1,11 @@
 // Fused decode in whole lines with runs of rows: the default decode kernel
 // for D = 64 / 128 and up to 4 smoothing stages (decode_kernel, one thread
 // per 16 values, covers every other shape).
-//   - the D/16 lanes of a row group own U consecutive rows, so every load and
-//     store of a thread's rows sits at an immediate offset from one base
-//     (rows kRowBytes, D values apart), and the ids of a run of U rows are
+//   - the D/16 lanes of a row group own U consecutive rows, so every load of
+//     a thread's rows sits at an immediate offset from one base (rows
+//     kRowBytes apart) and every store at a multiple of the destination's
+//     row stride (DecodeRange: D values head-major, H * D token-major), and
+//     the ids of a run of U rows are
 //     U consecutive bytes of each stage: one load a stage where aligned (a
 //     uniform branch per block);
 //   - the scale format is a template constant and the scales are converted
@@ -129,7 +131,8 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
   const uint8_t* ids = p.ids + row;
   const uint32_t stage_ids = static_cast<uint32_t>(sh.heads) * static_cast<uint32_t>(sh.tokens);  // S H N < 2^31
   const float span = __ldg(p.span_scales + h);
-  OutT* o = out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset + r0) * D + 8 * c;
+  const int64_t rs = range.out_row_stride(D);  // elements between destination rows
+  OutT* o = out + range.out_at(h, range.out_offset + r0, D) + 8 * c;
   // Stage st's centroid k of the head at the lane's columns: cent + (st H C + k) * 2D bytes.
   const char* cent =
       CF8 ? nullptr : reinterpret_cast<const char*>(p.centroids + static_cast<int64_t>(h) * sh.centroids * D + 8 * c);
@@ -181,8 +184,8 @@ __device__ __forceinline__ void decode_lines_run(const QvgShape& sh, const QvgPa
     for (int st = S - 1; st >= 0; --st)
 #pragma unroll
       for (int k = 0; k < 16; ++k) v[k] = __fadd_rn(v[k], cen[st][k]);
-    store_vals<OutT, 8>(o + u * D, v);
-    store_vals<OutT, 8>(o + u * D + kHalf, v + 8);
+    store_vals<OutT, 8>(o + u * rs, v);
+    store_vals<OutT, 8>(o + u * rs + kHalf, v + 8);
   }
 }
 

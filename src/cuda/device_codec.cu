@@ -420,4 +420,18 @@ void DeviceCodec::decode_rows(const DeviceEncodedTensor& e, void* out, DeviceEle
                      as_stream(stream));
 }
 
+void DeviceCodec::decode_rows_token_major(const DeviceEncodedTensor& e, void* out, DeviceElement type,
+                                          int64_t out_tokens, int64_t out_offset, void* stream, int64_t begin,
+                                          int64_t count) const {
+  const DeviceEncodedTensor::Impl& I = decodable(impl_->config, e, out, "DeviceCodec::decode_rows_token_major");
+  QVG_CHECK(I.qvg_parts(), "DeviceCodec::decode_rows_token_major: ", method_name(I.config.method),
+            " decodes whole tensors only (decode)");
+  if (count < 0) count = I.tokens - begin;
+  QVG_CHECK(begin >= 0 && count >= 0 && begin + count <= I.tokens, "DeviceCodec::decode_rows_token_major: rows [",
+            begin, ", ", begin + count, ") are outside the tensor's ", I.tokens, " tokens");
+  cuda::decode_range(I.shape, I.parts.view(),
+                     cuda::DecodeRange::token_major(begin, count, out_tokens, out_offset, I.heads, I.dim), out, type,
+                     as_stream(stream));
+}
+
 }  // namespace qvg

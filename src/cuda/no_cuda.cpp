@@ -71,6 +71,10 @@ void DeviceCodec::decode_rows(const DeviceEncodedTensor&, void*, DeviceElement, 
                               int64_t) const {
   no_cuda();
 }
+void DeviceCodec::decode_rows_token_major(const DeviceEncodedTensor&, void*, DeviceElement, int64_t, int64_t, void*,
+                                          int64_t, int64_t) const {
+  no_cuda();
+}
 std::unique_ptr<Codec> make_codec(const CodecConfig& config, Backend backend) {
   return backend == Backend::cuda ? make_cuda_codec(config) : make_codec(config);
 }

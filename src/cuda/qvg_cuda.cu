@@ -444,6 +444,14 @@ void widen_fp8_centroids(const QvgShape& sh, const uint8_t* part, uint16_t* out,
   QVG_CUDA_CHECK(cudaGetLastError());
 }
 
+void check_out_strides(const DecodeRange& range, size_t element_bytes, const char* what) {
+  QVG_CHECK(range.head_stride >= 0 && range.row_stride >= 0 &&
+                (static_cast<size_t>(range.head_stride) * element_bytes) % 16 == 0 &&
+                (static_cast<size_t>(range.row_stride) * element_bytes) % 16 == 0,
+            what, ": destination strides (head ", range.head_stride, ", row ", range.row_stride,
+            " elements) must be >= 0 and multiples of 16 bytes (0: head-major)");
+}
+
 void decode(const QvgShape& sh, QvgParts p, void* out, DeviceElement dtype, cudaStream_t s, DecodeKernel kernel) {
   decode_range(sh, p, DecodeRange{0, sh.tokens, sh.tokens, 0}, out, dtype, s, kernel);
 }
@@ -461,6 +469,7 @@ void decode_range(const QvgShape& sh, QvgParts p, const DecodeRange& range, void
                 range.out_offset + range.count <= range.out_tokens,
             "decode: tokens [", range.begin, ", +", range.count, ") of ", sh.tokens, " to rows ", range.out_offset,
             ".. of ", range.out_tokens, " do not fit");
+  check_out_strides(range, element_bytes(dtype), "decode");
   if (range.count == 0) return;
   if (sh.cq_dim > 0) {
     QVG_CHECK(kernel == DecodeKernel::automatic, "decode: a code=cq tensor has one decode kernel (automatic)");
@@ -503,6 +512,7 @@ void widen_bf16_range(const uint16_t* src, int heads, int64_t tokens, int dim, c
                 range.out_offset + range.count <= range.out_tokens,
             "widen_bf16_range: tokens [", range.begin, ", +", range.count, ") of ", tokens, " to rows ",
             range.out_offset, ".. of ", range.out_tokens, " do not fit");
+  check_out_strides(range, sizeof(float), "widen_bf16_range");
   const int64_t threads = static_cast<int64_t>(heads) * range.count * (dim / 8);
   if (threads == 0) return;
   widen_bf16_kernel<<<blocks_for(threads), kThreads, 0, s>>>(src, heads, tokens, dim, range, out);

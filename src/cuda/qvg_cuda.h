@@ -292,13 +292,18 @@ class Encoder {
 void decode(const QvgShape& sh, QvgParts parts, void* out, DeviceElement dtype, cudaStream_t stream,
             DecodeKernel kernel = DecodeKernel::automatic);
 
+/// Throws unless range's destination strides are >= 0 and multiples of 16
+/// bytes for elements of element_bytes (`what` names the caller).
+void check_out_strides(const DecodeRange& range, size_t element_bytes, const char* what);
+
 /// Whether the lines decode kernel takes `count` tokens of a tensor of
 /// shape sh (DecodeKernel::automatic runs it where it does).
 bool lines_decode_fits(const QvgShape& sh, int64_t count);
 
 /// Decode of a token range of every head into a larger destination (see
-/// DecodeRange), e.g. one span straight into a layer's K/V buffer.
-/// qvg::Error when the range does not fit.
+/// DecodeRange: head-major or token-major rows), e.g. one span straight into
+/// a layer's K/V buffer. qvg::Error when the range does not fit or the
+/// strides are not multiples of 16 bytes.
 void decode_range(const QvgShape& sh, QvgParts parts, const DecodeRange& range, void* out, DeviceElement dtype,
                   cudaStream_t stream, DecodeKernel kernel = DecodeKernel::automatic);
 

@@ -612,7 +612,6 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, D
   const int h = at.h, col = at.col;
   const int64_t n = range.begin + at.n;
   const int64_t row = static_cast<int64_t>(h) * sh.tokens + n;
-  const int64_t out_row = static_cast<int64_t>(h) * range.out_tokens + range.out_offset + (n - range.begin);
   const int64_t bi = row * (sh.dim / sh.block) + col / sh.block;
   const float s = decode_block_scale(load_block_scale(p.scales, bi, sh.scale_format), __ldg(p.span_scales + h),
                                      sh.scale_format);
@@ -626,13 +625,13 @@ __global__ void decode_kernel(QvgShape sh, QvgParts p, OutT* __restrict__ out, D
 #pragma unroll
     for (int i = 0; i < VALS; ++i) v[i] = __fadd_rn(v[i], c[i]);
   }
-  store_vals<OutT, VALS>(out + out_row * sh.dim + col, v);
+  store_vals<OutT, VALS>(out + range.out_at(h, range.out_offset + (n - range.begin), sh.dim) + col, v);
 }
 
 
 /// BF16 rows -> float: tokens [range.begin, +range.count) of every head of
-/// src ([H][tokens][D] BF16 bits) to rows range.out_offset.. of out
-/// ([H][range.out_tokens][D]). One thread per 8 values (D % 8 == 0).
+/// src ([H][tokens][D] BF16 bits) to rows range.out_offset.. of out (rows of
+/// range.out_tokens per DecodeRange's strides). One thread per 8 values (D % 8 == 0).
 static __global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int heads, int64_t tokens, int dim,
                                   DecodeRange range, float* __restrict__ out) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -640,7 +639,7 @@ static __global__ void widen_bf16_kernel(const uint16_t* __restrict__ src, int h
   const auto [h, n, col] = row_slot(g, range.count, dim, 8);
   float v[8];
   load_bf16_vals<8>(src + (static_cast<int64_t>(h) * tokens + range.begin + n) * dim + col, v);
-  float4* o = reinterpret_cast<float4*>(out + (static_cast<int64_t>(h) * range.out_tokens + range.out_offset + n) * dim + col);
+  float4* o = reinterpret_cast<float4*>(out + range.out_at(h, range.out_offset + n, dim) + col);
   o[0] = make_float4(v[0], v[1], v[2], v[3]);
   o[1] = make_float4(v[4], v[5], v[6], v[7]);
 }

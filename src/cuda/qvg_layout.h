@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "qvg/common.h"
 #include "qvg/config.h"
 
 namespace qvg::cuda {
@@ -99,13 +100,32 @@ inline QvgParts stage_parts(QvgParts p, const QvgShape& sh, int s) {
 
 /// Which tokens a decode writes, and where: source tokens [begin, begin +
 /// count) of every head go to rows out_offset.. of a destination holding
-/// out_tokens tokens per head ([H][out_tokens][D]). The whole tensor:
-/// {0, N, N, 0}.
+/// out_tokens rows. Head h's row r is at out + h * head_stride + r *
+/// row_stride (elements); strides of 0 mean head-major [H][out_tokens][D]
+/// (head_stride out_tokens * D, row_stride D). Token-major [out_tokens][H]
+/// [D] (flash-attention's layout): head_stride D, row_stride H * D
+/// (token_major). The whole tensor, head-major: {0, N, N, 0}.
 struct DecodeRange {
   int64_t begin = 0;
   int64_t count = 0;
   int64_t out_tokens = 0;
   int64_t out_offset = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 0;
+
+  /// The strides in elements for rows of D values (the head-major defaults where 0).
+  QVG_HD int64_t out_head_stride(int64_t D) const { return head_stride ? head_stride : out_tokens * D; }
+  QVG_HD int64_t out_row_stride(int64_t D) const { return row_stride ? row_stride : D; }
+  /// The element offset of head h's destination row r.
+  QVG_HD int64_t out_at(int64_t h, int64_t r, int64_t D) const {
+    return h * out_head_stride(D) + r * out_row_stride(D);
+  }
+  /// Tokens [begin, begin + count) to rows out_offset.. of a token-major
+  /// destination of out_tokens rows of `heads` heads of D values.
+  static DecodeRange token_major(int64_t begin, int64_t count, int64_t out_tokens, int64_t out_offset, int64_t heads,
+                                 int64_t D) {
+    return DecodeRange{begin, count, out_tokens, out_offset, D, heads * D};
+  }
 };
 
 }  // namespace qvg::cuda

@@ -14,6 +14,15 @@
 // chunks keep their BF16 buffers, which read() uses while they exist, until
 // the layer's next append makes the caller's stream wait for the encode's
 // event and frees them there (where they were allocated).
+//
+// Contiguous views (view_memory.h for the pages and ranges): a chunk is
+// full precision either in the layer's own pages (DChunk::slot: its first
+// row there, token-major) or in its own buffers (token-major too in this
+// mode: a chunk held before an encoded one, such as a sink chunk). The
+// chunks in the own pages are always a suffix of the live chunks at rows
+// 0, 1, ... in order once an append or flush has returned (compact());
+// view() writes the chunks before them (spans decoded, buffers copied) into
+// the shared rows just below the boundary.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +33,7 @@
 #include "cuda/check.h"
 #include "cuda/qvg_cuda.h"
 #include "cuda/rope_cuda.h"
+#include "cuda/view_memory.h"
 #include "qvg/device_cache.h"
 #include "qvg/methods.h"
 
@@ -74,10 +84,14 @@ struct DChunk {
   int64_t index = 0, first_token = 0, tokens = 0;
   bool live = true;
   int64_t span = -1, span_offset = 0;
-  // BF16 [heads][tokens][dim]; empty inside a span, except a span whose
-  // overlapped encode the caller's stream has not waited for yet: read()
-  // reads a chunk from these while they exist.
+  // BF16 [heads][tokens][dim] (contiguous_views: [tokens][heads][dim], and
+  // only for a chunk held outside the own pages); empty inside a span,
+  // except a span whose overlapped encode the caller's stream has not
+  // waited for yet: read() reads a chunk from these while they exist.
   DeviceBuffer<uint16_t> k, v;
+  // contiguous_views: the chunk's first row in the layer's own pages
+  // (full precision there), or -1.
+  int64_t slot = -1;
 };
 
 /// A CUDA event without timing, created on first record.
@@ -142,6 +156,86 @@ struct DLayer {
   DeviceBuffer<int32_t> live_positions;  // positions of the live tokens, in order
   Event encoded;  // overlapped encodes: after the last append's encodes
   bool awaiting = false;  // spans whose chunks still hold BF16 buffers
+  // contiguous_views: rows of the own pages in use ([0, region_end)), and
+  // the slot of the last view() ([extra_at, extra_at + extra_rows); -1: no
+  // view since the last append).
+  int64_t region_end = 0;
+  int64_t extra_at = -1, extra_rows = 0;
+};
+
+size_t round_up(size_t x, size_t page) { return (x + page - 1) / page * page; }
+
+/// Rows [from, from + n) of a token-major buffer of `row`-byte rows moved
+/// down to [to, to + n) (to < from), in pieces that do not overlap.
+void move_rows_down(uint8_t* base, int64_t from, int64_t to, int64_t n, size_t row, cudaStream_t s) {
+  const int64_t shift = from - to;
+  for (int64_t done = 0; done < n; done += shift) {
+    const int64_t len = std::min(shift, n - done);
+    QVG_CUDA_CHECK(cudaMemcpyAsync(base + static_cast<size_t>(to + done) * row, base + static_cast<size_t>(from + done) * row,
+                                   static_cast<size_t>(len) * row, cudaMemcpyDeviceToDevice, s));
+  }
+}
+
+/// contiguous_views: per layer and role (0 = K, 1 = V) a split range with
+/// the role's shared pages below the boundary and the layer's own above.
+/// Pages grow by what is missing, rounded up to whole pages.
+struct Views {
+  int device = 0;
+  size_t page = 0, row = 0;  // bytes of a page and of a token row (heads x dim BF16)
+  cuda::PageList shared[2];
+  size_t shared_bytes = 0;  // a role's
+  std::vector<cuda::PageList> own[2];
+  std::vector<size_t> own_bytes;  // a layer's, a role's
+  std::vector<std::unique_ptr<cuda::SplitRange>> ranges[2];  // after the pages: unmapped first
+
+  Views(int dev, int layers, size_t row_bytes) : device(dev), page(cuda::view_page_bytes(dev)), row(row_bytes) {
+    for (int r = 0; r < 2; ++r) {
+      own[r].resize(static_cast<size_t>(layers));
+      for (int l = 0; l < layers; ++l) ranges[r].push_back(std::make_unique<cuda::SplitRange>(dev));
+    }
+    own_bytes.assign(static_cast<size_t>(layers), 0);
+  }
+  Views(const Views&) = delete;
+  Views& operator=(const Views&) = delete;
+  /// No work may read or write the addresses once they are unmapped: the
+  /// views' device is synchronized (whichever device is current).
+  ~Views() {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess) return;
+    if (current != device) (void)cudaSetDevice(device);
+    (void)cudaDeviceSynchronize();
+    if (current != device) (void)cudaSetDevice(current);
+  }
+
+  /// Pages for at least `shared_rows` shared rows and `own_rows` rows of
+  /// the layer's own, mapped into the layer's ranges.
+  void ensure(int layer, int64_t shared_rows, int64_t own_rows) {
+    const auto l = static_cast<size_t>(layer);
+    const size_t need_s = static_cast<size_t>(shared_rows) * row, need_o = static_cast<size_t>(own_rows) * row;
+    if (need_s > shared_bytes) {
+      const size_t add = round_up(need_s - shared_bytes, page);
+      auto k = std::make_shared<cuda::PhysicalPages>(device, add);
+      auto v = std::make_shared<cuda::PhysicalPages>(device, add);
+      shared[0].push_back(std::move(k));
+      shared[1].push_back(std::move(v));
+      shared_bytes += add;
+    }
+    if (need_o > own_bytes[l]) {
+      const size_t add = round_up(need_o - own_bytes[l], page);
+      auto k = std::make_shared<cuda::PhysicalPages>(device, add);
+      auto v = std::make_shared<cuda::PhysicalPages>(device, add);
+      own[0][l].push_back(std::move(k));
+      own[1][l].push_back(std::move(v));
+      own_bytes[l] += add;
+    }
+    for (int r = 0; r < 2; ++r) {
+      cuda::SplitRange& range = *ranges[r][l];
+      if (range.boundary() == nullptr || range.below_bytes() != shared_bytes || range.above_bytes() != own_bytes[l])
+        range.map(shared[r], own[r][l]);
+    }
+  }
+  /// Row 0 of the layer's own rows of role r (the boundary).
+  uint8_t* own_rows(int layer, int r) const { return ranges[r][static_cast<size_t>(layer)]->boundary(); }
 };
 
 /// The RoPE angle table on the device (rope_range_plan over [lo, hi]).
@@ -174,6 +268,86 @@ struct DeviceKVCache::Impl {
   DeviceRopeTable rope;
   int64_t pending = 0;             // batch_encodes: spans not encoded yet, over all layers
   int64_t pending_last_chunk = -1; // the newest chunk index inside them
+  std::unique_ptr<Views> views;    // contiguous_views
+  bool append_in_place = false;    // append_extra -> append: the chunk is in the layer's slot already
+
+  size_t row_bytes() const { return static_cast<size_t>(config.heads) * static_cast<size_t>(config.dim) * 2; }
+
+  /// contiguous_views: a full-precision chunk's token-major rows (own pages or buffers).
+  const uint16_t* chunk_rows(int layer, const DChunk& ch, bool key) const {
+    if (ch.slot >= 0)
+      return reinterpret_cast<const uint16_t*>(views->own_rows(layer, key ? 0 : 1) +
+                                               static_cast<size_t>(ch.slot) * row_bytes());
+    QVG_CHECK((key ? ch.k : ch.v).get() != nullptr, "layer ", layer, ": chunk ", ch.index,
+              " holds no full-precision rows (corrupt state)");
+    return (key ? ch.k : ch.v).get();
+  }
+
+  /// A full-precision chunk's K or V into rows off.. of a span's encode
+  /// input x ([heads][span_tokens][dim] BF16).
+  void gather_chunk(int layer, const DChunk& ch, bool key, uint16_t* x, int64_t span_tokens, int64_t off,
+                    cudaStream_t s) const {
+    const CacheConfig& c = config;
+    if (!views) {
+      copy_bf16_rows((key ? ch.k : ch.v).get(), ch.tokens, 0, ch.tokens, c.heads, c.dim, x, DeviceElement::bf16,
+                     span_tokens, off, s);
+      return;
+    }
+    cuda::gather_bf16_to(chunk_rows(layer, ch, key), DeviceElement::bf16, c.heads, ch.tokens, c.dim, c.dim,
+                         int64_t{c.heads} * c.dim, x + off * c.dim, span_tokens * c.dim, c.dim, s);
+  }
+
+  /// A chunk's full-precision rows go (it is encoded or evicted).
+  static void release(DChunk& ch) {
+    ch.k = DeviceBuffer<uint16_t>();
+    ch.v = DeviceBuffer<uint16_t>();
+    ch.slot = -1;
+  }
+
+  /// contiguous_views: restores the layer's invariant after an append or a
+  /// flush: chunks in the own pages before the last live chunk outside them
+  /// move to buffers of their own, the rest move down to rows 0, 1, ... in
+  /// order (every move goes down: the rows above region_end, the slot of
+  /// the last view() among them, keep their contents). `before_moves`: an
+  /// event the stream waits for before the first row moves (an overlapped
+  /// encode still reading them).
+  void compact(int layer, cudaStream_t s, const Event* before_moves) {
+    DLayer& L = layers[static_cast<size_t>(layer)];
+    const size_t row = row_bytes();
+    const size_t values = row / 2;  // a row's BF16 values
+    ptrdiff_t last_out = -1;
+    for (size_t i = 0; i < L.chunks.size(); ++i) {
+      DChunk& ch = L.chunks[i];
+      if (!ch.live && ch.slot >= 0) ch.slot = -1;  // evicted: its rows go
+      if (ch.live && ch.slot < 0) last_out = static_cast<ptrdiff_t>(i);
+    }
+    for (ptrdiff_t i = 0; i < last_out; ++i) {
+      DChunk& ch = L.chunks[static_cast<size_t>(i)];
+      if (!ch.live || ch.slot < 0) continue;
+      for (int r = 0; r < 2; ++r) {
+        DeviceBuffer<uint16_t> b = pooled<uint16_t>(values * static_cast<size_t>(ch.tokens), s);
+        QVG_CUDA_CHECK(cudaMemcpyAsync(b.get(), views->own_rows(layer, r) + static_cast<size_t>(ch.slot) * row,
+                                       static_cast<size_t>(ch.tokens) * row, cudaMemcpyDeviceToDevice, s));
+        (r == 0 ? ch.k : ch.v) = std::move(b);
+      }
+      ch.slot = -1;
+    }
+    int64_t to = 0;
+    bool waited = false;
+    for (size_t i = static_cast<size_t>(last_out + 1); i < L.chunks.size(); ++i) {
+      DChunk& ch = L.chunks[i];
+      if (!ch.live) continue;
+      QVG_CHECK(ch.slot >= to, "layer ", layer, ": chunk ", ch.index, " at row ", ch.slot, " of the own pages, below ",
+                to, " (corrupt state)");
+      if (ch.slot != to) {
+        if (before_moves && !waited) before_moves->wait(s), waited = true;
+        for (int r = 0; r < 2; ++r) move_rows_down(views->own_rows(layer, r), ch.slot, to, ch.tokens, row, s);
+        ch.slot = to;
+      }
+      to += ch.tokens;
+    }
+    L.region_end = to;
+  }
 
   int pd() const { return rope_position_dims(config.rope.mode); }
 
@@ -230,6 +404,18 @@ DeviceKVCache::DeviceKVCache(CacheConfig config, DeviceCacheOptions options) : i
   impl_->device = cuda_current_device();
   impl_->layers.resize(static_cast<size_t>(impl_->config.layers));
   cuda::keep_pool_memory();
+  if (options.contiguous_views) {
+    const CacheConfig& c = impl_->config;
+    QVG_CHECK(c.rope.mode == RopeMode::none, "DeviceKVCache: contiguous_views holds keys as attention reads them; "
+              "RoPE on read (rope ", rope_mode_name(c.rope.mode), ") is not offered with it (append roped keys with "
+              "rope none)");
+    QVG_CHECK((int64_t{c.heads} * c.dim) % 8 == 0, "DeviceKVCache: contiguous_views needs rows of a multiple of 16 "
+              "bytes (heads x dim a multiple of 8, BF16), got ", c.heads, " x ", c.dim);
+    std::string why;
+    QVG_CHECK(cuda::view_memory_supported(impl_->device, &why), "DeviceKVCache: contiguous_views needs CUDA virtual "
+              "memory management: ", why);
+    impl_->views = std::make_unique<Views>(impl_->device, c.layers, impl_->row_bytes());
+  }
 }
 DeviceKVCache::~DeviceKVCache() = default;
 DeviceKVCache::DeviceKVCache(DeviceKVCache&&) noexcept = default;
@@ -297,20 +483,36 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   }
 
   DLayer& L = I.layers[static_cast<size_t>(layer)];
+  const bool in_place = std::exchange(I.append_in_place, false);  // append_extra: the chunk is in the slot
+  // contiguous_views: the new chunk's rows in the own pages (after the rows
+  // in use, or the slot of the last view()); pages first, before any change.
+  const int64_t place = in_place ? L.extra_at : L.region_end;
+  if (I.views && !in_place) I.views->ensure(layer, 0, place + T);
   if (I.pending > 0 && L.next_chunk > I.pending_last_chunk) flush(stream);  // a later chunk starts
   if (L.awaiting) {  // the last append's overlapped encodes: wait for them, drop the BF16 copies
     L.encoded.wait(s);
     for (DChunk& ch : L.chunks)
-      if (ch.span >= 0) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
+      if (ch.span >= 0) Impl::release(ch);
     L.awaiting = false;
   }
   L.chunks.reserve(L.chunks.size() + 1);
   DChunk nc;
-  const size_t values = static_cast<size_t>(c.heads) * static_cast<size_t>(T) * static_cast<size_t>(c.dim);
-  nc.k = pooled<uint16_t>(values, s);
-  nc.v = pooled<uint16_t>(values, s);
-  cuda::gather_bf16(k.data, k.type, c.heads, T, c.dim, k.head_stride, k.token_stride, nc.k.get(), s);
-  cuda::gather_bf16(v.data, v.type, c.heads, T, c.dim, v.head_stride, v.token_stride, nc.v.get(), s);
+  if (I.views) {  // token-major in the own pages (flush and the drop above moved rows only below `place`)
+    nc.slot = place;
+    if (!in_place) {
+      const int64_t hd = int64_t{c.heads} * c.dim;
+      auto* kd = reinterpret_cast<uint16_t*>(I.views->own_rows(layer, 0) + static_cast<size_t>(place) * I.row_bytes());
+      auto* vd = reinterpret_cast<uint16_t*>(I.views->own_rows(layer, 1) + static_cast<size_t>(place) * I.row_bytes());
+      cuda::gather_bf16_to(k.data, k.type, c.heads, T, c.dim, k.head_stride, k.token_stride, kd, c.dim, hd, s);
+      cuda::gather_bf16_to(v.data, v.type, c.heads, T, c.dim, v.head_stride, v.token_stride, vd, c.dim, hd, s);
+    }
+  } else {
+    const size_t values = static_cast<size_t>(c.heads) * static_cast<size_t>(T) * static_cast<size_t>(c.dim);
+    nc.k = pooled<uint16_t>(values, s);
+    nc.v = pooled<uint16_t>(values, s);
+    cuda::gather_bf16(k.data, k.type, c.heads, T, c.dim, k.head_stride, k.token_stride, nc.k.get(), s);
+    cuda::gather_bf16(v.data, v.type, c.heads, T, c.dim, v.head_stride, v.token_stride, nc.v.get(), s);
+  }
   // Where spans are encoded (and their memory allocated and freed).
   const bool overlap = I.options.overlap_encode;
   const cudaStream_t es = overlap ? I.own.get() : s;
@@ -356,8 +558,7 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
       int64_t off = 0;
       for (size_t sl : g) {
         const DChunk& ch = step.at(sl);
-        copy_bf16_rows((key ? ch.k : ch.v).get(), ch.tokens, 0, ch.tokens, c.heads, c.dim, x, DeviceElement::bf16,
-                       sp.tokens, off, es);
+        I.gather_chunk(layer, ch, key, x, sp.tokens, off, es);
         off += ch.tokens;
       }
       const TensorRole role = key ? TensorRole::key : TensorRole::value;
@@ -412,7 +613,7 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   step.commit(
       new_spans,
       [&](DChunk& ch, const DSpan& sp) {  // encoded now: its BF16 copies go (overlapped / batched: later)
-        if (!overlap && !sp.pending) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
+        if (!overlap && !sp.pending) Impl::release(ch);
       },
       [&](const DSpan& sp) {
         if (sp.pending) {
@@ -428,7 +629,38 @@ AppendReport DeviceKVCache::append(int layer, const DeviceChunkView& k, const De
   if (pd > 0) L.live_positions = std::move(live_pos);
   drop_unreachable(L.chunks, L.spans);
   if (I.options.batch_encodes) I.pending = pending_spans();
+  if (I.views) {
+    I.compact(layer, s, L.awaiting ? &L.encoded : nullptr);
+    L.extra_at = -1;
+    L.extra_rows = 0;
+  }
   return rep;
+}
+
+AppendReport DeviceKVCache::append_extra(int layer, int64_t tokens, void* stream) {
+  Impl& I = *impl_;
+  const CacheConfig& c = I.config;
+  QVG_CHECK(I.views != nullptr, "append_extra: the cache was made without contiguous_views (DeviceCacheOptions)");
+  check_layer_index(c, layer, "append_extra");
+  const DLayer& L = I.layers[static_cast<size_t>(layer)];
+  QVG_CHECK(L.extra_at >= 0 && L.extra_rows > 0, "append_extra (layer ", layer, "): the last call on this layer was "
+            "not a view() with a slot (extra > 0)");
+  QVG_CHECK(tokens > 0 && tokens <= L.extra_rows, "append_extra (layer ", layer, "): ", tokens, " tokens, the slot of "
+            "the last view() has ", L.extra_rows);
+  QVG_CHECK(L.extra_at >= L.region_end, "append_extra (layer ", layer, "): the slot overlaps the rows in use (corrupt "
+            "state)");
+  const size_t at = static_cast<size_t>(L.extra_at) * I.row_bytes();
+  const DeviceChunkView k{I.views->own_rows(layer, 0) + at, DeviceElement::bf16, c.heads, tokens, c.dim, c.dim,
+                          int64_t{c.heads} * c.dim};
+  const DeviceChunkView v{I.views->own_rows(layer, 1) + at, DeviceElement::bf16, c.heads, tokens, c.dim, c.dim,
+                          int64_t{c.heads} * c.dim};
+  I.append_in_place = true;  // append() takes it (and clears it) before anything can throw after validation
+  try {
+    return append(layer, k, v, ChunkPositions{}, stream);
+  } catch (...) {
+    I.append_in_place = false;
+    throw;
+  }
 }
 
 int64_t DeviceKVCache::pending_spans() const {
@@ -487,10 +719,10 @@ void DeviceKVCache::flush(void* stream) {
           for (size_t i = 0; i < n; ++i) {
             const Item& it = wave[members[m0 + i]];
             int64_t off = 0;
+            const int li = static_cast<int>(it.layer - I.layers.data());
             for (const DChunk& ch : it.layer->chunks) {
               if (ch.span != it.span->id) continue;
-              copy_bf16_rows((key ? ch.k : ch.v).get(), ch.tokens, 0, ch.tokens, c.heads, c.dim,
-                             x + static_cast<int64_t>(i) * values, DeviceElement::bf16, T, off, s);
+              I.gather_chunk(li, ch, key, x + static_cast<int64_t>(i) * values, T, off, s);
               off += ch.tokens;
             }
             QVG_CHECK(off == T, "flush: span ", it.span->id, " has ", off, " of its ", T, " tokens (corrupt state)");
@@ -509,7 +741,8 @@ void DeviceKVCache::flush(void* stream) {
     for (const Item& it : wave) {  // encoded: the chunks' BF16 copies go
       it.span->pending = false;
       for (DChunk& ch : it.layer->chunks)
-        if (ch.span == it.span->id) ch.k = DeviceBuffer<uint16_t>(), ch.v = DeviceBuffer<uint16_t>();
+        if (ch.span == it.span->id) Impl::release(ch);
+      if (I.views) I.compact(static_cast<int>(it.layer - I.layers.data()), s, nullptr);
     }
   }
   I.pending = 0;
@@ -533,6 +766,22 @@ int64_t DeviceKVCache::read(int layer, void* k_out, void* v_out, DeviceElement t
                 reinterpret_cast<uintptr_t>(v_out) % 16 == 0 && (static_cast<size_t>(c.dim) * elt) % 16 == 0,
             "read: the destinations must be non-null and 16-byte aligned, with rows of a multiple of 16 bytes (dim ",
             c.dim, ")");
+  if (I.views) {  // through the view: its token-major rows into head-major ones
+    QVG_CHECK(type == DeviceElement::bf16, "read: a cache with contiguous_views reads bf16 only (view() is BF16)");
+    // view() with no slot, then the slot of the caller's last view() back: a read() between a view(extra) and
+    // its append_extra leaves the slot (the rows the caller writes) as it was.
+    DLayer& M = const_cast<DLayer&>(L);
+    const int64_t slot_at = M.extra_at, slot_rows = M.extra_rows;
+    const DeviceKVView w = const_cast<DeviceKVCache*>(this)->view(layer, 0, stream);
+    M.extra_at = slot_at;
+    M.extra_rows = slot_rows;
+    const int64_t hd = int64_t{c.heads} * c.dim;
+    cuda::gather_bf16_to(w.k, DeviceElement::bf16, c.heads, n, c.dim, c.dim, hd, static_cast<uint16_t*>(k_out),
+                         row_stride * c.dim, c.dim, s);
+    cuda::gather_bf16_to(w.v, DeviceElement::bf16, c.heads, n, c.dim, c.dim, hd, static_cast<uint16_t*>(v_out),
+                         row_stride * c.dim, c.dim, s);
+    return n;
+  }
   const int pd = I.pd();
   // Keys: straight into k_out, or (bf16 with RoPE) into float rows rotated into k_out.
   const bool via_float = pd > 0 && type == DeviceElement::bf16;
@@ -601,6 +850,99 @@ int64_t DeviceKVCache::read(int layer, void* k_out, void* v_out, DeviceElement t
   return n;
 }
 
+DeviceKVView DeviceKVCache::view(int layer, int64_t extra, void* stream) {
+  Impl& I = *impl_;
+  const CacheConfig& c = I.config;
+  const cudaStream_t s = as_stream(stream);
+  QVG_CHECK(I.views != nullptr, "view: the cache was made without contiguous_views (DeviceCacheOptions)");
+  check_layer_index(c, layer, "view");
+  QVG_CHECK(extra >= 0, "view (layer ", layer, "): extra must be >= 0, got ", extra);
+  DLayer& L = I.layers[static_cast<size_t>(layer)];
+  // The live chunks: those before the own pages' (S rows, written below the
+  // boundary now), then the own pages' (R rows at rows 0, 1, ... in order).
+  int64_t S = 0, R = 0;
+  size_t first_own = L.chunks.size();
+  for (size_t i = 0; i < L.chunks.size(); ++i) {
+    const DChunk& ch = L.chunks[i];
+    if (!ch.live) continue;
+    if (ch.slot >= 0) {
+      QVG_CHECK(ch.slot == R, "view: layer ", layer, ": chunk ", ch.index, " at row ", ch.slot, " of the own pages, "
+                "expected ", R, " (corrupt state)");
+      if (first_own == L.chunks.size()) first_own = i;
+      R += ch.tokens;
+    } else {
+      QVG_CHECK(first_own == L.chunks.size(), "view: layer ", layer, ": chunk ", ch.index, " is outside the own pages"
+                " after one inside them (corrupt state)");
+      S += ch.tokens;
+    }
+  }
+  I.views->ensure(layer, S, R + extra);
+  const size_t row = I.row_bytes();
+  const int64_t hd = int64_t{c.heads} * c.dim;
+  uint8_t* start[2] = {I.views->own_rows(layer, 0) - static_cast<size_t>(S) * row,
+                       I.views->own_rows(layer, 1) - static_cast<size_t>(S) * row};
+  int64_t off = 0;
+  for (size_t i = 0; i < first_own;) {
+    const DChunk& ch = L.chunks[i];
+    if (!ch.live) {
+      ++i;
+      continue;
+    }
+    if (ch.k.get() != nullptr) {  // full precision in buffers of its own (token-major)
+      for (int r = 0; r < 2; ++r)
+        QVG_CUDA_CHECK(cudaMemcpyAsync(start[r] + static_cast<size_t>(off) * row, (r == 0 ? ch.k : ch.v).get(),
+                                       static_cast<size_t>(ch.tokens) * row, cudaMemcpyDeviceToDevice, s));
+      off += ch.tokens;
+      ++i;
+      continue;
+    }
+    // The run of consecutive live chunks of this span: one ranged decode.
+    size_t j = i;
+    int64_t count = 0;
+    while (j < first_own && L.chunks[j].live && L.chunks[j].span == ch.span &&
+           L.chunks[j].span_offset == ch.span_offset + count)
+      count += L.chunks[j++].tokens;
+    const auto sp = std::find_if(L.spans.begin(), L.spans.end(), [&](const DSpan& x) { return x.id == ch.span; });
+    QVG_CHECK(sp != L.spans.end() && !sp->pending, "view: layer ", layer, ": span ", ch.span,
+              " is missing or not encoded (corrupt state)");
+    for (int r = 0; r < 2; ++r) {
+      const DeviceEncodedTensor& e = r == 0 ? sp->k : sp->v;
+      const DeviceCodec& codec = I.read_codec(r == 0 ? TensorRole::key : TensorRole::value);
+      if (method_traits(e.config().method).group_quantized) {
+        codec.decode_rows_token_major(e, start[r], DeviceElement::bf16, S, off, stream, ch.span_offset, count);
+        continue;
+      }
+      // A whole decode (head-major), then the rows wanted, transposed.
+      auto* w = reinterpret_cast<uint16_t*>(ensure(I.whole, static_cast<size_t>(e.tokens()) * row, s));
+      codec.decode(e, w, DeviceElement::bf16, stream);
+      cuda::gather_bf16_to(w + ch.span_offset * c.dim, DeviceElement::bf16, c.heads, count, c.dim,
+                           e.tokens() * c.dim, c.dim, reinterpret_cast<uint16_t*>(start[r] + static_cast<size_t>(off) * row),
+                           c.dim, hd, s);
+    }
+    off += count;
+    i = j;
+  }
+  QVG_CHECK(off == S, "view: layer ", layer, ": wrote ", off, " of ", S, " rows (corrupt state)");
+  L.extra_at = R;
+  L.extra_rows = extra;
+  return DeviceKVView{start[0], start[1], S + R, extra};
+}
+
+ViewMemory DeviceKVCache::view_memory() const {
+  const Impl& I = *impl_;
+  ViewMemory m;
+  if (!I.views) return m;
+  const Views& w = *I.views;
+  for (const size_t b : w.own_bytes) m.own_bytes += static_cast<int64_t>(2 * b);
+  m.shared_bytes = static_cast<int64_t>(2 * w.shared_bytes);
+  for (int r = 0; r < 2; ++r)
+    for (const auto& range : w.ranges[r]) {
+      m.reserved_bytes += static_cast<int64_t>(range->reserved_bytes());
+      m.reservations += range->reservations();
+    }
+  return m;
+}
+
 int64_t DeviceKVCache::chunks_appended(int layer) const {
   check_layer_index(impl_->config, layer, "chunks_appended");
   return impl_->layers[static_cast<size_t>(layer)].next_chunk;
@@ -632,9 +974,10 @@ LayerMemory DeviceKVCache::layer_memory(int layer) const {
   const DLayer& L = impl_->layers[static_cast<size_t>(layer)];
   LayerMemory m = count_layer(
       L, c,
-      [](const DChunk& ch, LayerMemory& mem) {
-        mem.k.tail += ch.k.bytes();
-        mem.v.tail += ch.v.bytes();
+      [&](const DChunk& ch, LayerMemory& mem) {
+        const size_t own = ch.slot >= 0 ? static_cast<size_t>(ch.tokens) * impl_->row_bytes() : 0;  // in the own pages
+        mem.k.tail += ch.k.bytes() + own;
+        mem.v.tail += ch.v.bytes() + own;
       },
       [](const DSpan& sp, LayerMemory& mem) {
         if (sp.pending) return false;  // its chunks are counted as BF16

@@ -21,6 +21,9 @@ AppendReport DeviceKVCache::append(int, const DeviceChunkView&, const DeviceChun
   no_cuda();
 }
 int64_t DeviceKVCache::read(int, void*, void*, DeviceElement, int64_t, void*) const { no_cuda(); }
+DeviceKVView DeviceKVCache::view(int, int64_t, void*) { no_cuda(); }
+AppendReport DeviceKVCache::append_extra(int, int64_t, void*) { no_cuda(); }
+ViewMemory DeviceKVCache::view_memory() const { no_cuda(); }
 void DeviceKVCache::flush(void*) { no_cuda(); }
 int64_t DeviceKVCache::pending_spans() const { no_cuda(); }
 int64_t DeviceKVCache::chunks_appended(int) const { no_cuda(); }
