@@ -200,6 +200,9 @@ def generate(model, mode, args, rope, noise, profile=None):
     nb = len(model.blocks)
     total_frames = chunks * s["frames_per_chunk"]
     size = (args.local_attn_size if args.local_attn_size != -1 else total_frames) * fs
+    # Free device memory before the cache exists: BF16's buffer is allocated whole at its making.
+    torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info()[0]
     if mode == "bf16":
         cache = DictCache(s, nb, size, args.sink_size * fs, dev, args.max_attention_size)
         upd = cache.update
@@ -219,8 +222,7 @@ def generate(model, mode, args, rope, noise, profile=None):
         upd = lambda i, k, v, st: cache[i].update(k, v, st)  # noqa: E731
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    free0 = torch.cuda.mem_get_info()[0]
-    low = free0
+    low = torch.cuda.mem_get_info()[0]
     times, stream_ms, outs = [], [], []
     for c in range(chunks):
         start, frame = c * T, c * s["frames_per_chunk"]
