@@ -16,10 +16,8 @@ scripts/gpu_build.sh "$OUT/build.log" test_cuda test_cuda_baselines test_model_c
   bench_cuda bench_model_cuda || exit 1
 rc=0
 step "tests"
-for t in test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines test_device_codec test_model_cuda \
-  test_assign_kernel test_reseed_kernel test_device_cache test_hostile_numbers; do  # one log file (at most 8 files come back)
-  build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
-done
+gtests test_formats test_group_quant test_kmeans test_codecs test_cuda test_cuda_baselines test_device_codec test_model_cuda \
+  test_assign_kernel test_reseed_kernel test_device_cache test_hostile_numbers
 grep -E "PASSED|FAILED|Failure|Expected|Which is|actual" "$OUT/tests.log" | head -40
 if [ -z "${QVG_SKIP_PYTHON:-}" ]; then  # python/tests, test_gpu_module.py's GPU tests included
   step "python module"

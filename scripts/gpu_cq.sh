@@ -14,10 +14,8 @@ rc=0
 python=1
 cmake --build build-gpu -j16 --target qvg_python >>"$OUT/build.log" 2>&1 || { python=; echo "no Python module (build.log)"; }
 step "tests"
-for t in test_cq_cuda test_cq test_device_codec test_device_cache test_cuda; do
-  build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
-done
-grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests.log" | head -40
+gtests test_cq_cuda test_cq test_device_codec test_device_cache test_cuda
+grep -E "PASSED|FAILED|Failure|Expected|Which is|differ|exception" "$OUT/tests.log" | head -40
 step "memcheck"
 sanitize memcheck test_cq_cuda \
   'CqCuda.DecodeEqualsTheCpuReferenceAcrossShapes:CqCuda.DecodeRows*:CqCuda.Codecs*:CqCuda.Encode*'

@@ -20,10 +20,8 @@ if ! cmake --build build-gpu -j16 --target qvg_python >>"$OUT/build.log" 2>&1; t
   echo "DLPack: $(ls .deps/include/dlpack/dlpack.h 2>&1); $(grep -m1 'no DLPack' "$OUT/build.log")"
 fi
 step "tests"
-for t in test_kmeans test_device_codec test_device_cache test_assign_kernel test_embed test_cuda; do
-  build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
-done
-grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests.log" | head -40
+gtests test_kmeans test_device_codec test_device_cache test_assign_kernel test_embed test_cuda
+grep -E "PASSED|FAILED|Failure|Expected|Which is|differ|exception" "$OUT/tests.log" | head -40
 step "memcheck"
 sanitize memcheck test_cuda 'Cuda.SampledStarts*'
 sanitize memcheck test_device_codec '*Batch*'

@@ -13,9 +13,7 @@ step "build"
 scripts/gpu_build.sh "$OUT/build.log" test_device_codec test_kmeans test_cuda bench_cuda || exit 1
 rc=0
 step "tests"
-for t in test_device_codec test_kmeans test_cuda; do
-  build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
-done
+gtests test_device_codec test_kmeans test_cuda
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ|head [0-9]" "$OUT/tests.log" | head -40
 step "memcheck"
 sanitize memcheck test_cuda 'Cuda.DeviceStoppingRule*:Cuda.KMeansMatchesCpu*:Cuda.FixedIteration*'

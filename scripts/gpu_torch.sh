@@ -14,9 +14,7 @@ step "build"
 scripts/gpu_build.sh "$OUT/build.log" test_device_cache test_device_codec test_cuda test_reseed_kernel qvg_python || exit 1
 rc=0
 step "tests"
-for t in test_device_cache test_device_codec test_reseed_kernel; do
-  build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
-done
+gtests test_device_cache test_device_codec test_reseed_kernel
 # The GPU k-means against the CPU reference (convergence, reseeds, warm starts, k-means++).
 build-gpu/tests/test_cuda --gtest_brief=1 --gtest_filter='*KMeans*:*FixedIteration*:*WarmStart*:*MultiStage*:*EncodeEquals*' \
   >>"$OUT/tests.log" 2>&1 || { rc=1; echo "test_cuda (k-means) FAILED"; }

@@ -15,10 +15,8 @@ rc=0
 python=1
 cmake --build build-gpu -j16 --target qvg_python >>"$OUT/build.log" 2>&1 || { python=; echo "no Python module (build.log)"; }
 step "tests"
-for t in "${tests[@]}"; do
-  build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
-done
-grep -E "PASSED|FAILED|Failure|Expected|Which is|differ" "$OUT/tests.log" | head -40
+gtests "${tests[@]}"
+grep -E "PASSED|FAILED|Failure|Expected|Which is|differ|exception" "$OUT/tests.log" | head -40
 step "memcheck"
 sanitize memcheck test_cuda 'Cuda.DeviceStoppingRule*:Cuda.SampledStarts*'
 sanitize memcheck test_device_codec '*StoppingRule*:*Batch*'

@@ -13,9 +13,7 @@ rc=0
 python=1
 cmake --build build-gpu -j16 --target qvg_python >>"$OUT/build.log" 2>&1 || { python=; echo "no Python module (build.log)"; }
 step "tests"
-for t in "${tests[@]}"; do
-  build-gpu/tests/$t --gtest_brief=1 >>"$OUT/tests.log" 2>&1 || { rc=1; echo "$t FAILED"; }
-done
+gtests "${tests[@]}"
 grep -E "PASSED|FAILED|Failure|Expected|Which is|differ|error" "$OUT/tests.log" | head -60
 step "memcheck"
 sanitize memcheck test_contiguous_views 'ContiguousViews.SplitRanges*:ContiguousViews.MisuseIsAnError:ContiguousViews.ACacheMadeAgain*'
