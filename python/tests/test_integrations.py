@@ -573,7 +573,8 @@ class HYWorldPlay(unittest.TestCase):
 class LingBotWorld(unittest.TestCase):
     BLOCKS, H, D, FS, FPC = 2, 2, 64, 15, 3  # frames of 15 tokens, chunks of 3 frames (LingBot-World's)
 
-    def generate(self, spec, chunks, local_attn_size, sink_size, max_attention_size, keep_recent=0, steps=2):
+    def generate(self, spec, chunks, local_attn_size, sink_size, max_attention_size, keep_recent=0, steps=2,
+                 zero_copy_reads=False):
         import qvg.lingbot
         from test_torch import TinyCausalStack, bf16_dicts, dict_update
         torch.manual_seed(0)
@@ -590,7 +591,8 @@ class LingBotWorld(unittest.TestCase):
         ours = qvg.lingbot.LingBotWorldKVCache(self.BLOCKS, self.H, self.D, frame_seqlen=self.FS,
                                                frames_per_chunk=self.FPC, local_attn_size=local_attn_size,
                                                sink_size=sink_size, max_attention_size=max_attention_size,
-                                               key=spec, value=spec, quant_factor=1, keep_recent=keep_recent)
+                                               key=spec, value=spec, quant_factor=1, keep_recent=keep_recent,
+                                               zero_copy_reads=zero_copy_reads)
         ref_out, our_out = [], []
         for c in range(chunks):
             for _ in range(steps + 1):
@@ -613,6 +615,17 @@ class LingBotWorld(unittest.TestCase):
         self.assertGreater(err, 0.0)
         self.assertLess(err, 0.2)
         self.assertGreater(cache.memory()["spans"], 0)
+
+    def test_zero_copy_reads_give_the_same_outputs(self):
+        # zero_copy_reads=True (the history's BF16 chunks read in place): the same outputs, bit for bit, with
+        # keep_recent, a sink, a window and max_attention_size (the same seed, so the same inputs)
+        for local_attn_size, sink_size, m, keep in ((-1, 0, None, 0), (12, 3, 8 * self.FS, 1)):
+            _, plain, _ = self.generate("qvg:centroids=16", 6, local_attn_size, sink_size, m, keep_recent=keep)
+            _, zc, cache = self.generate("qvg:centroids=16", 6, local_attn_size, sink_size, m, keep_recent=keep,
+                                         zero_copy_reads=True)
+            for i, (a, b) in enumerate(zip(plain, zc)):
+                self.assertTrue(torch.equal(a, b), f"pass {i}, local_attn_size {local_attn_size}, keep_recent {keep}")
+            self.assertIn("views", cache.memory())
 
     def test_bad_input(self):
         import qvg.lingbot
