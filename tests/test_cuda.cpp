@@ -237,6 +237,41 @@ TEST(Cuda, DecodeIsBitIdentical) {
   }
 }
 
+#if QVG_WITH_CUDA
+// DeviceBuffer outside pool mode only grows (a smaller resize keeps the
+// allocation: no cudaFree, which synchronizes the device, for scratch that
+// alternates between shapes); in pool mode every size is its own allocation.
+TEST(Cuda, DeviceBufferScratchOnlyGrows) {
+  REQUIRE_GPU();
+  cuda::DeviceBuffer<float> b(100);
+  float* const first = b.get();
+  b.resize(50);
+  EXPECT_EQ(b.get(), first);
+  EXPECT_EQ(b.size(), 50u);
+  EXPECT_EQ(b.bytes(), 200u);
+  EXPECT_EQ(b.capacity_bytes(), 400u);
+  b.resize(100);
+  EXPECT_EQ(b.get(), first) << "back within the capacity";
+  b.resize(300);
+  EXPECT_EQ(b.size(), 300u);
+  EXPECT_EQ(b.capacity_bytes(), 1200u);
+  std::vector<float> host(300, 1.5f), back(300);
+  b.upload(host.data(), host.size());
+  b.download(back.data(), back.size());
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_EQ(back, host) << "the grown allocation holds all 300";
+  b.resize(0);
+  EXPECT_EQ(b.get(), nullptr);
+  EXPECT_EQ(b.capacity_bytes(), 0u);
+  cuda::DeviceBuffer<float> pooled;
+  pooled.use_pool(nullptr);
+  pooled.resize(100);
+  pooled.resize(50);
+  EXPECT_EQ(pooled.capacity_bytes(), 200u) << "pool mode: exact allocations";
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+}
+#endif
+
 // The CPU reference's overflow case (test_codecs: finite inputs near
 // FLT_MAX whose residual overflows float) is an encode error on the GPU too,
 // not a tensor with an infinite span scale; at the safe bound the GPU encode

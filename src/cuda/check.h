@@ -28,7 +28,10 @@ void keep_pool_memory();
 /// cudaMalloc'ed array of n T; freed on destruction; move-only. In pool
 /// mode (use_pool) its memory comes from the device's stream-ordered pool
 /// (cudaMallocAsync / cudaFreeAsync on that stream): no device-wide
-/// synchronization on allocation or release.
+/// synchronization on allocation or release. Outside it the memory only
+/// grows: a resize to fewer elements keeps the allocation (cudaFree
+/// synchronizes the device, and scratch sized by alternating shapes, e.g.
+/// encode_batch's groups, would free and allocate at every call).
 template <typename T>
 class DeviceBuffer {
  public:
@@ -38,12 +41,17 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   DeviceBuffer(DeviceBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)), pooled_(o.pooled_), pool_stream_(o.pool_stream_) {}
+      : ptr_(std::exchange(o.ptr_, nullptr)),
+        n_(std::exchange(o.n_, 0)),
+        cap_(std::exchange(o.cap_, 0)),
+        pooled_(o.pooled_),
+        pool_stream_(o.pool_stream_) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       release();
       ptr_ = std::exchange(o.ptr_, nullptr);
       n_ = std::exchange(o.n_, 0);
+      cap_ = std::exchange(o.cap_, 0);
       pooled_ = o.pooled_;
       pool_stream_ = o.pool_stream_;
     }
@@ -57,9 +65,15 @@ class DeviceBuffer {
     pooled_ = true;
     pool_stream_ = s;
   }
-  /// Reallocates when n differs (contents are not kept).
+  /// n elements from now on (contents are not kept when it reallocates): in
+  /// pool mode a new allocation whenever n differs; outside it one only when
+  /// n exceeds the capacity (0 frees).
   void resize(size_t n) {
     if (n == n_) return;
+    if (!pooled_ && n > 0 && n <= cap_) {
+      n_ = n;
+      return;
+    }
     release();
     if (n > 0) {
       if (pooled_)
@@ -67,11 +81,13 @@ class DeviceBuffer {
       else
         QVG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
     }
-    n_ = n;
+    n_ = cap_ = n;
   }
   T* get() const { return ptr_; }
   size_t size() const { return n_; }
   size_t bytes() const { return n_ * sizeof(T); }
+  /// The bytes allocated (>= bytes() outside pool mode).
+  size_t capacity_bytes() const { return cap_ * sizeof(T); }
   void upload(const T* host, size_t n, cudaStream_t s = nullptr) {
     resize(n);
     if (n) QVG_CUDA_CHECK(cudaMemcpyAsync(ptr_, host, n * sizeof(T), cudaMemcpyHostToDevice, s));
@@ -90,10 +106,11 @@ class DeviceBuffer {
         cudaFree(ptr_);
     }
     ptr_ = nullptr;
-    n_ = 0;
+    n_ = cap_ = 0;
   }
   T* ptr_ = nullptr;
   size_t n_ = 0;
+  size_t cap_ = 0;  ///< elements allocated
   bool pooled_ = false;
   cudaStream_t pool_stream_ = nullptr;
 };
