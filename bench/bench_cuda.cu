@@ -349,22 +349,26 @@ int main(int argc, char** argv) {
     QVG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
     if (profile) {
-      // One encode of QVG, QVG-Pro and QVG with its k-means++ start, each
-      // followed by two decodes, at the LongCat shape, for a per-kernel
-      // profile (scripts/probes/ncu_summary.py).
+      // One encode of QVG, QVG-Pro, QVG with its k-means++ start and qvg's
+      // code=cq, each followed by two decodes (code=cq: its one decode, twice),
+      // at the LongCat shape, for a per-kernel profile
+      // (scripts/probes/ncu_summary.py).
       const HeadTensor x = random_normal(32, 29640, 128, 7);
       const std::vector<uint16_t> xb = to_bf16(x);
       DeviceBuffer<uint16_t> xd, out(xb.size());
       xd.upload(xb.data(), xb.size());
-      for (const std::string spec : {"qvg:iters=2,init=random", "qvg-pro:iters=5,init=random", "qvg:iters=2"}) {
+      for (const std::string spec :
+           {"qvg:iters=2,init=random", "qvg-pro:iters=5,init=random", "qvg:iters=2", "qvg:code=cq,iters=2,init=random"}) {
         const CodecConfig c = parse_codec_spec(spec);
         const QvgShape sh = make_shape(c, x.heads, x.tokens, x.dim);
         const GpuKMeansOptions km = GpuKMeansOptions::fixed_iterations(c.kmeans);
         Encoder enc;
         DeviceParts parts;
         enc.encode(xd.get(), DeviceElement::bf16, sh, km, parts, nullptr);
+        const bool cq_code = uses_codebooks(c);  // one decode kernel (automatic)
         decode(sh, parts.view(), out.get(), DeviceElement::bf16, nullptr, DecodeKernel::automatic);
-        decode(sh, parts.view(), out.get(), DeviceElement::bf16, nullptr, DecodeKernel::vals16);
+        decode(sh, parts.view(), out.get(), DeviceElement::bf16, nullptr,
+               cq_code ? DecodeKernel::automatic : DecodeKernel::vals16);
       }
       QVG_CUDA_CHECK(cudaDeviceSynchronize());
       std::printf("profile run done\n");

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Per-kernel GPU times from `ncu --csv --metrics gpu__time_duration.sum` of
 `bench_cuda --profile` (one QVG encode, two decodes, one QVG-Pro encode, two
-decodes, one QVG encode with its k-means++ start, two decodes). Prints, for each encode, its kernels in launch order of first use:
+decodes, one QVG encode with its k-means++ start, two decodes, one code=cq
+encode, two decodes). Prints, for each encode, its kernels in launch order of first use:
 launches, total and mean microseconds, and the encode's total.
   ncu_summary.py NCU_CSV_LOG
 """
@@ -49,7 +50,7 @@ def main(path):
     if cur:
         segments.append(cur)
     labels = ["QVG encode (LongCat, iters=2)", "QVG-Pro encode (LongCat, iters=5)",
-              "QVG encode, k-means++ start (LongCat, iters=2)"]
+              "QVG encode, k-means++ start (LongCat, iters=2)", "code=cq encode (LongCat, G2 K16, iters=2)"]
     for label, seg in zip(labels, segments):
         agg = {}
         for name, us in seg:
