@@ -112,7 +112,6 @@ CUmemAllocationProp device_prop(int device) {
   return prop;
 }
 
-size_t round_up(size_t x, size_t page) { return (x + page - 1) / page * page; }
 
 }  // namespace
 
@@ -179,7 +178,8 @@ size_t SplitRange::reserved_bytes() const {
 void SplitRange::reserve(size_t below, size_t above) {
   const Driver& d = checked_driver();
   const size_t page = view_page_bytes(device_);
-  const size_t below_room = round_up(std::max(below, page), page), above_room = round_up(std::max(above, page), page);
+  const size_t below_room = round_up_to_page(std::max(below, page), page),
+               above_room = round_up_to_page(std::max(above, page), page);
   CUdeviceptr base = 0;
   QVG_CU_CHECK("cuMemAddressReserve", d.reserve(&base, below_room + above_room, page, 0, 0));
   ranges_.push_back(Range{static_cast<uint64_t>(base), below_room + above_room, {}});

@@ -32,6 +32,9 @@ bool view_memory_supported(int device, std::string* why = nullptr);
 /// `device` are multiples of (the minimum granularity, usually 2 MiB).
 size_t view_page_bytes(int device);
 
+/// x bytes rounded up to a multiple of page.
+inline size_t round_up_to_page(size_t x, size_t page) { return (x + page - 1) / page * page; }
+
 /// One physical allocation of device memory (cuMemCreate), pinned to
 /// `device`; released (cuMemRelease) on destruction: the memory goes once
 /// every range that maps it has unmapped it too.

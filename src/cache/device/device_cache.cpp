@@ -163,8 +163,6 @@ struct DLayer {
   int64_t extra_at = -1, extra_rows = 0;
 };
 
-size_t round_up(size_t x, size_t page) { return (x + page - 1) / page * page; }
-
 /// Rows [from, from + n) of a token-major buffer of `row`-byte rows moved
 /// down to [to, to + n) (to < from), in pieces that do not overlap.
 void move_rows_down(uint8_t* base, int64_t from, int64_t to, int64_t n, size_t row, cudaStream_t s) {
@@ -211,23 +209,18 @@ struct Views {
   /// the layer's own, mapped into the layer's ranges.
   void ensure(int layer, int64_t shared_rows, int64_t own_rows) {
     const auto l = static_cast<size_t>(layer);
-    const size_t need_s = static_cast<size_t>(shared_rows) * row, need_o = static_cast<size_t>(own_rows) * row;
-    if (need_s > shared_bytes) {
-      const size_t add = round_up(need_s - shared_bytes, page);
-      auto k = std::make_shared<cuda::PhysicalPages>(device, add);
-      auto v = std::make_shared<cuda::PhysicalPages>(device, add);
-      shared[0].push_back(std::move(k));
-      shared[1].push_back(std::move(v));
-      shared_bytes += add;
-    }
-    if (need_o > own_bytes[l]) {
-      const size_t add = round_up(need_o - own_bytes[l], page);
-      auto k = std::make_shared<cuda::PhysicalPages>(device, add);
-      auto v = std::make_shared<cuda::PhysicalPages>(device, add);
-      own[0][l].push_back(std::move(k));
-      own[1][l].push_back(std::move(v));
-      own_bytes[l] += add;
-    }
+    // One allocation more per role (K, V) for what `have` bytes lack of `need`.
+    auto grow = [&](size_t need, size_t& have, cuda::PageList& k, cuda::PageList& v) {
+      if (need <= have) return;
+      const size_t add = cuda::round_up_to_page(need - have, page);
+      auto pk = std::make_shared<cuda::PhysicalPages>(device, add);  // both made before either list grows
+      auto pv = std::make_shared<cuda::PhysicalPages>(device, add);
+      k.push_back(std::move(pk));
+      v.push_back(std::move(pv));
+      have += add;
+    };
+    grow(static_cast<size_t>(shared_rows) * row, shared_bytes, shared[0], shared[1]);
+    grow(static_cast<size_t>(own_rows) * row, own_bytes[l], own[0][l], own[1][l]);
     for (int r = 0; r < 2; ++r) {
       cuda::SplitRange& range = *ranges[r][l];
       if (range.boundary() == nullptr || range.below_bytes() != shared_bytes || range.above_bytes() != own_bytes[l])
@@ -296,6 +289,12 @@ struct DeviceKVCache::Impl {
     cuda::gather_bf16_to(chunk_rows(layer, ch, key), DeviceElement::bf16, c.heads, ch.tokens, c.dim, c.dim,
                          int64_t{c.heads} * c.dim, x + off * c.dim, span_tokens * c.dim, c.dim, s);
   }
+
+  /// contiguous_views: writes the layer's live rows before the own pages
+  /// (spans decoded, buffers copied) below the boundary and maps pages for
+  /// `extra` rows after the own ones; the view, and the own pages' rows in
+  /// *own_rows. The layer's slot (extra_at, extra_rows) is view()'s to set.
+  DeviceKVView write_view(int layer, int64_t extra, void* stream, int64_t* own_rows) const;
 
   /// A chunk's full-precision rows go (it is encoded or evicted).
   static void release(DChunk& ch) {
@@ -768,13 +767,10 @@ int64_t DeviceKVCache::read(int layer, void* k_out, void* v_out, DeviceElement t
             c.dim, ")");
   if (I.views) {  // through the view: its token-major rows into head-major ones
     QVG_CHECK(type == DeviceElement::bf16, "read: a cache with contiguous_views reads bf16 only (view() is BF16)");
-    // view() with no slot, then the slot of the caller's last view() back: a read() between a view(extra) and
-    // its append_extra leaves the slot (the rows the caller writes) as it was.
-    DLayer& M = const_cast<DLayer&>(L);
-    const int64_t slot_at = M.extra_at, slot_rows = M.extra_rows;
-    const DeviceKVView w = const_cast<DeviceKVCache*>(this)->view(layer, 0, stream);
-    M.extra_at = slot_at;
-    M.extra_rows = slot_rows;
+    // The view's rows without a slot; the slot of the caller's last view() (the rows it writes before
+    // append_extra) stays as it was.
+    int64_t own_rows = 0;
+    const DeviceKVView w = I.write_view(layer, 0, stream, &own_rows);
     const int64_t hd = int64_t{c.heads} * c.dim;
     cuda::gather_bf16_to(w.k, DeviceElement::bf16, c.heads, n, c.dim, c.dim, hd, static_cast<uint16_t*>(k_out),
                          row_stride * c.dim, c.dim, s);
@@ -850,14 +846,11 @@ int64_t DeviceKVCache::read(int layer, void* k_out, void* v_out, DeviceElement t
   return n;
 }
 
-DeviceKVView DeviceKVCache::view(int layer, int64_t extra, void* stream) {
-  Impl& I = *impl_;
+DeviceKVView DeviceKVCache::Impl::write_view(int layer, int64_t extra, void* stream, int64_t* own_rows) const {
+  const Impl& I = *this;
   const CacheConfig& c = I.config;
   const cudaStream_t s = as_stream(stream);
-  QVG_CHECK(I.views != nullptr, "view: the cache was made without contiguous_views (DeviceCacheOptions)");
-  check_layer_index(c, layer, "view");
-  QVG_CHECK(extra >= 0, "view (layer ", layer, "): extra must be >= 0, got ", extra);
-  DLayer& L = I.layers[static_cast<size_t>(layer)];
+  const DLayer& L = I.layers[static_cast<size_t>(layer)];
   // The live chunks: those before the own pages' (S rows, written below the
   // boundary now), then the own pages' (R rows at rows 0, 1, ... in order).
   int64_t S = 0, R = 0;
@@ -923,9 +916,21 @@ DeviceKVView DeviceKVCache::view(int layer, int64_t extra, void* stream) {
     i = j;
   }
   QVG_CHECK(off == S, "view: layer ", layer, ": wrote ", off, " of ", S, " rows (corrupt state)");
-  L.extra_at = R;
-  L.extra_rows = extra;
+  *own_rows = R;
   return DeviceKVView{start[0], start[1], S + R, extra};
+}
+
+DeviceKVView DeviceKVCache::view(int layer, int64_t extra, void* stream) {
+  Impl& I = *impl_;
+  QVG_CHECK(I.views != nullptr, "view: the cache was made without contiguous_views (DeviceCacheOptions)");
+  check_layer_index(I.config, layer, "view");
+  QVG_CHECK(extra >= 0, "view (layer ", layer, "): extra must be >= 0, got ", extra);
+  int64_t own_rows = 0;
+  const DeviceKVView w = I.write_view(layer, extra, stream, &own_rows);
+  DLayer& L = I.layers[static_cast<size_t>(layer)];
+  L.extra_at = own_rows;
+  L.extra_rows = extra;
+  return w;
 }
 
 ViewMemory DeviceKVCache::view_memory() const {
