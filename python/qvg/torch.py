@@ -180,12 +180,7 @@ class KVCache:
         if self.zero_copy_reads:
             return self._kv_view(layer, dtype, extra)
         n = self._cache.live_tokens(layer)
-        t = 0
-        if extra is not None:
-            ek, ev = extra
-            self._check(ek, "extra k")
-            self._check(ev, "extra v")
-            t = ek.shape[1] if self.layout == "bthd" else ek.shape[2]
+        ek, ev, t = self._extra_rows(extra)
         kb, vb = self._buffer(n + t, dtype)
         with torch.cuda.device(self.device):
             if n > 0 or extra is None:  # an empty layer without extra rows: read() says so
@@ -202,19 +197,23 @@ class KVCache:
             return k.transpose(1, 2), v.transpose(1, 2)
         return k, v
 
+    def _extra_rows(self, extra):
+        """kv()'s extra=(k, v), checked: (k, v, their tokens), or (None, None, 0)."""
+        if extra is None:
+            return None, None, 0
+        ek, ev = extra
+        self._check(ek, "extra k")
+        self._check(ev, "extra v")
+        return ek, ev, ek.shape[1] if self.layout == "bthd" else ek.shape[2]
+
     def _kv_view(self, layer, dtype, extra):
         """zero_copy_reads: kv() as views of the cache's own memory."""
         if dtype != torch.bfloat16:
             raise ValueError("zero_copy_reads: kv() returns the cache's BF16 rows (dtype must be torch.bfloat16)")
-        t = 0
-        if extra is not None:
-            ek, ev = extra
-            self._check(ek, "extra k")
-            self._check(ev, "extra v")
-            if ek.shape != ev.shape or ek.shape[2:] != (self.heads, self.dim):
-                raise ValueError(f"extra k and v must both be [1, tokens, {self.heads}, {self.dim}], got "
-                                 f"{list(ek.shape)} and {list(ev.shape)}")
-            t = ek.shape[1]
+        ek, ev, t = self._extra_rows(extra)
+        if extra is not None and (ek.shape != ev.shape or ek.shape[2:] != (self.heads, self.dim)):
+            raise ValueError(f"extra k and v must both be [1, tokens, {self.heads}, {self.dim}], got "
+                             f"{list(ek.shape)} and {list(ev.shape)}")
         self._slot.pop(layer, None)
         with torch.cuda.device(self.device):
             kp, vp, n, _ = self._cache.view(layer, extra=t, stream=_stream(self.device))
