@@ -224,11 +224,11 @@ def generate(model, mode, args, rope, noise, profile=None):
     torch.cuda.reset_peak_memory_stats()
     low = torch.cuda.mem_get_info()[0]
     times, stream_ms, outs = [], [], []
+    profiled = args.profile_chunk if args.profile_chunk >= 0 else chunks + args.profile_chunk
     for c in range(chunks):
         start, frame = c * T, c * s["frames_per_chunk"]
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        wanted = args.profile_chunk if args.profile_chunk >= 0 else chunks + args.profile_chunk
-        prof = profile if (profile is not None and c == wanted) else None
+        prof = profile if (profile is not None and c == profiled) else None
         if prof:
             prof.__enter__()
         torch.cuda.synchronize()
