@@ -78,8 +78,8 @@ class DeviceEncodedTensor {
 };
 
 /// A codec on the current CUDA device whose encodings stay there. Every
-/// method decodes on the device; qvg and rtn also encode there, except qvg
-/// with code=cq (encoded by the CPU reference, decoded on the device).
+/// method decodes on the device; qvg (code=int and code=cq) and rtn also
+/// encode there.
 class DeviceCodec {
  public:
   /// Throws qvg::Error when no device is usable or the config is invalid.
@@ -91,7 +91,7 @@ class DeviceCodec {
 
   /// Encode x ([heads, tokens, dim] of `type`, contiguous, 16-byte aligned,
   /// on the current device) on `stream`.
-  /// - qvg (code=int), rtn: on the device. Each head's k-means stops by the CPU
+  /// - qvg, rtn: on the device. Each head's k-means stops by the CPU
   ///   reference's rule (relative drop of the error <= tol, or max_iter),
   ///   decided on the device after every assignment (no host round trip;
   ///   all max_iter iterations are launched, converged heads skip them): the
@@ -106,9 +106,11 @@ class DeviceCodec {
   ///   the host. Values are not checked: a non-finite input or a residual
   ///   that overflows float gives non-finite parts (docs/FORMAT.md); check
   ///   with to_host().
-  /// - kivi, quarot, bf16 and qvg with code=cq: x is copied to the host,
-  ///   the CPU reference encodes it (code=cq: warm_start's centroids copied
-  ///   to the host too) and the parts are uploaded (synchronizes `stream`).
+  ///   code=cq's codebooks: k-means from random sample rows in one block
+  ///   per head and channel group, stopping by the same rule (exact sums:
+  ///   the CPU reference's bytes).
+  /// - kivi, quarot, bf16: x is copied to the host, the CPU reference
+  ///   encodes it and the parts are uploaded (synchronizes `stream`).
   /// Scratch memory is kept for the next encode; one encode at a time per
   /// codec (calls from several threads are serialized).
   DeviceEncodedTensor encode(const void* x, DeviceElement type, int64_t heads, int64_t tokens, int64_t dim,
