@@ -135,8 +135,9 @@ void bind_device(py::module_& m) {
           },
           py::arg("x"), py::arg("role") = "key", py::arg("stream") = py::none(), py::arg("warm_start") = nullptr,
           "Encode a contiguous CUDA tensor [heads, tokens, dim] or [1, heads, tokens, dim] (float32, bfloat16 or "
-          "float16) on `stream`. qvg / rtn run k-means for max_iter iterations on every head (the CPU reference "
-          "with tol=0); warm_start: an earlier DeviceEncodedTensor of this codec whose centroids start k-means.")
+          "float16) on `stream`. qvg / rtn encode on the device: each head's k-means stops by the CPU reference's "
+          "rule (relative drop <= tol, or max_iter), decided on the device; kivi, quarot, fp8 and bf16 encode on "
+          "the host. warm_start: an earlier DeviceEncodedTensor of this codec whose centroids start k-means.")
       .def(
           "decode",
           [](const DeviceCodec& c, const DeviceEncodedTensor& e, const py::object& out, const py::object& stream,

@@ -246,7 +246,7 @@ PYBIND11_MODULE(_qvg, m) {
             opt.warm_start = warm_start;
             // Declared before the GIL is let go: the producer's deleter runs with it held.
             const std::unique_ptr<ImportedTensor> t = is_dlpack(x) ? import_dlpack(x, "x") : nullptr;
-            if (t && t->on_cuda()) {  // read where it is (kivi, quarot, bf16: copied for their CPU encode)
+            if (t && t->on_cuda()) {  // read where it is (kivi, quarot, fp8, bf16: copied for their CPU encode)
               if (c.backend != qvg::Backend::cuda)
                 throw qvg::Error("x is a CUDA tensor: encode it with qvg.Codec(spec, device=\"cuda\")");
               if (l != qvg::KvLayout::htd)
@@ -277,7 +277,7 @@ PYBIND11_MODULE(_qvg, m) {
           "same with a leading batch of 1: a NumPy array of any real dtype (converted to float32 first), or any "
           "object with __dlpack__ (PyTorch, CuPy, JAX; any real dtype). A CUDA tensor (contiguous [heads, tokens, "
           "dim] of float32, bfloat16 or float16; codec on device=\"cuda\") is read in device memory: qvg and rtn "
-          "encode it there, kivi, quarot and bf16 copy it to the host for their CPU encode. warm_start: an earlier "
+          "encode it there, kivi, quarot, fp8 and bf16 copy it to the host for their CPU encode. warm_start: an earlier "
           "EncodedTensor of the same codec and dim whose centroids start k-means. "
           "The result does not depend on threads.")
       .def(

@@ -382,7 +382,7 @@ json warm_compare(const RunResult& a, const RunResult& b, bool a_warm) {
 }
 
 void print_warm(const json& w) {
-  std::printf("\nwarm-start effect (layer 0; spans 1.. -- span 0 starts from k-means++ in both runs):\n");
+  std::printf("\nwarm-start effect (layer 0; spans 1.. -- span 0 starts from the codec's init in both runs):\n");
   std::printf("  %5s %11s %11s %11s %11s %11s %11s %9s %9s %9s %9s\n", "span", "K it cold", "K it warm",
               "V it cold", "V it warm", "ms cold", "ms warm", "K rel c", "K rel w", "V rel c", "V rel w");
   for (const auto& r : w["spans"])
@@ -530,7 +530,7 @@ void add_stream_command(CLI::App& app) {
   s->add_option("--window-tokens", args.window_tokens, "local attention window in tokens (0 = none)")->check(CLI::NonNegativeNumber);
   s->add_option("--rope", args.rope, "none, or 1d / 3d: the data are pre-RoPE keys, rotated on read")
       ->check(CLI::IsMember({"none", "1d", "3d"}));
-  s->add_flag("--no-warm-start", args.no_warm, "k-means of every span starts from k-means++");
+  s->add_flag("--no-warm-start", args.no_warm, "k-means of every span starts from the codec's init (d2-rounds by default)");
   s->add_flag("--compare-warm", args.compare_warm, "also run with warm start flipped and compare k-means work and error");
   s->add_flag("--compare-rope", args.compare_rope, "also cache keys after RoPE and compare key error (needs --rope 1d|3d)");
   s->add_option("--save", args.save, "save the cache to this file at the end (see --stop-after)")->check(kWritableSavePath);

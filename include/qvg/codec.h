@@ -19,7 +19,7 @@ struct PartBytes {
   size_t scales = 0;          ///< per-block scales (FP8 or FP16)
   size_t zero_points = 0;     ///< per-group zero points (FP16; KIVI, QuaRot)
   size_t span_scales = 0;     ///< per-head FP32 scales that keep FP8 scales in range
-  size_t centroids = 0;       ///< k-means centroids (BF16)
+  size_t centroids = 0;       ///< k-means centroids (BF16, or FP8 codes and scales), then code=cq's codebooks
   size_t ids = 0;             ///< centroid ids (uint8 per token per stage)
   size_t full_precision = 0;  ///< values kept in BF16 (KIVI window, bf16 method)
   size_t total() const {
@@ -105,12 +105,13 @@ std::unique_ptr<Codec> make_codec(const CodecConfig& config);
 /// magnitude M is neither 0 nor inside its codec's range, where its error
 /// relative to the tensor is that at M = 1 (measured; encodes scale by
 /// powers of two exactly inside it):
-///  - k-means methods (qvg, qvg-pro, any stages > 0): 2^-60 <= M <= 2^56
-///    (float distances of a head of dim <= 1024 neither overflow nor lose
-///    their small terms to underflow);
+///  - k-means methods (qvg, qvg-pro, any stages > 0) and code=cq (also
+///    with stages=0): 2^-60 <= M <= 2^56 (float distances of a head of dim
+///    <= 1024 neither overflow nor lose their small terms to underflow);
 ///  - kivi, quarot: M >= 2^-20 (their FP16 scales and zero points go
 ///    subnormal below; above, a group or token whose FP16 parameters
 ///    overflow is refused by the encoder, naming it);
+///  - fp8: 2^-91 <= M <= 2^127 (its E8M0 block scales);
 ///  - rtn, bf16: any finite M (FP8 block scales under an FP32 span scale;
 ///    bf16 is the rounding itself).
 /// DeviceCodec's stream-ordered encodes (device_codec.h) check nothing.

@@ -45,9 +45,9 @@ struct KMeansParams {
   int centroids = 256;                    ///< C, 1..256 (ids are uint8), C <= tokens
   int max_iter = 10;                      ///< Lloyd iterations at most
   double tol = 1e-4;                      ///< stop when the relative drop of the
-                                          ///< mean squared distance is below tol
+                                          ///< mean squared distance is at most tol
   KMeansInit init = KMeansInit::d2_rounds; ///< start when no warm start is given
-  uint64_t seed = 1234;                   ///< RNG seed (per head: seed + head)
+  uint64_t seed = 1234;                   ///< RNG seed (stage s, head h: seed + 1000003 s + h)
 };
 
 /// How k-means centroids are stored (qvg): BF16 values, or FP8 E4M3 codes with

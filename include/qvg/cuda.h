@@ -18,15 +18,18 @@ bool cuda_available(std::string* why = nullptr);
 /// A codec that runs on the current CUDA device, for every method (host
 /// tensors in and out; device buffers inside). Decodes are bit-identical to
 /// the CPU reference's float decode.
-/// - qvg, rtn: encode and decode on the device. Encodes are byte-identical
-///   to the CPU reference given the same k-means ids. Every start runs on
-///   the device: random and warm starts (the CPU's rows / centroids) and
-///   k-means++ (the CPU's rule; its centres equal the CPU's except where a
-///   pick is a near-tie of the running distance sums).
-/// - kivi, quarot, bf16 and qvg with code=cq: encode runs the CPU
-///   reference (the same bytes by definition); decode runs on the device
-///   and needs dim a multiple of 16 (quarot: a power of two up to 512),
-///   else it throws qvg::Error.
+/// - qvg (code=int and code=cq), rtn: encode and decode on the device.
+///   Encodes are byte-identical to the CPU reference given the same k-means
+///   ids. Random and warm starts (the CPU's rows / centroids) run on the
+///   device; the subsample of a d2-rounds (the default) or k-means++ start
+///   is drawn on the host once per shape and stage, and before sm_90 (or
+///   where shared memory is too small) the whole start runs on the host
+///   (the CPU's rule; its centres equal the CPU's except where a pick is a
+///   near-tie of the running distance sums).
+/// - kivi, quarot, fp8, bf16: encode runs the CPU reference (the same
+///   bytes by definition); decode runs on the device and needs dim a
+///   multiple of 16 (quarot: a power of two up to 512), else it throws
+///   qvg::Error.
 std::unique_ptr<Codec> make_cuda_codec(const CodecConfig& config);
 
 /// qvg_encode_given_centroids_ref on the GPU (same bytes expected).
@@ -77,8 +80,8 @@ void cuda_copy_to_host(void* host, const void* device, size_t bytes);
 /// Encode a tensor in the current device's memory: x is [heads, tokens,
 /// dim] row-major of `type`. The same bytes as make_cuda_codec(config)'s
 /// encode of the same values as a host tensor: qvg and rtn encode on the
-/// device; kivi, quarot, bf16 and qvg with code=cq copy x to the host and
-/// run the CPU reference. A non-finite value is a qvg::Error naming its position, as
+/// device; kivi, quarot, fp8 and bf16 copy x to the host and run the CPU
+/// reference. A non-finite value is a qvg::Error naming its position, as
 /// the host encode's. x needs element alignment only (a view that does not
 /// start on 16 bytes is first copied to memory that does). Synchronizes the
 /// device's default stream.

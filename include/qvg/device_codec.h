@@ -109,7 +109,7 @@ class DeviceCodec {
   ///   code=cq's codebooks: k-means from random sample rows in one block
   ///   per head and channel group, stopping by the same rule (exact sums:
   ///   the CPU reference's bytes).
-  /// - kivi, quarot, bf16: x is copied to the host, the CPU reference
+  /// - kivi, quarot, fp8, bf16: x is copied to the host, the CPU reference
   ///   encodes it and the parts are uploaded (synchronizes `stream`).
   /// Scratch memory is kept for the next encode; one encode at a time per
   /// codec (calls from several threads are serialized).
