@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -221,6 +222,36 @@ TEST(KMeans, FixedPointSumIsOrderFreeAndAccurate) {
   const int e1 = fixed_sum_exponent(absmax, 1);
   EXPECT_EQ(fixed_mean(to_fixed(1e4f, e1), e1, 1), 1e4f);
   EXPECT_EQ(fixed_mean(to_fixed(-3.25f, e1), e1, 1), -3.25f);
+}
+
+// to_fixed_scaled (the factor 2^-e computed once) gives to_fixed's integer
+// at the ends of the exponent range fixed_sum_exponent can return and for
+// values from the smallest subnormal float to the head's largest, ties of
+// the rounding included.
+TEST(KMeans, ScaledFixedPointEqualsLdexp) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> frac(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> down(0, 300);
+  const float extremes[] = {std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(), 1.0f,
+                            std::numeric_limits<float>::max()};
+  const int64_t counts[] = {1, 2, 30001, int64_t{1} << 40, int64_t{1} << 62};
+  int checked = 0;
+  for (const float absmax : extremes)
+    for (const int64_t n : counts) {
+      const int e = fixed_sum_exponent(absmax, n);
+      const double scale = fixed_scale(e);
+      int top = 0;
+      (void)std::frexp(absmax, &top);  // absmax < 2^top
+      // absmax itself, half and one and a half quanta (ties), then values from 2^top down past the subnormals
+      std::vector<float> xs = {0.0f, absmax, -absmax, std::ldexp(1.0f, e - 1), std::ldexp(3.0f, e - 1)};
+      for (int i = 0; i < 2000; ++i) xs.push_back(std::ldexp(frac(rng), top - down(rng)));
+      for (const float x : xs) {
+        if (!std::isfinite(x) || std::fabs(x) > absmax) continue;
+        ASSERT_EQ(to_fixed_scaled(x, scale), to_fixed(x, e)) << "x " << x << ", e " << e << ", n " << n;
+        ++checked;
+      }
+    }
+  EXPECT_GT(checked, 20000);
 }
 
 // Because the sums are exact, permuting the points (with the same start)

@@ -46,6 +46,23 @@ QVG_HD int64_t to_fixed(float x, int e) {
 #endif
 }
 
+/// 2^-e, the factor of to_fixed_scaled: a normal double for every e that
+/// fixed_sum_exponent returns for n <= 2^62 (e in [-210, 128]: E in
+/// [-148, 128], L in [0, 62]).
+QVG_HD double fixed_scale(int e) { return std::ldexp(1.0, -e); }
+
+/// to_fixed(x, e) with scale = fixed_scale(e) computed once for many values
+/// (ldexp costs several double operations a value). The same integer: x *
+/// 2^-e is below 2^62 in magnitude and at least 2^-278 unless 0, a normal
+/// double, so the product is exact, as ldexp's result is.
+QVG_HD int64_t to_fixed_scaled(float x, double scale) {
+#if defined(__CUDA_ARCH__)
+  return __double2ll_rn(__dmul_rn(static_cast<double>(x), scale));
+#else
+  return std::llrint(static_cast<double>(x) * scale);
+#endif
+}
+
 /// The mean of `count` >= 1 values whose fixed-point sum is `sum`.
 QVG_HD float fixed_mean(int64_t sum, int e, int64_t count) {
 #if defined(__CUDA_ARCH__)

@@ -27,15 +27,6 @@
 
 namespace qvg::cuda {
 
-/// to_fixed(x, e) with scale = 2^-e computed once per head (ldexp costs four
-/// double multiplies a value). The same integer: e = E + L - 62 lies in
-/// [-210, 97] (E in [-148, 128], L in [0, 31]), so 2^-e is a normal double,
-/// and x * 2^-e (below 2^62 in magnitude, at least 2^-246 unless 0) is one
-/// too: the product is exact, as ldexp's result is.
-__device__ __forceinline__ int64_t to_fixed_scaled(float x, double scale) {
-  return __double2ll_rn(__dmul_rn(static_cast<double>(x), scale));
-}
-
 /// to_fixed(x, e) in single precision, for heads with -e in [-126, 100]
 /// (every head but those of largest |x| below about 2^-(38 + L)); scale =
 /// 2^-e as a float. The same integer as to_fixed_scaled, with one

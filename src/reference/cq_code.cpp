@@ -116,8 +116,9 @@ double cq_total_of(const std::vector<float>& dist) {
   float most = 0;
   for (float v : dist) most = std::max(most, v);
   const int e = fixed_sum_exponent(most, static_cast<int64_t>(dist.size()));
+  const double scale = fixed_scale(e);
   int64_t sum = 0;
-  for (float v : dist) sum += to_fixed(v, e);
+  for (float v : dist) sum += to_fixed_scaled(v, scale);
   return cq_total(sum, e);
 }
 

@@ -250,12 +250,13 @@ int kmeans_update_ref(const float* x, int64_t n, int64_t d, const uint8_t* ids, 
                       float* centroids) {
   std::vector<int64_t> sum(static_cast<size_t>(c * d));
   std::vector<int64_t> count(static_cast<size_t>(c));
+  const double scale = fixed_scale(fx);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t j = ids[i];
     ++count[j];
     const float* xi = x + i * d;
     int64_t* sj = sum.data() + j * d;
-    for (int64_t k = 0; k < d; ++k) sj[k] += to_fixed(xi[k], fx);
+    for (int64_t k = 0; k < d; ++k) sj[k] += to_fixed_scaled(xi[k], scale);
   }
   std::vector<char> taken(static_cast<size_t>(n));
   int reseeded = 0;
