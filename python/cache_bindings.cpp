@@ -64,6 +64,16 @@ py::dict span_dict(const qvg::SpanReport& r) {
   return d;
 }
 
+py::dict report_dict(const qvg::AppendReport& r) {
+  py::dict d;
+  d["chunk"] = r.chunk;
+  py::list spans;
+  for (const qvg::SpanReport& sr : r.spans) spans.append(span_dict(sr));
+  d["spans"] = spans;
+  d["evicted"] = r.evicted;
+  return d;
+}
+
 py::dict memory_dict(const qvg::LayerMemory& m, const qvg::CacheConfig& c) {
   py::dict d;
   d["k_spans"] = part_bytes(m.k.spans);
@@ -152,15 +162,7 @@ void bind_cache(py::module_& m) {
                                   vt = host_input(v, l, "v", "the cache's append");
             std::span<const int32_t> pos;
             if (positions) pos = std::span<const int32_t>(positions->data(), static_cast<size_t>(positions->size()));
-            const qvg::AppendReport r =
-                c.run_mut([&](qvg::StreamingKVCache& cc) { return cc.append(layer, kt, vt, pos); });
-            py::dict d;
-            d["chunk"] = r.chunk;
-            py::list spans;
-            for (const qvg::SpanReport& s : r.spans) spans.append(span_dict(s));
-            d["spans"] = spans;
-            d["evicted"] = r.evicted;
-            return d;
+            return report_dict(c.run_mut([&](qvg::StreamingKVCache& cc) { return cc.append(layer, kt, vt, pos); }));
           },
           py::arg("layer"), py::arg("k"), py::arg("v"), py::arg("positions") = py::none(), py::arg("layout") = "htd",
           "Adds one chunk ([heads, T, dim] K and V) to a layer and applies the span policy. positions: T x 3 "

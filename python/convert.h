@@ -82,8 +82,10 @@ qvg::CacheConfig make_cache_config(int layers, int heads, int dim, const std::st
                                    int64_t window_chunks, int64_t window_tokens, const std::string& rope,
                                    double rope_theta, const std::string& rope_pairing, const std::string& tail,
                                    bool warm_start, int64_t first_head);
-/// A span report and a layer's memory as dicts (cache_bindings.cpp).
+/// A span report, an append's report ({chunk, spans, evicted}) and a
+/// layer's memory as dicts (cache_bindings.cpp).
 py::dict span_dict(const qvg::SpanReport& r);
+py::dict report_dict(const qvg::AppendReport& r);
 py::dict memory_dict(const qvg::LayerMemory& m, const qvg::CacheConfig& c);
 
 /// The streaming cache's bindings (cache_bindings.cpp).

@@ -35,16 +35,6 @@ DeviceInput destination(const py::object& x, void* stream, const qvg::CacheConfi
   return d;
 }
 
-py::dict report_dict(const qvg::AppendReport& r) {
-  py::dict d;
-  d["chunk"] = r.chunk;
-  py::list spans;
-  for (const qvg::SpanReport& sr : r.spans) spans.append(span_dict(sr));
-  d["spans"] = spans;
-  d["evicted"] = r.evicted;
-  return d;
-}
-
 }  // namespace
 
 void bind_device_cache(py::module_& m) {
